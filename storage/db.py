@@ -1,0 +1,86 @@
+"""Engines and transactions for the two supported backends.
+
+SQLite (the embedded default) runs in WAL mode with a busy timeout and foreign keys on,
+and every write transaction starts with `BEGIN IMMEDIATE`: a plain `BEGIN` that reads
+and then writes cannot upgrade its read lock and fails with SQLITE_BUSY at once, ignoring
+the busy timeout. PostgreSQL (several replicas) is reached through asyncpg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# execution option marking a read-only unit of work, so SQLite can use a deferred BEGIN
+_READ_ONLY = "flotilla_read_only"
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine:
+    """An async engine for `url`, configured for Flotilla's locking rules on its backend."""
+    if not is_sqlite(url):
+        return create_async_engine(url, echo=echo, pool_pre_ping=True, **kwargs)
+    engine = create_async_engine(url, echo=echo, **kwargs)
+    _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the driver; `_on_begin` issues BEGIN itself.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        # NORMAL is crash-safe in WAL mode (a power loss may drop the last commits only).
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        read_only = conn.get_execution_options().get(_READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+
+
+class Database:
+    """The engine plus the two kinds of unit of work the code needs."""
+
+    def __init__(self, url: str, *, echo: bool = False, **engine_kwargs: Any) -> None:
+        self.url = url
+        self.engine = create_engine(url, echo=echo, **engine_kwargs)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return is_sqlite(self.url)
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction: committed on success, rolled back on error.
+
+        On SQLite it holds the database's single write lock from its first statement,
+        which is what makes it the per-conversation lock there.
+        """
+        async with self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction (deferred on SQLite, so readers never queue behind writers)."""
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(**{_READ_ONLY: True})
+            async with conn.begin():
+                yield conn
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

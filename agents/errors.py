@@ -1,0 +1,51 @@
+"""The error taxonomy of the agents layer.
+
+Control flow and people-facing sentences depend on these types, never on message text.
+Every run failure says whether it is worth retrying (`retryable`), like Temporal's
+`ApplicationError(non_retryable=…)`.
+"""
+
+from __future__ import annotations
+
+
+class FlotillaError(Exception):
+    """Base of every error Flotilla raises on purpose. `str()` is a sentence for people."""
+
+
+class PlanValidationError(FlotillaError, ValueError):
+    """A plan (or a revision) the model proposed is invalid; nothing was stored.
+
+    `problems` lists each issue as a sentence the model can act on
+    ("step 3: wait_for names step 5, which comes later; a step may only wait for earlier steps").
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("The plan is invalid:\n" + "\n".join(f"- {p}" for p in self.problems))
+
+
+class OperationRejected(FlotillaError, ValueError):
+    """A commander operation (retry, skip, edit, …) that the plan's state does not allow."""
+
+
+class RunError(FlotillaError):
+    """An agent run failed. `retryable` tells the orchestrator whether to re-dispatch."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class TransientError(RunError):
+    """Connection dropped, timeout, 429, 5xx or overloaded provider: worth another try."""
+
+    retryable = True
+
+
+class PermanentError(RunError):
+    """Other 4xx, usage limit exceeded, output still invalid after retries: retrying won't help."""
+
+    retryable = False

@@ -7,7 +7,7 @@ deciding code stays deterministic and testable.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -22,8 +22,10 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Deterministic constraint names so Alembic migrations are identical on both backends.
@@ -38,7 +40,29 @@ NAMING = {
 # BIGINT on PostgreSQL, but INTEGER on SQLite so that the primary key is the rowid.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 Json = JSON()
-Timestamp = DateTime(timezone=True)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on both backends (SQLite keeps no zone: store UTC, read UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware (UTC)")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Timestamp = UtcDateTime()
 
 
 class Base(DeclarativeBase):

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from bot.settings import DATABASE_URL_DEFAULT, SLACK_API_URL_DEFAULT, Settings
+
+ENV_NAMES = [
+    "FLOTILLA_DATABASE_URL",
+    "SLACK_BOT_TOKEN",
+    "SLACK_APP_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "SLACK_API_URL",
+    "FLOTILLA_MODEL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "FLOTILLA_ADMIN_USER_IDS",
+    "FLOTILLA_ENCRYPTION_KEY",
+]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no stray .env file is read
+
+
+def test_defaults() -> None:
+    settings = Settings()
+    assert settings.database_url == DATABASE_URL_DEFAULT
+    assert settings.slack_api_url == SLACK_API_URL_DEFAULT
+    assert settings.model == "offline"
+    assert settings.slack_bot_token is None
+    assert settings.socket_mode is False
+    assert settings.admin_user_ids == []
+    assert settings.sqlite_path() is not None
+    assert settings.sqlite_path().name == "flotilla.db"  # type: ignore[union-attr]
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOTILLA_DATABASE_URL", "postgresql+asyncpg://u@db/flotilla")
+    monkeypatch.setenv("SLACK_API_URL", "http://127.0.0.1:9000/api/")
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1-abc")
+    monkeypatch.setenv("FLOTILLA_MODEL", "anthropic:claude-sonnet-4-5")
+    monkeypatch.setenv("FLOTILLA_ADMIN_USER_IDS", "U1, U2")
+    settings = Settings()
+    assert settings.database_url == "postgresql+asyncpg://u@db/flotilla"
+    assert settings.sqlite_path() is None
+    assert settings.slack_api_url == "http://127.0.0.1:9000/api/"
+    assert settings.socket_mode is True
+    assert settings.model == "anthropic:claude-sonnet-4-5"
+    assert settings.admin_user_ids == ["U1", "U2"]
+
+
+def test_api_url_without_trailing_slash_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLACK_API_URL", "http://127.0.0.1:9000/api")
+    with pytest.raises(ValidationError, match="must end with '/'"):
+        Settings()
+
+
+def test_env_file_is_read(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    with open(".env", "w") as env_file:
+        env_file.write("FLOTILLA_MODEL=openai:gpt-4.1\n")
+    assert Settings().model == "openai:gpt-4.1"
+
+
+def test_secrets_are_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {
+        "SLACK_BOT_TOKEN": "xoxb-very-secret-bot",
+        "SLACK_APP_TOKEN": "xapp-very-secret-app",
+        "SLACK_SIGNING_SECRET": "very-secret-signing",
+        "OPENAI_API_KEY": "sk-very-secret-openai",
+        "ANTHROPIC_API_KEY": "sk-ant-very-secret",
+        "FLOTILLA_ENCRYPTION_KEY": "very-secret-fernet",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    shown = repr(settings) + str(settings) + settings.model_dump_json()
+    for value in secrets.values():
+        assert value not in shown
+    assert settings.slack_bot_token is not None
+    assert settings.slack_bot_token.get_secret_value() == "xoxb-very-secret-bot"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -21,7 +23,7 @@ ENV_NAMES = [
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no stray .env file is read
@@ -60,7 +62,7 @@ def test_api_url_without_trailing_slash_is_refused(monkeypatch: pytest.MonkeyPat
         Settings()
 
 
-def test_env_file_is_read(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_file_is_read() -> None:
     with open(".env", "w") as env_file:
         env_file.write("FLOTILLA_MODEL=openai:gpt-4.1\n")
     assert Settings().model == "openai:gpt-4.1"

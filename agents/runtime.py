@@ -1,0 +1,518 @@
+"""One full agent run per step, on pydantic-ai: crash-safe, classified, accounted.
+
+A run is the agent's complete loop (model turns, tool calls, output validation, the
+provider client's own retries). Its message history is stored after every model turn
+under the job's `run_key`, so running the same key again continues where it stopped:
+after a crash (status `running`), or after `ask_user` blocked it (status `suspended`,
+continued by `resume_step` with the person's answer). A finished run is never run again:
+its result is rebuilt from the stored history.
+
+Failures leave here only as `TransientError` or `PermanentError` (see `classify_error`);
+the orchestrator re-dispatches the first kind and applies `on_failure` to the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import (
+    ConcurrencyLimitExceeded,
+    ModelAPIError,
+    ModelConnectionError,
+    ModelHTTPError,
+    ModelQuotaExceededError,
+    ModelRateLimitError,
+    ModelRequestRejectedError,
+    ModelRequestTimeout,
+    ModelServerError,
+    ModelUnavailableError,
+    RunTimedOut,
+    UnexpectedModelBehavior,
+    UsageLimitExceeded,
+)
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.output import OutputSpec
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.usage import RunUsage, UsageLimits
+
+from agents.errors import PermanentError, RunError, TransientError
+from agents.models import model_label, resolve_model
+from agents.plan import FormSpec
+from agents.registry import AgentSpec
+from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_thread
+from agents.tools.context import RunDeps, RunJob
+from storage import repository
+from storage.db import Database
+
+__all__ = [
+    "RunDeps",
+    "RunJob",
+    "RunLimits",
+    "StepQuestion",
+    "StepReport",
+    "StepRunResult",
+    "classify_error",
+    "resume_step",
+    "run_step",
+]
+
+SUMMARY_MAX_CHARS = 500
+THREAD_CONTEXT_MESSAGES = 20
+THREAD_CONTEXT_CHARS = 400
+FINAL_RESULT = "final_result"
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- what a run returns -------------------------------------------------------------------
+
+
+class StepReport(BaseModel):
+    """The structured answer a sub-agent finishes with (pydantic-ai's `final_result` tool)."""
+
+    message: str = Field(description="Your answer, posted in the thread. Markdown is fine.")
+    summary: str = Field(
+        default="",
+        description=(
+            "At most three sentences with what later steps need from your answer "
+            f"(max {SUMMARY_MAX_CHARS} characters)."
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepRunResult:
+    """A finished step: the thread message, its bounded summary, files it produced."""
+
+    message: str
+    summary: str
+    files: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class StepQuestion:
+    """The run called `ask_user`: it is suspended until `resume_step` gets the answer."""
+
+    question: str
+    form: FormSpec | None
+    tool_call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """Per-run caps. `total_tokens` counts across resumes of the same run."""
+
+    total_tokens: int | None = 200_000
+    requests: int = 30
+    tool_calls: int | None = 60
+    timeout_s: float | None = 600.0
+
+    def usage_limits(self) -> UsageLimits:
+        return UsageLimits(
+            request_limit=self.requests,
+            tool_calls_limit=self.tool_calls,
+            total_tokens_limit=self.total_tokens,
+        )
+
+
+def bounded_summary(summary: str, message: str, limit: int = SUMMARY_MAX_CHARS) -> str:
+    """The agent's summary cut to `limit`; without one, the start of its message (deterministic)."""
+    text = " ".join((summary or "").split()) or " ".join(message.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    # end on a word boundary when one is reasonably close, so the summary reads as text
+    space = cut.rfind(" ")
+    if space > limit * 0.6:
+        cut = cut[:space]
+    return cut + "…"
+
+
+# --- error classification -----------------------------------------------------------------
+
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+
+
+def classify_error(exc: BaseException) -> RunError:
+    """Map any failure of a run to `TransientError` (worth re-dispatching) or `PermanentError`.
+
+    Transient: connection, timeout, 429, 5xx, overloaded. Real: other 4xx, quota, usage
+    limit exceeded, output or tool arguments still invalid after retries, anything unknown
+    (an unknown error is not retried blindly: the commander decides).
+    """
+    if isinstance(exc, RunError):
+        return exc
+    if isinstance(exc, ModelQuotaExceededError):
+        return PermanentError("The model provider says the account's quota or credits are used up.")
+    if isinstance(exc, ModelRequestRejectedError):
+        return PermanentError(f"The model provider rejected the request ({_status(exc)}).")
+    if isinstance(exc, ModelRateLimitError):
+        return TransientError(f"The model provider is rate limiting requests ({_status(exc)}).")
+    if isinstance(exc, ModelUnavailableError | ModelServerError):
+        return TransientError(f"The model provider is unavailable or failing ({_status(exc)}).")
+    if isinstance(exc, ModelConnectionError | ModelRequestTimeout | RunTimedOut):
+        return TransientError("The model provider could not be reached in time.")
+    if isinstance(exc, ModelHTTPError):
+        if exc.status_code in _TRANSIENT_STATUS or exc.status_code >= 500:
+            return TransientError(f"The model provider answered HTTP {exc.status_code}.")
+        return PermanentError(f"The model provider refused the request (HTTP {exc.status_code}).")
+    if isinstance(exc, ConcurrencyLimitExceeded | TimeoutError | ConnectionError):
+        return TransientError("The run could not complete in time; it can be tried again.")
+    if isinstance(exc, UsageLimitExceeded):
+        return PermanentError("The run hit its usage limit (tokens, requests or tool calls).")
+    if isinstance(exc, UnexpectedModelBehavior | ModelAPIError):
+        return PermanentError(f"The model did not produce a valid answer: {_first_line(exc)}")
+    return PermanentError(f"The run failed: {type(exc).__name__}.")
+
+
+def _status(exc: ModelAPIError) -> str:
+    return f"HTTP {exc.status_code}" if isinstance(exc, ModelHTTPError) else type(exc).__name__
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+# --- message history ----------------------------------------------------------------------
+
+
+def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
+    """A JSON-safe form of a message history, for `agent_runs.messages`."""
+    return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
+
+
+def load_messages(data: list[Any]) -> list[ModelMessage]:
+    return list(ModelMessagesTypeAdapter.validate_python(data))
+
+
+def pending_question(messages: Sequence[ModelMessage]) -> StepQuestion | None:
+    """The unanswered `ask_user` call that ends a suspended history, if any."""
+    if not messages or not isinstance(messages[-1], ModelResponse):
+        return None
+    for part in messages[-1].parts:
+        if isinstance(part, ToolCallPart) and part.tool_name == ASK_USER:
+            args = part.args_as_dict()
+            form = args.get("form")
+            return StepQuestion(
+                question=str(args.get("question", "")),
+                form=FormSpec.model_validate(form) if form else None,
+                tool_call_id=part.tool_call_id,
+            )
+    return None
+
+
+def result_from_history(messages: Sequence[ModelMessage]) -> StepRunResult:
+    """Rebuild a finished run's result from its stored history (no model call)."""
+    for message in reversed(messages):
+        if not isinstance(message, ModelResponse):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name == FINAL_RESULT:
+                report = StepReport.model_validate(part.args_as_dict())
+                return _result(report, [])
+        text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+        if text:
+            return _result(text, [])
+    raise PermanentError("The stored run has no final answer.")
+
+
+def _result(output: StepReport | str, files: list[str]) -> StepRunResult:
+    if isinstance(output, StepReport):
+        return StepRunResult(
+            message=output.message,
+            summary=bounded_summary(output.summary, output.message),
+            files=list(files),
+        )
+    return StepRunResult(message=output, summary=bounded_summary("", output), files=list(files))
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def step_prompt(job: RunJob, thread: Sequence[Any]) -> str:
+    """The first user message of a step: its task, the original request, recent thread context."""
+    lines = [job.input.strip(), ""]
+    if job.request:
+        lines += ["The original request in this conversation:", job.request.strip(), ""]
+    recent = list(thread)[-THREAD_CONTEXT_MESSAGES:]
+    if recent:
+        lines.append("Recent messages in the thread (oldest first):")
+        lines += [
+            "- "
+            + format_thread_line(
+                m.author_name or m.user_id or m.bot_id, m.text, THREAD_CONTEXT_CHARS
+            )
+            for m in recent
+        ]
+    return "\n".join(lines).strip()
+
+
+def step_instructions(spec: AgentSpec) -> str:
+    return (
+        f"{spec.system_prompt.strip()}\n\n"
+        f"You are {spec.display_name} (`{spec.name}`), one agent of a team working in a Slack "
+        "thread. Do only the task you are given, with the context given. When you are done, "
+        "call `final_result` with `message` (your answer for the thread) and `summary` "
+        "(at most three sentences: what the next steps need from your answer). "
+        + (
+            "If you truly cannot continue without a person's input, call `ask_user`."
+            if spec.has_tool(ASK_USER)
+            else ""
+        )
+    ).strip()
+
+
+def build_step_agent(
+    spec: AgentSpec, toolsets: Sequence[AbstractToolset[RunDeps]] = ()
+) -> Agent[RunDeps, StepReport | str | DeferredToolRequests]:
+    """The pydantic-ai agent of a sub-agent: its instructions, built-in tools and toolsets."""
+    tools: list[Tool[RunDeps]] = []
+    if spec.has_tool(ASK_USER):
+        tools.append(Tool(ask_user, takes_ctx=True))
+    if spec.has_tool("read_thread"):
+        tools.append(Tool(read_thread, takes_ctx=True))
+    if spec.has_tool("http_fetch"):
+        from agents.tools.http_fetch import http_fetch
+
+        tools.append(Tool(http_fetch, takes_ctx=True))
+    output: OutputSpec[StepReport | str | DeferredToolRequests] = [
+        StepReport,
+        str,
+        DeferredToolRequests,
+    ]
+    return Agent(
+        deps_type=RunDeps,
+        output_type=output,
+        instructions=step_instructions(spec),
+        tools=tools,
+        toolsets=list(toolsets),
+        name=spec.name,
+        retries=3,
+    )
+
+
+async def run_step(
+    db: Database,
+    job: RunJob,
+    spec: AgentSpec,
+    *,
+    model: Model | str,
+    limits: RunLimits = RunLimits(),
+    toolsets: Sequence[AbstractToolset[RunDeps]] = (),
+    now: Clock = utc_now,
+) -> StepRunResult | StepQuestion:
+    """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
+
+    Returns the result, or the question when the agent called `ask_user` (then the run is
+    suspended: answer it with `resume_step`). Raises `TransientError` or `PermanentError`.
+    """
+    async with db.read() as conn:
+        stored = await repository.load_run(conn, job.run_key)
+        thread = (
+            await repository.thread_messages(conn, job.conversation_id)
+            if job.conversation_id is not None
+            else []
+        )
+    history = load_messages(stored.messages) if stored and stored.messages else None
+    if stored and stored.status == "finished" and history:
+        return result_from_history(history)
+    if stored and stored.status == "suspended" and history:
+        question = pending_question(history)
+        if question is not None:
+            return question
+    deps = RunDeps(job=job, thread=thread, http_domains=spec.http_domains)
+    agent = build_step_agent(spec, toolsets)
+    prompt = None if history else step_prompt(job, thread)
+    previous = stored if stored and history else None
+    return await _drive_step(
+        db, job, spec, agent, model, deps, limits, now,
+        prompt=prompt, history=history, deferred=None, previous=previous,
+    )  # fmt: skip
+
+
+async def resume_step(
+    db: Database,
+    job: RunJob,
+    spec: AgentSpec,
+    answer: dict[str, str] | str,
+    *,
+    model: Model | str,
+    limits: RunLimits = RunLimits(),
+    toolsets: Sequence[AbstractToolset[RunDeps]] = (),
+    now: Clock = utc_now,
+) -> StepRunResult | StepQuestion:
+    """Continue a suspended run with a person's answer to its `ask_user` question."""
+    async with db.read() as conn:
+        stored = await repository.load_run(conn, job.run_key)
+        thread = (
+            await repository.thread_messages(conn, job.conversation_id)
+            if job.conversation_id is not None
+            else []
+        )
+    if stored is None or stored.status != "suspended":
+        raise PermanentError("There is no suspended run waiting for this answer.")
+    history = load_messages(stored.messages)
+    question = pending_question(history)
+    if question is None:
+        raise PermanentError("The suspended run has no open question.")
+    deferred = DeferredToolResults(calls={question.tool_call_id: answer})
+    deps = RunDeps(job=job, thread=thread, http_domains=spec.http_domains)
+    agent = build_step_agent(spec, toolsets)
+    return await _drive_step(
+        db, job, spec, agent, model, deps, limits, now,
+        prompt=None, history=history, deferred=deferred, previous=stored,
+    )  # fmt: skip
+
+
+async def _drive_step(
+    db: Database,
+    job: RunJob,
+    spec: AgentSpec,
+    agent: Agent[RunDeps, StepReport | str | DeferredToolRequests],
+    model: Model | str,
+    deps: RunDeps,
+    limits: RunLimits,
+    now: Clock,
+    *,
+    prompt: str | None,
+    history: list[ModelMessage] | None,
+    deferred: DeferredToolResults | None,
+    previous: Any,
+) -> StepRunResult | StepQuestion:
+    session = RunSession(db, job, spec.name, model_label(model), now, previous)
+    output, messages = await session.drive(
+        agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
+    )
+    if isinstance(output, DeferredToolRequests):
+        question = pending_question(messages)
+        if question is None:
+            await session.close("failed", messages)
+            raise PermanentError("The agent deferred a tool call Flotilla cannot answer.")
+        await session.close("suspended", messages)
+        return question
+    await session.close("finished", messages)
+    return _result(output, deps.files)
+
+
+class RunSession:
+    """Stores one run's history after each model turn, and its usage when it stops."""
+
+    def __init__(
+        self,
+        db: Database,
+        job: RunJob,
+        agent_name: str,
+        model: str,
+        now: Clock,
+        previous: Any = None,
+    ) -> None:
+        self.db, self.job, self.agent_name, self.model, self.now = db, job, agent_name, model, now
+        # tokens spent before this drive (earlier drives of the same session)
+        self.before = RunUsage(
+            input_tokens=getattr(previous, "input_tokens", 0),
+            output_tokens=getattr(previous, "output_tokens", 0),
+        )
+        self.usage = RunUsage(
+            input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
+        )
+
+    async def drive(
+        self,
+        agent: Agent[Any, Any],
+        model: Model | str,
+        deps: Any,
+        limits: RunLimits,
+        *,
+        prompt: str | None,
+        history: list[ModelMessage] | None,
+        deferred: DeferredToolResults | None,
+    ) -> tuple[Any, list[ModelMessage]]:
+        """Run `agent` to its end, saving the history whenever it grows; classify failures."""
+        messages: list[ModelMessage] = list(history or [])
+        saved = len(messages)
+        resolved = resolve_model(model) if isinstance(model, str) else model
+        try:
+            async with agent.iter(
+                prompt,
+                message_history=history,
+                deferred_tool_results=deferred,
+                deps=deps,
+                model=resolved,
+                usage_limits=limits.usage_limits(),
+                usage=RunUsage(
+                    input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
+                ),
+                timeout=limits.timeout_s,
+            ) as run:
+                async for _node in run:
+                    messages = list(run.all_messages())
+                    self.usage = run.usage
+                    if len(messages) > saved:
+                        await self.save("running", messages)
+                        saved = len(messages)
+                assert run.result is not None
+                self.usage = run.usage
+                return run.result.output, list(run.result.all_messages())
+        except Exception as exc:
+            error = classify_error(exc)
+            await self.close("failed", messages)
+            raise error from exc
+
+    async def save(self, status: str, messages: Sequence[ModelMessage]) -> None:
+        async with self.db.write() as conn:
+            await self._save(conn, status, messages)
+
+    async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
+        """Store the final status and record this drive's tokens in the usage ledger."""
+        spent_in = self.usage.input_tokens - self.before.input_tokens
+        spent_out = self.usage.output_tokens - self.before.output_tokens
+        async with self.db.write() as conn:
+            await self._save(conn, status, messages)
+            if spent_in or spent_out:
+                await repository.record_usage(
+                    conn,
+                    team_id=self.job.team_id,
+                    channel_id=self.job.channel_id,
+                    plan_id=self.job.plan_id,
+                    step_index=self.job.step_index,
+                    agent_name=self.agent_name,
+                    model=self.model,
+                    input_tokens=spent_in,
+                    output_tokens=spent_out,
+                    now=self.now(),
+                )
+        self.before = RunUsage(
+            input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
+        )
+
+    async def _save(self, conn: Any, status: str, messages: Sequence[ModelMessage]) -> None:
+        await repository.save_run(
+            conn,
+            run_key=self.job.run_key,
+            agent_name=self.agent_name,
+            model=self.model,
+            status=status,
+            messages=dump_messages(messages),
+            now=self.now(),
+            conversation_id=self.job.conversation_id,
+            plan_id=self.job.plan_id,
+            step_index=self.job.step_index,
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+        )

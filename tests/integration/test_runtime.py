@@ -1,0 +1,312 @@
+"""A step is one full pydantic-ai run: scripted with FunctionModel against a real database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic_ai import ModelHTTPError, ModelRateLimitError, ModelServerError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import insert, select
+
+from agents.errors import PermanentError, TransientError
+from agents.registry import AgentSpec
+from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
+from storage import repository
+from storage.db import Database
+from storage.records import MessageRecord
+from storage.tables import Plan
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+SPEC = AgentSpec(
+    name="researcher",
+    display_name="Researcher",
+    description="finds facts",
+    system_prompt="You research.",
+    tools=("ask_user", "read_thread"),
+)
+
+
+def clock() -> datetime:
+    return NOW
+
+
+async def make_job(
+    db: Database, *, step: int = 1, attempt: int = 1, text: str = "Find prices"
+) -> RunJob:
+    async with db.write() as conn:
+        conv = await repository.open_conversation(
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="100.1",
+            requested_by="U1",
+            request_text="compare our pricing",
+            now=NOW,
+        )
+        await repository.store_message(
+            conn,
+            conv.id,
+            MessageRecord("C1", "100.1", "U1", None, "alice", "compare our pricing", None),
+            NOW,
+        )
+        plan_id = (
+            await conn.execute(
+                insert(Plan.__table__).values(
+                    conversation_id=conv.id, status="running", created_at=NOW, updated_at=NOW
+                )
+            )
+        ).inserted_primary_key[0]
+    return RunJob(
+        run_key=f"plan:{plan_id}:step:{step}:attempt:{attempt}",
+        team_id="T1",
+        input=text,
+        request="compare our pricing",
+        channel_id="C1",
+        conversation_id=conv.id,
+        plan_id=plan_id,
+        step_index=step,
+    )
+
+
+def last_parts(messages: list[ModelMessage]) -> list[Any]:
+    return list(messages[-1].parts)
+
+
+def final(message: str, summary: str = "") -> ModelResponse:
+    return ModelResponse(
+        parts=[ToolCallPart("final_result", {"message": message, "summary": summary})]
+    )
+
+
+async def stored_run(db: Database, key: str) -> Any:
+    async with db.read() as conn:
+        return await repository.load_run(conn, key)
+
+
+async def test_a_step_runs_tools_and_returns_message_and_summary(db: Database) -> None:
+    job = await make_job(db)
+    seen_prompt: list[str] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = last_parts(messages)
+        if isinstance(parts[0], UserPromptPart):
+            seen_prompt.append(str(parts[0].content))
+            return ModelResponse(parts=[ToolCallPart("read_thread", {"last": 5})])
+        assert isinstance(parts[0], ToolReturnPart)
+        assert "alice: compare our pricing" in str(parts[0].content)
+        return final("Prices: A 10, B 12.", "A costs 10 and B 12.")
+
+    result = await run_step(db, job, SPEC, model=FunctionModel(script), now=clock)
+
+    assert result == StepRunResult("Prices: A 10, B 12.", "A costs 10 and B 12.", [])
+    assert seen_prompt[0].startswith("Find prices")
+    assert "compare our pricing" in seen_prompt[0]
+    run = await stored_run(db, job.run_key)
+    assert run.status == "finished" and len(run.messages) == 5
+
+
+async def test_a_text_answer_gets_a_bounded_fallback_summary(db: Database) -> None:
+    job = await make_job(db)
+    long_text = "word " * 400
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(long_text)])
+
+    result = await run_step(db, job, SPEC, model=FunctionModel(script), now=clock)
+    assert isinstance(result, StepRunResult)
+    assert result.message == long_text
+    assert len(result.summary) <= 500 and result.summary.endswith("…")
+
+
+async def test_usage_is_recorded_with_workspace_channel_plan_step_agent_and_model(
+    db: Database,
+) -> None:
+    job = await make_job(db, step=2)
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return final("done", "ok")
+
+    await run_step(db, job, SPEC, model=FunctionModel(script, model_name="scripted"), now=clock)
+
+    async with db.read() as conn:
+        rows = (await conn.execute(select(repository.usage_t))).mappings().all()
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["team_id"], row["channel_id"], row["plan_id"], row["step_index"]) == (
+        "T1",
+        "C1",
+        job.plan_id,
+        2,
+    )
+    assert (row["agent_name"], row["model"]) == ("researcher", "function:scripted")
+    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+    run = await stored_run(db, job.run_key)
+    assert (run.input_tokens, run.output_tokens) == (row["input_tokens"], row["output_tokens"])
+
+
+async def test_ask_user_suspends_the_run_and_the_answer_resumes_it_from_history(
+    db: Database,
+) -> None:
+    job = await make_job(db)
+    calls: list[str] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = last_parts(messages)
+        if isinstance(parts[0], UserPromptPart):
+            calls.append("ask")
+            form = {"fields": [{"name": "tiers", "label": "Which tiers?", "kind": "text"}]}
+            return ModelResponse(
+                parts=[ToolCallPart("ask_user", {"question": "Which tiers?", "form": form})]
+            )
+        assert isinstance(parts[0], ToolReturnPart) and parts[0].tool_name == "ask_user"
+        calls.append(f"answer={parts[0].content}")
+        return final(f"Compared tiers {parts[0].content['tiers']}", "tiers compared")
+
+    model = FunctionModel(script)
+    first = await run_step(db, job, SPEC, model=model, now=clock)
+    assert isinstance(first, StepQuestion)
+    assert first.question == "Which tiers?"
+    assert first.form is not None and first.form.fields[0].name == "tiers"
+    assert (await stored_run(db, job.run_key)).status == "suspended"
+
+    # dispatching the same run again while it waits asks the same question, no model call
+    again = await run_step(db, job, SPEC, model=model, now=clock)
+    assert again == first and calls == ["ask"]
+
+    result = await resume_step(db, job, SPEC, {"tiers": "Pro"}, model=model, now=clock)
+    assert result == StepRunResult("Compared tiers Pro", "tiers compared", [])
+    assert calls == ["ask", "answer={'tiers': 'Pro'}"]
+    run = await stored_run(db, job.run_key)
+    assert run.status == "finished"
+    # the resumed run continued the stored history: one user prompt in the whole session
+    assert sum(1 for m in run.messages for p in m["parts"] if p["part_kind"] == "user-prompt") == 1
+
+    with pytest.raises(PermanentError):
+        await resume_step(db, job, SPEC, "again", model=model, now=clock)
+
+
+class Crash(BaseException):
+    """Stands for the process dying: not an Exception, so nothing in the run handles it."""
+
+
+async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db: Database) -> None:
+    job = await make_job(db)
+    tool_runs: list[str] = []
+    model_turns: list[str] = []
+
+    def before_crash(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = last_parts(messages)
+        if isinstance(parts[0], UserPromptPart):
+            model_turns.append("first")
+            return ModelResponse(parts=[ToolCallPart("read_thread", {"last": 3})])
+        tool_runs.append(str(parts[0].content))
+        raise Crash()
+
+    with pytest.raises(Crash):
+        await run_step(db, job, SPEC, model=FunctionModel(before_crash), now=clock)
+    stored = await stored_run(db, job.run_key)
+    assert stored.status == "running"
+    assert [m["kind"] for m in stored.messages] == ["request", "response"]
+
+    def after_restart(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = last_parts(messages)
+        assert not isinstance(parts[0], UserPromptPart), "the run must not start over"
+        model_turns.append("second")
+        return final("finished after restart", "restart ok")
+
+    result = await run_step(db, job, SPEC, model=FunctionModel(after_restart), now=clock)
+    assert isinstance(result, StepRunResult) and result.summary == "restart ok"
+    assert model_turns == ["first", "second"]
+
+    # a finished run dispatched again is rebuilt from storage, never run again
+    def never(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise AssertionError("a finished run was run again")
+
+    assert await run_step(db, job, SPEC, model=FunctionModel(never), now=clock) == result
+
+
+def failing(exc: Exception) -> FunctionModel:
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise exc
+
+    return FunctionModel(script)
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (
+            ModelHTTPError.for_category(ModelRateLimitError, status_code=429, model_name="m"),
+            TransientError,
+        ),
+        (
+            ModelHTTPError.for_category(ModelServerError, status_code=500, model_name="m"),
+            TransientError,
+        ),
+        (ModelHTTPError(503, "m"), TransientError),
+        (ModelHTTPError(400, "m", {"error": "bad"}), PermanentError),
+        (ModelHTTPError(401, "m"), PermanentError),
+        (ConnectionResetError("reset"), TransientError),
+    ],
+)
+async def test_each_provider_error_class_is_classified_and_the_run_marked_failed(
+    db: Database, exc: Exception, kind: type[Exception]
+) -> None:
+    job = await make_job(db)
+    with pytest.raises(kind) as raised:
+        await run_step(db, job, SPEC, model=failing(exc), now=clock)
+    assert raised.value.retryable is (kind is TransientError)
+    assert "Traceback" not in str(raised.value)
+    assert (await stored_run(db, job.run_key)).status == "failed"
+
+
+async def test_output_still_invalid_after_retries_is_a_real_failure(db: Database) -> None:
+    job = await make_job(db)
+    turns: list[int] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turns.append(1)
+        return ModelResponse(parts=[ToolCallPart("final_result", {"msg": "wrong field"})])
+
+    with pytest.raises(PermanentError):
+        await run_step(db, job, SPEC, model=FunctionModel(script), now=clock)
+    assert len(turns) == 4  # the first answer and three retries with the validation errors
+    # each invalid answer went back to the model as the tool's error result
+    returned = [
+        p
+        for m in (await stored_run(db, job.run_key)).messages
+        for p in m["parts"]
+        if p["part_kind"] == "tool-return" and p["tool_name"] == "final_result"
+    ]
+    assert len(returned) == 3
+
+
+async def test_the_per_run_token_limit_is_a_real_failure(db: Database) -> None:
+    job = await make_job(db)
+
+    def chatty(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("read_thread", {"last": 1})])
+
+    with pytest.raises(PermanentError, match="usage limit"):
+        await run_step(
+            db,
+            job,
+            SPEC,
+            model=FunctionModel(chatty),
+            limits=RunLimits(total_tokens=400),
+            now=clock,
+        )
+    async with db.read() as conn:
+        spent = (await conn.execute(select(repository.usage_t.c.input_tokens))).scalars().all()
+    assert spent and spent[0] > 0  # a failed run's tokens are still accounted

@@ -1,0 +1,182 @@
+"""Forms: a user step, or a question a blocked agent asked, as Block Kit.
+
+One field is answered inline in the thread (a text box or a menu in the message itself);
+several fields open a modal from an [Answer] button. Every element carries the form's key
+(plan, step, attempt, round) so a stale or repeated submission can be told apart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    InputBlock,
+    MarkdownTextObject,
+    Option,
+    PlainTextInputElement,
+    PlainTextObject,
+    SectionBlock,
+    StaticSelectElement,
+)
+from slack_sdk.models.views import View
+
+from agents.plan import FormField, FormSpec
+
+INLINE_ACTION = "flotilla_form_inline"
+OPEN_ACTION = "flotilla_form_open"
+MODAL_CALLBACK = "flotilla_form_submit"
+DEFAULT_FIELD = FormField(name="answer", label="Your answer", kind="long_text")
+
+
+@dataclass(frozen=True, slots=True)
+class FormKey:
+    """Which question a form answers: a step's attempt, and the n-th question of that attempt."""
+
+    plan_id: int
+    step_index: int
+    attempt: int
+    round: int = 1
+
+    def encode(self) -> str:
+        return f"form:{self.plan_id}:{self.step_index}:{self.attempt}:{self.round}"
+
+    @classmethod
+    def decode(cls, value: str) -> FormKey:
+        """Parse an encoded key; ValueError for anything that is not one."""
+        parts = value.split(":")
+        if len(parts) != 5 or parts[0] != "form":
+            raise ValueError(f"not a form key: {value!r}")
+        plan_id, step, attempt, round_ = (int(p) for p in parts[1:])
+        return cls(plan_id, step, attempt, round_)
+
+
+def fields_of(form: FormSpec | None) -> list[FormField]:
+    return list(form.fields) if form and form.fields else [DEFAULT_FIELD]
+
+
+def _element(field: FormField, action_id: str, *, dispatch: bool = False) -> Any:
+    if field.kind == "select":
+        return StaticSelectElement(
+            action_id=action_id,
+            placeholder=PlainTextObject(text="Choose…"),
+            options=[Option(text=o[:75], value=o[:150]) for o in field.options],
+        )
+    return PlainTextInputElement(
+        action_id=action_id,
+        multiline=field.kind == "long_text",
+        dispatch_action_config=({"trigger_actions_on": ["on_enter_pressed"]} if dispatch else None),
+    )
+
+
+def form_message(
+    key: FormKey, *, title: str, question: str, form: FormSpec | None, ask: str | None
+) -> tuple[str, list[Block]]:
+    """The message that asks for input in the thread. `ask` is the user id asked, if any."""
+    who = f"<@{ask}>" if ask else "a person"
+    text = f"Step {key.step_index} needs your input, {who}: {title}"
+    blocks: list[Block] = [
+        SectionBlock(text=MarkdownTextObject(text=f"*{text}*\n{question}"[:3000]))
+    ]
+    fields = fields_of(form)
+    if len(fields) == 1 and fields[0].kind == "select":
+        blocks.append(
+            ActionsBlock(block_id=key.encode(), elements=[_element(fields[0], INLINE_ACTION)])
+        )
+    elif len(fields) == 1:
+        blocks.append(
+            InputBlock(
+                block_id=key.encode(),
+                label=PlainTextObject(text=fields[0].label[:2000]),
+                element=_element(fields[0], INLINE_ACTION, dispatch=True),
+                dispatch_action=True,
+            )
+        )
+    else:
+        blocks.append(
+            ActionsBlock(
+                block_id=key.encode(),
+                elements=[
+                    ButtonElement(
+                        text="Answer", action_id=OPEN_ACTION, value=key.encode(), style="primary"
+                    )
+                ],
+            )
+        )
+    return text, blocks
+
+
+def form_modal(
+    key: FormKey, *, title: str, question: str, form: FormSpec | None, metadata: Mapping[str, Any]
+) -> View:
+    """The modal for a form with several fields (opened from the [Answer] button)."""
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=question[:3000]))]
+    for field in fields_of(form):
+        blocks.append(
+            InputBlock(
+                block_id=f"field:{field.name}",
+                label=PlainTextObject(text=field.label[:2000]),
+                element=_element(field, "value"),
+                optional=not field.required,
+            )
+        )
+    return View(
+        type="modal",
+        callback_id=MODAL_CALLBACK,
+        title=PlainTextObject(text=f"Step {key.step_index}"[:24]),
+        submit=PlainTextObject(text="Submit"),
+        close=PlainTextObject(text="Cancel"),
+        private_metadata=json.dumps({"key": key.encode(), **metadata})[:3000],
+        blocks=blocks,
+    )
+
+
+def modal_values(
+    state: Mapping[str, Any], form: FormSpec | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The submitted values and, per block, the errors to show (required fields left empty)."""
+    values: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    blocks = state.get("values", {})
+    for field in fields_of(form):
+        block_id = f"field:{field.name}"
+        raw = blocks.get(block_id, {}).get("value", {})
+        value = _value_of(raw)
+        if value:
+            values[field.name] = value
+        elif field.required:
+            errors[block_id] = f"{field.label[:100]} is required."
+    return values, errors
+
+
+def _value_of(raw: Mapping[str, Any]) -> str:
+    if raw.get("type") == "static_select":
+        selected = raw.get("selected_option") or {}
+        return str(selected.get("value", "")).strip()
+    return str(raw.get("value") or "").strip()
+
+
+def inline_value(action: Mapping[str, Any]) -> str:
+    """The value of an inline answer (a text box's Enter, or a menu choice)."""
+    return _value_of(action)
+
+
+def answered_message(
+    *, step_index: int, title: str, values: Mapping[str, str], form: FormSpec | None, user: str
+) -> tuple[str, list[Block]]:
+    """What the form message becomes once answered: who answered, and what."""
+    labels = {f.name: f.label for f in fields_of(form)}
+    shown = "; ".join(
+        f"{labels.get(k, k)}: {v}" if len(values) > 1 else v for k, v in values.items()
+    )
+    text = f"✅ Answered by <@{user}>: {shown}"
+    return text, [
+        SectionBlock(text=MarkdownTextObject(text=text[:3000])),
+        ContextBlock(elements=[MarkdownTextObject(text=f"Step {step_index}: {title}"[:3000])]),
+    ]

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bot.manifest import agent_manifest, commander_manifest, to_yaml
+from bot.secrets import TokenCipher
 from bot.settings import Settings
 from storage import migrate
 from storage.db import Database
@@ -42,6 +43,11 @@ def _manifest_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _secrets_command(args: argparse.Namespace, settings: Settings) -> int:
+    print(TokenCipher.new_key())
+    return 0
+
+
 Handler = Callable[[argparse.Namespace, Settings], int]
 
 
@@ -61,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--display-name", help="the agent app's display name")
     manifest.add_argument("--description", default="", help="the agent app's description")
     manifest.set_defaults(handler=_manifest_command)
+
+    secrets = commands.add_parser("secrets", help="new-key: print a new FLOTILLA_ENCRYPTION_KEY")
+    secrets.add_argument("action", choices=["new-key"])
+    secrets.set_defaults(handler=_secrets_command)
     return parser
 
 

@@ -1,0 +1,115 @@
+"""How Flotilla posts as each agent: its own Slack app, or a persona of the commander's app.
+
+- Own app: the agent's bot token (decrypted from storage) posts; dispatches mention the
+  agent's bot user for real (`<@U…>`).
+- Persona: the commander's token posts with the agent's display name and icon
+  (`chat:write.customize`); the mention is plain text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import SecretStr
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+COMMANDER_NAME = "Flotilla"
+
+
+def make_client(token: str | None, base_url: str) -> AsyncWebClient:
+    """A Web API client that also waits out 429s (Retry-After) and retries 5xx answers."""
+    client = AsyncWebClient(token=token, base_url=base_url)
+    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
+    client.retry_handlers.append(AsyncServerErrorRetryHandler(max_retry_count=2))
+    return client
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a message is posted as. `token` is set for agents with their own app only."""
+
+    name: str
+    display_name: str
+    icon: str = ""
+    kind: str = "persona"  # "persona" | "app" | "commander"
+    bot_user_id: str | None = None
+    bot_id: str | None = None
+    token: SecretStr | None = field(default=None, repr=False)
+
+    @property
+    def mention(self) -> str:
+        if self.kind == "app" and self.bot_user_id:
+            return f"<@{self.bot_user_id}>"
+        return f"@{self.name}"
+
+    def persona_arguments(self) -> dict[str, Any]:
+        """username/icon arguments for chat.postMessage (persona posts only)."""
+        if self.kind != "persona":
+            return {}
+        arguments: dict[str, Any] = {"username": self.display_name or self.name}
+        icon = self.icon.strip()
+        if icon.startswith(":") and icon.endswith(":") and len(icon) > 2:
+            arguments["icon_emoji"] = icon
+        elif icon.startswith(("https://", "http://")):
+            arguments["icon_url"] = icon
+        return arguments
+
+
+class Poster:
+    """Posts and edits messages in threads as the commander or as an agent identity."""
+
+    def __init__(self, commander: AsyncWebClient, base_url: str) -> None:
+        self.commander = commander
+        self._base_url = base_url
+        self._clients: dict[str, AsyncWebClient] = {}
+
+    def client_for(self, identity: Identity | None) -> AsyncWebClient:
+        if identity is None or identity.kind != "app" or identity.token is None:
+            return self.commander
+        token = identity.token.get_secret_value()
+        client = self._clients.get(token)
+        if client is None:
+            client = self._clients[token] = make_client(token, self._base_url)
+        return client
+
+    async def post(
+        self,
+        *,
+        channel: str,
+        thread_ts: str | None,
+        text: str,
+        identity: Identity | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Post a message and return its ts."""
+        extra = identity.persona_arguments() if identity else {}
+        response = await self.client_for(identity).chat_postMessage(
+            channel=channel,
+            thread_ts=thread_ts,
+            text=text,
+            blocks=blocks,
+            metadata=metadata,
+            unfurl_links=False,
+            **extra,
+        )
+        return str(response["ts"])
+
+    async def update(
+        self,
+        *,
+        channel: str,
+        ts: str,
+        text: str,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Edit a message the commander posted (plan cards, answered forms)."""
+        await self.commander.chat_update(
+            channel=channel, ts=ts, text=text, blocks=blocks, metadata=metadata
+        )

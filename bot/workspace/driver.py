@@ -1,0 +1,289 @@
+"""The test driver: act as people in the local workspace (post, mention, click, fill and submit
+modals, run slash commands, open App Home) and await conditions on its state – no sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bot.workspace.events import Delivery
+from bot.workspace.interactivity import SubmissionOutcome
+from bot.workspace.state import Ephemeral, InstalledApp, Json, Message, Person, View, new_id
+from bot.workspace.transcript import render_thread
+from bot.workspace.workspace import LocalWorkspace
+
+Who = Person | str
+
+
+class Driver:
+    """People's side of the workspace, for tests and the terminal trial."""
+
+    def __init__(self, ws: LocalWorkspace, *, default_timeout: float = 10.0) -> None:
+        self.ws = ws
+        self.state = ws.state
+        self.default_timeout = default_timeout
+
+    def person(self, who: Who) -> Person:
+        return who if isinstance(who, Person) else self.state.person_named(who)
+
+    def _channel_id(self, channel: str) -> str:
+        return self.state.channel_named(channel).id
+
+    # ----- acting --------------------------------------------------------------------------
+
+    def post(
+        self,
+        who: Who,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        blocks: list[Json] | None = None,
+        broadcast: bool = False,
+    ) -> Message:
+        """A person writes a message (in a thread when `thread_ts` is given)."""
+        person = self.person(who)
+        channel_id = self._channel_id(channel)
+        if person.id not in self.state.channels[channel_id].members:
+            raise PermissionError(
+                f"@{person.name} is not in #{self.state.channels[channel_id].name}"
+            )
+        msg = Message(
+            channel=channel_id,
+            ts=self.state.ts_clock.next(),
+            text=text,
+            user=person.id,
+            blocks=blocks,
+            thread_ts=thread_ts,
+            subtype="thread_broadcast" if broadcast and thread_ts else None,
+            client_msg_id=new_id("").lower(),
+        )
+        self.state.add_message(msg)
+        self.ws.events.message_posted(msg)
+        return msg
+
+    def mention(
+        self, who: Who, channel: str, app: InstalledApp, text: str, *, thread_ts: str | None = None
+    ) -> Message:
+        """A person writes `<@app-bot> text`."""
+        return self.post(who, channel, f"<@{app.bot_user_id}> {text}", thread_ts=thread_ts)
+
+    async def click(self, who: Who, msg: Message, action_id: str, *, value: Any = None) -> Delivery:
+        """A person clicks a button (or picks `value` in a select) of a message from an app."""
+        app = self.state.apps.get(msg.app_id or "")
+        if app is None:
+            raise ValueError("only messages posted by apps have interactive elements")
+        element, block_id = _find_element(msg.blocks or [], action_id)
+        return await self.ws.interactivity.message_action(
+            self.person(who),
+            app,
+            msg,
+            _action(element, block_id, value, self.state.ts_clock.next()),
+        )
+
+    async def click_in_view(self, who: Who, action_id: str, *, value: Any = None) -> Delivery:
+        """A person clicks an element of the modal they have open."""
+        view = self.open_view(who)
+        element, block_id = _find_element(view.spec.get("blocks", []), action_id)
+        app = self.state.apps[view.app_id]
+        action = _action(element, block_id, value, self.state.ts_clock.next())
+        return await self.ws.interactivity.view_action(self.person(who), app, view, action)
+
+    def open_view(self, who: Who) -> View:
+        view = self.state.top_modal(self.person(who).id)
+        if view is None:
+            raise LookupError(f"@{self.person(who).name} has no modal open")
+        return view
+
+    def fill(self, who: Who, values: dict[str, Any]) -> View:
+        """Type into the open modal's inputs; keys are block_id or action_id."""
+        view = self.open_view(who)
+        for block in view.spec.get("blocks", []):
+            if block.get("type") != "input":
+                continue
+            element = block["element"]
+            for key in (block["block_id"], element.get("action_id")):
+                if key in values:
+                    view.state_values.setdefault(block["block_id"], {})[element["action_id"]] = (
+                        input_value(element, values[key])
+                    )
+        self.state.changed()
+        return view
+
+    async def submit(self, who: Who, values: dict[str, Any] | None = None) -> SubmissionOutcome:
+        """Fill (optionally) and press Submit; required inputs left empty are refused as Slack's
+        client does."""
+        view = self.fill(who, values or {})
+        for block in view.spec.get("blocks", []):
+            if block.get("type") == "input" and not block.get("optional", False):
+                element = block["element"]
+                entry = view.state_values.get(block["block_id"], {}).get(element["action_id"])
+                if not _has_value(entry):
+                    label = block.get("label", {}).get("text", block["block_id"])
+                    raise ValueError(f"'{label}' is required")
+        person = self.person(who)
+        return await self.ws.interactivity.view_submission(
+            person, self.state.apps[view.app_id], view
+        )
+
+    async def close_modal(self, who: Who) -> Delivery | None:
+        view = self.open_view(who)
+        app = self.state.apps[view.app_id]
+        return await self.ws.interactivity.view_closed(self.person(who), app, view)
+
+    async def slash_command(self, who: Who, channel: str, command: str, text: str = "") -> Delivery:
+        for app in self.state.apps.values():
+            if command in app.commands:
+                person = self.person(who)
+                return await self.ws.interactivity.slash_command(
+                    person, app, self._channel_id(channel), command, text
+                )
+        raise LookupError(f"no app provides {command}")
+
+    def open_app_home(self, who: Who, app: InstalledApp) -> None:
+        self.ws.events.app_home_opened(app, self.person(who).id)
+
+    # ----- reading -------------------------------------------------------------------------
+
+    def thread(self, channel: str, ts: str) -> list[Message]:
+        return self.state.thread(self._channel_id(channel), ts)
+
+    def ephemerals(self, who: Who) -> list[Ephemeral]:
+        person = self.person(who)
+        return [e for e in self.state.ephemerals if e.user == person.id]
+
+    def home(self, who: Who, app: InstalledApp) -> View | None:
+        view_id = self.state.home_views.get((self.person(who).id, app.app_id))
+        return self.state.views[view_id] if view_id else None
+
+    def transcript(self, channel: str, ts: str) -> str:
+        return render_thread(self.state, self._channel_id(channel), ts)
+
+    # ----- waiting -------------------------------------------------------------------------
+
+    async def wait_for(
+        self, predicate: Callable[[], Any], timeout: float | None = None, *, what: str = ""
+    ) -> None:
+        """Return once `predicate()` is truthy; fail with `what` after `timeout` seconds."""
+        try:
+            await self.state.wait_for(lambda: bool(predicate()), timeout or self.default_timeout)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what or 'condition'}") from None
+
+    async def thread_has_message(
+        self,
+        channel: str,
+        ts: str,
+        *,
+        from_: str | None = None,
+        containing: str | None = None,
+        timeout: float | None = None,
+    ) -> Message:
+        """Await a reply in the thread (from @from_, containing a text); answer it."""
+        found: list[Message] = []
+        channel_id = self._channel_id(channel)
+
+        def check() -> bool:
+            for m in self.state.thread(channel_id, ts)[1:]:
+                if from_ is not None and self._author_name(m) != from_.lstrip("@"):
+                    continue
+                if containing is not None and containing not in m.text + str(m.blocks or ""):
+                    continue
+                found.append(m)
+                return True
+            return False
+
+        try:
+            await self.state.wait_for(check, timeout or self.default_timeout)
+        except TimeoutError:
+            wanted = f"from @{from_} " if from_ else ""
+            wanted += f"containing {containing!r}" if containing else ""
+            transcript = render_thread(self.state, channel_id, ts)
+            raise AssertionError(
+                f"no reply {wanted}in the thread within the timeout:\n{transcript}"
+            ) from None
+        return found[0]
+
+    def _author_name(self, msg: Message) -> str:
+        if msg.username:
+            return msg.username
+        if msg.user:
+            return self.state.user_name(msg.user)
+        app = self.state.apps.get(msg.app_id or "")
+        return self.state.user_name(app.bot_user_id) if app else ""
+
+    async def deliveries_settled(self, timeout: float | None = None) -> None:
+        """Await every event delivery having at least one attempt recorded."""
+        await self.wait_for(
+            lambda: all(d.attempts for d in self.ws.events.deliveries),
+            timeout,
+            what="event deliveries",
+        )
+
+
+def _find_element(blocks: list[Json], action_id: str) -> tuple[Json, str]:
+    for block in blocks:
+        candidates = list(block.get("elements", [])) if block.get("type") == "actions" else []
+        if "accessory" in block:
+            candidates.append(block["accessory"])
+        if block.get("type") == "input":
+            candidates.append(block["element"])
+        for el in candidates:
+            if isinstance(el, dict) and el.get("action_id") == action_id:
+                return el, block["block_id"]
+    raise LookupError(f"no element with action_id {action_id!r}")
+
+
+def _action(element: Json, block_id: str, value: Any, action_ts: str) -> Json:
+    action: Json = {"action_id": element["action_id"], "block_id": block_id}
+    kind = element["type"]
+    action["type"] = kind
+    if kind == "button":
+        action["text"] = element["text"]
+        if "value" in element:
+            action["value"] = element["value"]
+        if "style" in element:
+            action["style"] = element["style"]
+    else:
+        action.update({k: v for k, v in input_value(element, value).items() if k != "type"})
+    action["action_ts"] = action_ts
+    return action
+
+
+def _option(element: Json, value: Any) -> Json:
+    for opt in element.get("options", []) + [
+        o for g in element.get("option_groups", []) for o in g.get("options", [])
+    ]:
+        if value in (opt.get("value"), opt.get("text", {}).get("text")):
+            return {"text": opt["text"], "value": opt.get("value")}
+    raise ValueError(f"no option {value!r}")
+
+
+_SELECTED = {
+    "users_select": "selected_user",
+    "conversations_select": "selected_conversation",
+    "channels_select": "selected_channel",
+    "datepicker": "selected_date",
+    "timepicker": "selected_time",
+    "multi_users_select": "selected_users",
+    "multi_conversations_select": "selected_conversations",
+    "multi_channels_select": "selected_channels",
+}
+
+
+def input_value(element: Json, value: Any) -> Json:
+    """The `state.values` entry Slack records for an element holding `value`."""
+    kind = element["type"]
+    if kind in ("static_select", "radio_buttons", "external_select"):
+        return {"type": kind, "selected_option": _option(element, value) if value else None}
+    if kind in ("multi_static_select", "checkboxes", "multi_external_select"):
+        return {"type": kind, "selected_options": [_option(element, v) for v in value or []]}
+    if kind in _SELECTED:
+        return {"type": kind, _SELECTED[kind]: value}
+    return {"type": kind, "value": None if value is None else str(value)}
+
+
+def _has_value(entry: Json | None) -> bool:
+    if not entry:
+        return False
+    return any(v not in (None, "", []) for k, v in entry.items() if k != "type")

@@ -1,0 +1,319 @@
+"""Interactivity and slash commands: `block_actions`, `view_submission` and `view_closed`
+payloads POSTed form-encoded as `payload=`, slash-command forms, and working `response_url`s.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bot.workspace.events import Delivery, signed_post
+from bot.workspace.state import (
+    Ephemeral,
+    InstalledApp,
+    Json,
+    Message,
+    Person,
+    View,
+    message_json,
+)
+
+if TYPE_CHECKING:
+    from bot.workspace.workspace import LocalWorkspace
+
+RESPONSE_URL_TTL_SECONDS = 30 * 60
+RESPONSE_URL_MAX_USES = 5
+
+
+@dataclass
+class ResponseTarget:
+    app_id: str
+    channel: str
+    user: str
+    issued_at: float
+    message_ts: str | None = None
+    thread_ts: str | None = None
+    uses: int = 0
+
+
+@dataclass
+class SubmissionOutcome:
+    """What happened to a modal after its submission was answered."""
+
+    delivery: Delivery
+    response_action: str | None
+    errors: dict[str, str] = field(default_factory=dict)
+    view: View | None = None  # the view now on top, None when the modal closed
+
+
+def _user(ws: LocalWorkspace, person: Person) -> Json:
+    return {
+        "id": person.id,
+        "username": person.name,
+        "name": person.name,
+        "team_id": ws.state.team_id,
+    }
+
+
+class Interactivity:
+    """Builds interactivity payloads as Slack does and applies the app's answers."""
+
+    def __init__(self, ws: LocalWorkspace, *, timeout: float = 3.0) -> None:
+        self.ws = ws
+        self.timeout = timeout
+        self.response_targets: dict[str, ResponseTarget] = {}
+
+    def _base(self, kind: str, person: Person, app: InstalledApp) -> Json:
+        ws = self.ws
+        return {
+            "type": kind,
+            "user": _user(ws, person),
+            "api_app_id": app.app_id,
+            "token": app.verification_token,
+            "team": {"id": ws.state.team_id, "domain": ws.state.domain},
+            "enterprise": None,
+            "is_enterprise_install": False,
+        }
+
+    def response_url(self, app: InstalledApp, channel: str, user: str, **kw: Any) -> str:
+        token = secrets.token_urlsafe(24)
+        self.response_targets[token] = ResponseTarget(app.app_id, channel, user, time.time(), **kw)
+        return f"{self.ws.base_url}respond/{token}"
+
+    async def _send(self, app: InstalledApp, kind: str, payload: Json, body: bytes) -> Delivery:
+        assert self.ws.events.session is not None, "workspace not started"
+        url = app.interactivity_url or app.request_url
+        delivery = Delivery(kind, app.app_id, "", payload)
+        self.ws.events.deliveries.append(delivery)
+        if url:
+            ctype = "application/x-www-form-urlencoded"
+            attempt = await signed_post(self.ws.events.session, app, url, body, ctype, self.timeout)
+            delivery.attempts.append(attempt)
+        self.ws.state.changed()
+        return delivery
+
+    async def _send_payload(self, app: InstalledApp, payload: Json) -> Delivery:
+        body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+        return await self._send(app, payload["type"], payload, body)
+
+    async def message_action(
+        self, person: Person, app: InstalledApp, msg: Message, action: Json
+    ) -> Delivery:
+        """A person clicks an element of a message posted by `app`."""
+        ws = self.ws
+        payload = self._base("block_actions", person, app)
+        container: Json = {
+            "type": "message",
+            "message_ts": msg.ts,
+            "channel_id": msg.channel,
+            "is_ephemeral": False,
+        }
+        if msg.thread_ts:
+            container["thread_ts"] = msg.thread_ts
+        payload.update(
+            {
+                "container": container,
+                "trigger_id": ws.state.issue_trigger(person.id, app.app_id, ws.clock()),
+                "channel": {"id": msg.channel, "name": ws.state.channels[msg.channel].name},
+                "message": message_json(ws.state, msg),
+                "state": {"values": {}},
+                "response_url": self.response_url(
+                    app, msg.channel, person.id, message_ts=msg.ts, thread_ts=msg.thread_ts
+                ),
+                "actions": [action],
+            }
+        )
+        return await self._send_payload(app, payload)
+
+    async def view_action(
+        self, person: Person, app: InstalledApp, view: View, action: Json
+    ) -> Delivery:
+        """A person clicks an element inside a modal or App Home view."""
+        payload = self._base("block_actions", person, app)
+        payload.update(
+            {
+                "container": {"type": "view", "view_id": view.id},
+                "trigger_id": self.ws.state.issue_trigger(person.id, app.app_id, self.ws.clock()),
+                "view": view.to_json(),
+                "actions": [action],
+            }
+        )
+        return await self._send_payload(app, payload)
+
+    async def view_submission(
+        self, person: Person, app: InstalledApp, view: View
+    ) -> SubmissionOutcome:
+        payload = self._base("view_submission", person, app)
+        payload.update(
+            {
+                "trigger_id": self.ws.state.issue_trigger(person.id, app.app_id, self.ws.clock()),
+                "view": view.to_json(),
+                "response_urls": [],
+            }
+        )
+        delivery = await self._send_payload(app, payload)
+        return self._apply_submission_answer(app, view, delivery)
+
+    def _apply_submission_answer(
+        self, app: InstalledApp, view: View, delivery: Delivery
+    ) -> SubmissionOutcome:
+        from bot.workspace.web_views import replace_view
+
+        state = self.ws.state
+        stack = state.modal_stacks.get((view.user_id, app.app_id), [])
+        attempt = delivery.attempts[-1] if delivery.attempts else None
+        answer: Json = {}
+        if attempt is not None and attempt.status == 200 and attempt.body.strip().startswith("{"):
+            answer = json.loads(attempt.body)
+        action = answer.get("response_action")
+        if attempt is None or attempt.status != 200:
+            # Slack shows "We had some trouble connecting" and leaves the modal open.
+            view.errors = {}
+            state.changed()
+            return SubmissionOutcome(delivery, None, view=view)
+        if action == "errors":
+            view.errors = dict(answer.get("errors", {}))
+            state.changed()
+            return SubmissionOutcome(delivery, action, view.errors, view)
+        if action == "update":
+            replace_view(view, _with_ids(answer["view"]))
+            state.changed()
+            return SubmissionOutcome(delivery, action, view=view)
+        if action == "push":
+            top = state.new_view(app, view.user_id, _with_ids(answer["view"]), view.root_view_id)
+            top.previous_view_id = view.id
+            stack.append(top.id)
+            state.changed()
+            return SubmissionOutcome(delivery, action, view=top)
+        closing = list(stack) if action == "clear" else stack[-1:]
+        for view_id in closing:
+            state.views[view_id].closed = True
+            stack.remove(view_id)
+        state.changed()
+        return SubmissionOutcome(delivery, action, view=state.views[stack[-1]] if stack else None)
+
+    async def view_closed(self, person: Person, app: InstalledApp, view: View) -> Delivery | None:
+        """A person closes the modal; the app hears of it only with `notify_on_close`."""
+        stack = self.ws.state.modal_stacks.get((person.id, app.app_id), [])
+        cleared = bool(view.spec.get("clear_on_close"))
+        for view_id in list(stack) if cleared else stack[-1:]:
+            self.ws.state.views[view_id].closed = True
+            stack.remove(view_id)
+        self.ws.state.changed()
+        if not view.spec.get("notify_on_close"):
+            return None
+        payload = self._base("view_closed", person, app)
+        payload.update({"view": view.to_json(), "is_cleared": cleared})
+        return await self._send_payload(app, payload)
+
+    async def slash_command(
+        self, person: Person, app: InstalledApp, channel_id: str, command: str, text: str
+    ) -> Delivery:
+        ws = self.ws
+        channel = ws.state.channels[channel_id]
+        response_url = self.response_url(app, channel_id, person.id)
+        form = {
+            "token": app.verification_token,
+            "team_id": ws.state.team_id,
+            "team_domain": ws.state.domain,
+            "channel_id": channel_id,
+            "channel_name": channel.name,
+            "user_id": person.id,
+            "user_name": person.name,
+            "command": command,
+            "text": text,
+            "api_app_id": app.app_id,
+            "is_enterprise_install": "false",
+            "response_url": response_url,
+            "trigger_id": ws.state.issue_trigger(person.id, app.app_id, ws.clock()),
+        }
+        url = app.commands.get(command) or app.request_url
+        session = self.ws.events.session
+        assert session is not None, "workspace not started"
+        delivery = Delivery("slash_command", app.app_id, "", dict(form))
+        ws.events.deliveries.append(delivery)
+        if url:
+            body = urllib.parse.urlencode(form).encode()
+            ctype = "application/x-www-form-urlencoded"
+            attempt = await signed_post(session, app, url, body, ctype, self.timeout)
+            delivery.attempts.append(attempt)
+            if attempt.status == 200 and attempt.body.strip():
+                self.respond(response_url.rsplit("/", 1)[1], _command_answer(attempt.body))
+        ws.state.changed()
+        return delivery
+
+    def respond(self, token: str, body: Json) -> bool:
+        """Apply a response_url message; False when the URL is unknown, expired or used up."""
+        target = self.response_targets.get(token)
+        if target is None or time.time() - target.issued_at > RESPONSE_URL_TTL_SECONDS:
+            return False
+        if target.uses >= RESPONSE_URL_MAX_USES:
+            return False
+        target.uses += 1
+        state, app = self.ws.state, self.ws.state.apps[target.app_id]
+        original = state.message(target.channel, target.message_ts) if target.message_ts else None
+        if body.get("delete_original") and original is not None:
+            original.deleted = True
+        elif body.get("replace_original") and original is not None:
+            original.text = str(body.get("text", ""))
+            original.blocks = body.get("blocks")
+            original.edited = {"user": app.bot_user_id, "ts": state.ts_clock.next()}
+        elif body.get("response_type") == "in_channel":
+            msg = Message(
+                channel=target.channel,
+                ts=state.ts_clock.next(),
+                text=str(body.get("text", "")),
+                user=app.bot_user_id,
+                blocks=body.get("blocks"),
+                bot_id=app.bot_id,
+                app_id=app.app_id,
+                thread_ts=body.get("thread_ts") or target.thread_ts,
+            )
+            state.add_message(msg)
+            self.ws.events.message_posted(msg)
+        else:
+            state.ephemerals.append(
+                Ephemeral(
+                    channel=target.channel,
+                    user=target.user,
+                    ts=state.ts_clock.next(),
+                    text=str(body.get("text", "")),
+                    blocks=body.get("blocks"),
+                    thread_ts=body.get("thread_ts") or target.thread_ts,
+                    app_id=app.app_id,
+                    bot_id=app.bot_id,
+                )
+            )
+        state.changed()
+        return True
+
+
+def _command_answer(body: str) -> Json:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return {"text": body}
+    return answer if isinstance(answer, dict) else {"text": body}
+
+
+def _with_ids(spec: Json) -> Json:
+    from bot.workspace.web_views import assign_ids
+
+    return assign_ids(dict(spec))
+
+
+async def handle_response_url(request: web.Request) -> web.Response:
+    ws: LocalWorkspace = request.app["workspace"]
+    try:
+        body = await request.json()
+    except ValueError:
+        return web.json_response({"ok": False, "error": "invalid_payload"}, status=400)
+    if not ws.interactivity.respond(request.match_info["token"], body):
+        return web.json_response({"ok": False, "error": "expired_url"}, status=404)
+    return web.json_response({"ok": True})

@@ -1,0 +1,188 @@
+"""The Web API over HTTP: `/api/<method>` with form-encoded, JSON or query arguments and the
+token in `Authorization: Bearer` (or a `token` argument). Errors are HTTP 200 with
+`{"ok": false, "error": "…"}` like Slack; rate limiting is HTTP 429 with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bot.workspace.state import Channel, InstalledApp, Json, WorkspaceState
+
+if TYPE_CHECKING:
+    from bot.workspace.workspace import LocalWorkspace
+
+
+class ApiError(Exception):
+    """A Slack Web API error answer: `error` plus optional extra fields."""
+
+    def __init__(self, error: str, **extra: Any) -> None:
+        super().__init__(error)
+        self.error = error
+        self.extra = extra
+
+
+@dataclass
+class Call:
+    """One Web API call: the calling app, its arguments and the workspace."""
+
+    method: str
+    app: InstalledApp
+    args: dict[str, Any]
+    ws: LocalWorkspace
+
+    @property
+    def state(self) -> WorkspaceState:
+        return self.ws.state
+
+    def arg(self, name: str, *, required: bool = False) -> Any:
+        value = self.args.get(name)
+        if required and (value is None or value == ""):
+            raise ApiError("invalid_arguments", response_metadata=missing_arg(name))
+        return value
+
+    def str_arg(self, name: str, *, required: bool = False) -> str | None:
+        value = self.arg(name, required=required)
+        return None if value is None else str(value)
+
+    def bool_arg(self, name: str) -> bool:
+        value = self.args.get(name)
+        return value is True or str(value).lower() in ("1", "true")
+
+    def json_arg(self, name: str, error: str) -> Any:
+        """An argument that clients send either as JSON text (forms) or as a JSON value."""
+        value = self.args.get(name)
+        if isinstance(value, str):
+            if value == "":
+                return None
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ApiError(error) from None
+        return value
+
+    def require_scope(self, *needed: str) -> None:
+        """Raise `missing_scope` unless the app holds one of `needed`."""
+        if not any(s in self.app.scopes for s in needed):
+            raise ApiError(
+                "missing_scope", needed=",".join(needed), provided=",".join(sorted(self.app.scopes))
+            )
+
+    def channel(self, *, scope_kind: str | None = None) -> Channel:
+        """The `channel` argument as a channel this app can see (private ones need membership)."""
+        channel_id = self.str_arg("channel", required=True) or ""
+        channel = self.state.channels.get(channel_id)
+        visible = channel is not None and (
+            not (channel.is_private or channel.is_im) or self.app.bot_user_id in channel.members
+        )
+        if channel is None or not visible:
+            raise ApiError("channel_not_found")
+        if scope_kind is not None:
+            prefix = "im" if channel.is_im else "groups" if channel.is_private else "channels"
+            self.require_scope(f"{prefix}:{scope_kind}")
+        return channel
+
+
+def missing_arg(name: str) -> Json:
+    return {"messages": [f"[ERROR] missing required field: {name}"]}
+
+
+Handler = Callable[[Call], Awaitable[Json]]
+METHODS: dict[str, Handler] = {}
+
+
+def method(name: str) -> Callable[[Handler], Handler]:
+    """Register a Web API method handler under its Slack name."""
+
+    def register(fn: Handler) -> Handler:
+        METHODS[name] = fn
+        return fn
+
+    return register
+
+
+async def read_args(request: web.Request) -> dict[str, Any]:
+    """Merge query parameters with a form-encoded or JSON body, as Slack accepts them."""
+    args: dict[str, Any] = dict(request.query)
+    if request.method != "POST" or not request.can_read_body:
+        return args
+    if request.content_type == "application/json":
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ApiError("invalid_json") from None
+        if not isinstance(body, dict):
+            raise ApiError("invalid_json")
+        args.update(body)
+    else:
+        form = await request.post()
+        args.update({k: v for k, v in form.items() if isinstance(v, str)})
+    return args
+
+
+def token_of(request: web.Request, args: dict[str, Any]) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip() or None
+    token = args.get("token")
+    return str(token) if token else None
+
+
+def _answer(body: Json, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(body, status=status, headers=headers)
+
+
+async def handle_api(request: web.Request) -> web.Response:
+    ws: LocalWorkspace = request.app["workspace"]
+    name = request.match_info["method"]
+    try:
+        args = await read_args(request)
+        handler = METHODS.get(name)
+        if handler is None:
+            raise ApiError("unknown_method")
+        token = token_of(request, args)
+        if token is None:
+            raise ApiError("not_authed")
+        app = ws.state.app_by_token(token)
+        if app is None:
+            raise ApiError("invalid_auth")
+        retry_after = ws.rate_limiter.retry_after(name, app.app_id, _channel_key(args))
+        if retry_after is not None:
+            return _answer(
+                {"ok": False, "error": "ratelimited"}, 429, {"Retry-After": str(retry_after)}
+            )
+        result = await handler(Call(name, app, args, ws))
+    except ApiError as exc:
+        ws.api_log.append((name, exc.error))
+        return _answer({"ok": False, "error": exc.error, **exc.extra})
+    ws.api_log.append((name, "ok"))
+    scopes = ",".join(sorted(app.scopes))
+    return _answer({"ok": True, **result}, headers={"X-OAuth-Scopes": scopes})
+
+
+def _channel_key(args: dict[str, Any]) -> str | None:
+    channel = args.get("channel")
+    return str(channel) if channel else None
+
+
+def build_app(ws: LocalWorkspace) -> web.Application:
+    """The aiohttp application: Web API, response_url endpoint and a health check."""
+    # Importing the method modules registers their handlers in METHODS.
+    from bot.workspace import interactivity, web_chat, web_conversations, web_views  # noqa: F401
+
+    app = web.Application()
+    app["workspace"] = ws
+    app.router.add_route("*", "/api/{method}", handle_api)
+    app.router.add_post("/respond/{token}", interactivity.handle_response_url)
+    app.router.add_get("/", _health)
+    return app
+
+
+async def _health(request: web.Request) -> web.Response:
+    ws: LocalWorkspace = request.app["workspace"]
+    return web.json_response({"ok": True, "team_id": ws.state.team_id, "api_url": ws.api_url})

@@ -1,0 +1,165 @@
+"""Render a thread (or a view) as a person sees it: names, times, mentions as @names,
+Block Kit as readable text, "(edited)" marks. For test failure messages and the terminal trial."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.workspace.state import Json, Message, View, WorkspaceState
+
+_USER_MENTION = re.compile(r"<@([UWB][A-Z0-9]+)(?:\|([^>]*))?>")
+_CHANNEL_MENTION = re.compile(r"<#([CG][A-Z0-9]+)(?:\|([^>]*))?>")
+_LINK = re.compile(r"<(https?://[^|>]+)(?:\|([^>]*))?>")
+_SPECIAL = re.compile(r"<!(here|channel|everyone)>")
+
+
+def resolve_mentions(state: WorkspaceState, text: str) -> str:
+    """`<@U123>` -> `@alice`, `<#C1>` -> `#general`, `<url|label>` -> `label (url)`."""
+    text = _USER_MENTION.sub(lambda m: "@" + (m.group(2) or state.user_name(m.group(1))), text)
+
+    def channel(m: re.Match[str]) -> str:
+        found = state.channels.get(m.group(1))
+        return "#" + (m.group(2) or (found.name if found else m.group(1)))
+
+    text = _CHANNEL_MENTION.sub(channel, text)
+    text = _LINK.sub(lambda m: f"{m.group(2)} ({m.group(1)})" if m.group(2) else m.group(1), text)
+    return _SPECIAL.sub(lambda m: "@" + m.group(1), text)
+
+
+def _text(state: WorkspaceState, obj: Any) -> str:
+    if isinstance(obj, dict):
+        return resolve_mentions(state, str(obj.get("text", "")))
+    return ""
+
+
+def _element(state: WorkspaceState, el: Json) -> str:
+    kind = el.get("type")
+    if kind == "button":
+        style = f" ({el['style']})" if el.get("style") else ""
+        return f"[{_text(state, el.get('text'))}]{style}"
+    if kind in ("plain_text", "mrkdwn"):
+        return _text(state, el)
+    if kind == "image":
+        return f"<image: {el.get('alt_text', '')}>"
+    if kind in ("static_select", "multi_static_select", "radio_buttons", "checkboxes", "overflow"):
+        options = ", ".join(_text(state, o.get("text")) for o in el.get("options", []))
+        return f"[{_text(state, el.get('placeholder')) or 'choose'} ▾: {options}]"
+    return f"[{kind}]"
+
+
+def _rich_text(state: WorkspaceState, block: Json) -> str:
+    parts: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "text":
+                parts.append(str(node.get("text", "")))
+            elif node.get("type") == "user":
+                parts.append("@" + state.user_name(str(node.get("user_id"))))
+            for child in node.get("elements", []):
+                walk(child)
+
+    walk(block)
+    return "".join(parts)
+
+
+def _input_value(entry: Json | None) -> str:
+    if not entry:
+        return ""
+    for key, value in entry.items():
+        if key == "type" or value in (None, ""):
+            continue
+        if isinstance(value, dict):
+            return str(value.get("text", {}).get("text", value.get("value", "")))
+        if isinstance(value, list):
+            return ", ".join(
+                str(v.get("text", {}).get("text")) if isinstance(v, dict) else str(v) for v in value
+            )
+        return str(value)
+    return ""
+
+
+def render_block(state: WorkspaceState, block: Json, values: Json | None = None) -> list[str]:
+    """One block as lines of text; `values` are a view's state values for inputs."""
+    kind = block.get("type")
+    if kind == "header":
+        return [f"== {_text(state, block.get('text'))} =="]
+    if kind == "divider":
+        return ["----"]
+    if kind == "section":
+        lines = [_text(state, block.get("text"))] if block.get("text") else []
+        lines += ["  " + _text(state, f) for f in block.get("fields", [])]
+        if "accessory" in block:
+            lines.append("  " + _element(state, block["accessory"]))
+        return lines
+    if kind == "context":
+        return ["  " + " · ".join(_element(state, e) for e in block.get("elements", []))]
+    if kind == "actions":
+        return ["  " + " ".join(_element(state, e) for e in block.get("elements", []))]
+    if kind == "input":
+        label = _text(state, block.get("label"))
+        element = block.get("element", {})
+        entry = (values or {}).get(block.get("block_id", ""), {}).get(element.get("action_id"))
+        optional = " (optional)" if block.get("optional") else ""
+        return [f"{label}{optional}: [{_input_value(entry) or '_' * 10}]"]
+    if kind == "rich_text":
+        return [_rich_text(state, block)]
+    if kind == "markdown":
+        return [resolve_mentions(state, str(block.get("text", "")))]
+    if kind == "image":
+        return [f"<image: {block.get('alt_text', '')}>"]
+    return [f"[{kind} block]"]
+
+
+def author(state: WorkspaceState, msg: Message) -> str:
+    if msg.username:
+        return msg.username
+    if msg.user:
+        return state.user_name(msg.user)
+    for app in state.apps.values():
+        if app.bot_id == msg.bot_id:
+            return app.name
+    return "unknown"
+
+
+def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> str:
+    when = datetime.fromtimestamp(float(msg.ts), UTC).strftime("%H:%M:%S")
+    app_tag = " APP" if msg.bot_id else ""
+    head = f"{indent}{author(state, msg)}{app_tag}  {when}"
+    if msg.edited:
+        head += "  (edited)"
+    lines = [head]
+    if msg.blocks:
+        for block in msg.blocks:
+            lines += [indent + "  " + line for line in render_block(state, block)]
+    elif msg.text:
+        lines += [indent + "  " + line for line in resolve_mentions(state, msg.text).splitlines()]
+    return "\n".join(lines)
+
+
+def render_thread(state: WorkspaceState, channel_id: str, thread_ts: str) -> str:
+    """The thread: parent, then indented replies; "(no such thread)" when it is missing."""
+    thread = state.thread(channel_id, thread_ts)
+    if not thread:
+        return "(no such thread)"
+    channel = state.channels[channel_id]
+    out = [f"#{channel.name} thread {thread_ts}", render_message(state, thread[0])]
+    out += [render_message(state, reply, indent="    ") for reply in thread[1:]]
+    return "\n".join(out)
+
+
+def render_view(state: WorkspaceState, view: View) -> str:
+    """A modal or App Home: title, blocks with filled values, errors and its buttons."""
+    title = _text(state, view.spec.get("title")) or "Home"
+    lines = [f"┌ {title} ┐"]
+    for block in view.spec.get("blocks", []):
+        lines += ["│ " + line for line in render_block(state, block, view.state_values)]
+        error = view.errors.get(block.get("block_id", ""))
+        if error:
+            lines.append(f"│   ⚠ {error}")
+    buttons = [_text(state, view.spec.get(k)) for k in ("close", "submit") if view.spec.get(k)]
+    if buttons:
+        lines.append("└ " + " ".join(f"[{b}]" for b in buttons))
+    return "\n".join(lines)

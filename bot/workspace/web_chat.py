@@ -1,0 +1,195 @@
+"""chat.postMessage, chat.update, chat.delete and chat.postEphemeral."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+
+from bot.workspace.blocks import check_blocks
+from bot.workspace.server import ApiError, Call, method
+from bot.workspace.state import Ephemeral, Json, Message, message_json
+
+TEXT_MAX = 40_000  # chat.postMessage truncates beyond this; update/postEphemeral refuse
+
+
+def _blocks(call: Call) -> list[Json] | None:
+    blocks = call.json_arg("blocks", "invalid_blocks_format")
+    if blocks is None:
+        return None
+    errors = check_blocks(blocks)
+    if errors:
+        raise ApiError(
+            "invalid_blocks",
+            errors=errors,
+            response_metadata={"messages": [f"[ERROR] {e}" for e in errors]},
+        )
+    out = copy.deepcopy(blocks)
+    for block in out:  # Slack gives every block an id
+        block.setdefault("block_id", secrets.token_urlsafe(4)[:5])
+    return list(out)
+
+
+def _metadata(call: Call) -> Json | None:
+    meta = call.json_arg("metadata", "invalid_metadata_format")
+    if meta is None:
+        return None
+    valid = (
+        isinstance(meta, dict)
+        and isinstance(meta.get("event_type"), str)
+        and isinstance(meta.get("event_payload", {}), dict)
+    )
+    if not valid:
+        raise ApiError("invalid_metadata_format")
+    return {"event_type": meta["event_type"], "event_payload": meta.get("event_payload", {})}
+
+
+def _text(call: Call, blocks: list[Json] | None, *, truncate: bool) -> str:
+    text = call.str_arg("text") or ""
+    if not text and not blocks and not call.arg("attachments"):
+        raise ApiError("no_text")
+    if len(text) > TEXT_MAX:
+        if not truncate:
+            raise ApiError("msg_too_long")
+        text = text[:TEXT_MAX]
+    return text
+
+
+def _persona(call: Call) -> tuple[str | None, Json | None]:
+    """username/icon_* apply only with chat:write.customize; otherwise Slack ignores them."""
+    if "chat:write.customize" not in call.app.scopes:
+        return None, None
+    username = call.str_arg("username") or None
+    icons: Json | None = None
+    if call.str_arg("icon_emoji"):
+        icons = {"emoji": call.str_arg("icon_emoji")}
+    elif call.str_arg("icon_url"):
+        icons = {"image_64": call.str_arg("icon_url")}
+    return username, icons
+
+
+def _thread_root(call: Call, channel: str) -> str | None:
+    thread_ts = call.str_arg("thread_ts") or None
+    if thread_ts is None:
+        return None
+    target = call.state.messages[channel].get(thread_ts)
+    # Replying to a reply threads under that reply's parent, as in Slack's clients.
+    if target is not None and target.thread_ts and target.thread_ts != target.ts:
+        return target.thread_ts
+    return thread_ts
+
+
+@method("chat.postMessage")
+async def post_message(call: Call) -> Json:
+    call.require_scope("chat:write")
+    channel = call.channel()
+    if call.app.bot_user_id not in channel.members and not (
+        "chat:write.public" in call.app.scopes and not channel.is_private
+    ):
+        raise ApiError("not_in_channel")
+    if channel.is_archived:
+        raise ApiError("is_archived")
+    blocks = _blocks(call)
+    text = _text(call, blocks, truncate=True)
+    metadata = _metadata(call)
+    username, icons = _persona(call)
+    thread_ts = _thread_root(call, channel.id)
+    broadcast = bool(thread_ts) and call.bool_arg("reply_broadcast")
+    msg = Message(
+        channel=channel.id,
+        ts=call.state.ts_clock.next(),
+        text=text,
+        user=None if username or icons else call.app.bot_user_id,
+        blocks=blocks,
+        bot_id=call.app.bot_id,
+        app_id=call.app.app_id,
+        username=username,
+        icons=icons,
+        thread_ts=thread_ts,
+        subtype="thread_broadcast" if broadcast else ("bot_message" if username or icons else None),
+        metadata=metadata,
+    )
+    call.state.add_message(msg)
+    call.ws.events.message_posted(msg)
+    return {"channel": channel.id, "ts": msg.ts, "message": message_json(call.state, msg)}
+
+
+@method("chat.update")
+async def update(call: Call) -> Json:
+    call.require_scope("chat:write")
+    channel = call.channel()
+    ts = call.str_arg("ts", required=True) or ""
+    msg = call.state.message(channel.id, ts)
+    if msg is None or msg.deleted:
+        raise ApiError("message_not_found")
+    if msg.bot_id != call.app.bot_id:
+        raise ApiError("cant_update_message")
+    previous = message_json(call.state, msg)
+    blocks = _blocks(call) if "blocks" in call.args else msg.blocks
+    text = call.str_arg("text")
+    if text is not None and len(text) > TEXT_MAX:
+        raise ApiError("msg_too_long")
+    if text is None and "blocks" not in call.args:
+        text = msg.text
+    if not text and not blocks:
+        raise ApiError("no_text")
+    msg.text, msg.blocks = text or "", blocks
+    if "metadata" in call.args:
+        msg.metadata = _metadata(call)
+    msg.edited = {"user": call.app.bot_user_id, "ts": call.state.ts_clock.next()}
+    call.state.changed()
+    call.ws.events.message_changed(msg, previous)
+    out = message_json(call.state, msg)
+    return {"channel": channel.id, "ts": msg.ts, "text": msg.text, "message": out}
+
+
+@method("chat.delete")
+async def delete(call: Call) -> Json:
+    call.require_scope("chat:write")
+    channel = call.channel()
+    ts = call.str_arg("ts", required=True) or ""
+    msg = call.state.message(channel.id, ts)
+    if msg is None or msg.deleted:
+        raise ApiError("message_not_found")
+    if msg.bot_id != call.app.bot_id:
+        raise ApiError("cant_delete_message")
+    previous = message_json(call.state, msg)
+    msg.deleted = True
+    if msg.replies:  # a parent with replies stays as a tombstone
+        msg.subtype, msg.text, msg.blocks, msg.user = (
+            "tombstone",
+            "This message was deleted.",
+            None,
+            None,
+        )
+        msg.bot_id = msg.app_id = None
+    call.state.changed()
+    call.ws.events.message_deleted(msg, previous)
+    return {"channel": channel.id, "ts": ts}
+
+
+@method("chat.postEphemeral")
+async def post_ephemeral(call: Call) -> Json:
+    call.require_scope("chat:write")
+    channel = call.channel()
+    user = call.str_arg("user", required=True) or ""
+    if call.app.bot_user_id not in channel.members and not (
+        "chat:write.public" in call.app.scopes and not channel.is_private
+    ):
+        raise ApiError("not_in_channel")
+    if user not in channel.members:
+        raise ApiError("user_not_in_channel")
+    blocks = _blocks(call)
+    text = _text(call, blocks, truncate=False)
+    ephemeral = Ephemeral(
+        channel=channel.id,
+        user=user,
+        ts=call.state.ts_clock.next(),
+        text=text,
+        blocks=blocks,
+        thread_ts=call.str_arg("thread_ts") or None,
+        app_id=call.app.app_id,
+        bot_id=call.app.bot_id,
+    )
+    call.state.ephemerals.append(ephemeral)
+    call.state.changed()
+    return {"message_ts": ephemeral.ts}

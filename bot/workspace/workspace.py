@@ -1,0 +1,141 @@
+"""`LocalWorkspace`: the local Slack-compatible workspace as one object to start, populate
+and stop – used by the e2e tests, the terminal trial and `flotilla dev`."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import aiohttp
+from aiohttp import web
+
+from bot.workspace.events import SLACK_RETRY_DELAYS, EventDispatcher
+from bot.workspace.interactivity import Interactivity
+from bot.workspace.ratelimit import RateLimiter
+from bot.workspace.server import build_app
+from bot.workspace.state import Channel, InstalledApp, Person, WorkspaceState, new_id
+
+DEFAULT_SCOPES = (
+    "app_mentions:read",
+    "channels:history",
+    "channels:read",
+    "chat:write",
+    "commands",
+    "groups:history",
+    "groups:read",
+    "users:read",
+)
+DEFAULT_EVENTS = ("app_mention", "message.channels", "app_home_opened")
+
+
+class LocalWorkspace:
+    """A Slack workspace on loopback: Web API at `api_url`, events and interactivity to apps."""
+
+    def __init__(
+        self,
+        *,
+        team_name: str = "Flotilla Local",
+        ack_timeout: float = 3.0,
+        retry_delays: Sequence[float] = SLACK_RETRY_DELAYS,
+        rate_limits: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = WorkspaceState(team_name)
+        self.clock = clock  # trigger-id expiry; tests inject a clock they can move
+        self.events = EventDispatcher(
+            self.state, ack_timeout=ack_timeout, retry_delays=retry_delays
+        )
+        self.interactivity = Interactivity(self, timeout=ack_timeout)
+        self.rate_limiter = RateLimiter(enabled=rate_limits)
+        self.api_log: list[tuple[str, str]] = []  # (method, "ok" or error) of every Web API call
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    @property
+    def api_url(self) -> str:
+        """The Web API base URL for `AsyncWebClient(base_url=…)` (ends with `/`)."""
+        return self.base_url + "api/"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Serve on host:port (0 = an ephemeral port, read it back from `api_url`)."""
+        self.events.session = aiohttp.ClientSession()
+        self._runner = web.AppRunner(build_app(self), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.Server) and server.sockets
+        bound_port = server.sockets[0].getsockname()[1]
+        self.base_url = f"http://{host}:{bound_port}/"
+
+    async def stop(self) -> None:
+        await self.events.stop()
+        if self.events.session is not None:
+            await self.events.session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ----- population ----------------------------------------------------------------------
+
+    def add_person(self, name: str, *, admin: bool = False, owner: bool = False) -> Person:
+        return self.state.add_person(name, admin=admin, owner=owner)
+
+    def install_app(
+        self,
+        name: str,
+        *,
+        request_url: str | None = None,
+        interactivity_url: str | None = None,
+        scopes: Iterable[str] = DEFAULT_SCOPES,
+        bot_events: Iterable[str] = DEFAULT_EVENTS,
+        commands: dict[str, str | None] | None = None,
+        signing_secret: str | None = None,
+    ) -> InstalledApp:
+        """Install an app with its own bot user and credentials.
+
+        `commands` maps "/cmd" to the URL Slack posts it to (None = the request URL)."""
+        app = InstalledApp(
+            app_id=new_id("A"),
+            name=name,
+            bot_user_id=new_id("U"),
+            bot_id=new_id("B"),
+            bot_token=f"xoxb-{secrets.randbelow(10**12)}-{secrets.randbelow(10**12)}-"
+            + secrets.token_urlsafe(18),
+            signing_secret=signing_secret or secrets.token_hex(16),
+            verification_token=secrets.token_urlsafe(18),
+            scopes=frozenset(scopes),
+            bot_events=frozenset(bot_events),
+            request_url=request_url,
+            interactivity_url=interactivity_url,
+            commands={cmd: url or request_url or "" for cmd, url in (commands or {}).items()},
+            created=int(time.time()),
+        )
+        self.state.add_app(app)
+        return app
+
+    def set_request_url(self, app: InstalledApp, url: str) -> None:
+        """Point an installed app at the URL its process listens on (known only after it starts)."""
+        app.request_url = url
+        app.commands = {cmd: u or url for cmd, u in app.commands.items()}
+
+    def create_channel(
+        self,
+        name: str,
+        members: Iterable[Person | InstalledApp | str] = (),
+        *,
+        private: bool = False,
+    ) -> Channel:
+        return self.state.add_channel(name, [_user_id(m) for m in members], private=private)
+
+    def invite(self, channel: Channel, member: Person | InstalledApp | str) -> None:
+        self.state.join(channel.id, _user_id(member))
+
+
+def _user_id(member: Person | InstalledApp | str) -> str:
+    if isinstance(member, InstalledApp):
+        return member.bot_user_id
+    if isinstance(member, Person):
+        return member.id
+    return member

@@ -1,0 +1,71 @@
+"""Fixtures for end-to-end tests: a started local Slack workspace on an ephemeral loopback
+port, a driver acting as its people, and a small receiver app for raw deliveries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.workspace import Driver, LocalWorkspace
+
+# Retries "nearly immediately" instead of after 1 and 5 minutes, and a short ack window.
+TEST_RETRY_DELAYS = (0.0, 0.05, 0.05)
+TEST_ACK_TIMEOUT = 1.0
+
+
+@pytest.fixture
+async def workspace() -> AsyncIterator[LocalWorkspace]:
+    ws = LocalWorkspace(ack_timeout=TEST_ACK_TIMEOUT, retry_delays=TEST_RETRY_DELAYS)
+    await ws.start("127.0.0.1", 0)
+    try:
+        yield ws
+    finally:
+        await ws.stop()
+
+
+@pytest.fixture
+def driver(workspace: LocalWorkspace) -> Driver:
+    return Driver(workspace, default_timeout=10.0)
+
+
+def client_for(workspace: LocalWorkspace, token: str) -> AsyncWebClient:
+    """A real slack_sdk client pointed at the local workspace."""
+    return AsyncWebClient(token=token, base_url=workspace.api_url)
+
+
+@dataclass
+class Receiver:
+    """A bare HTTP endpoint that records what the workspace POSTs to it."""
+
+    url: str = ""
+    requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # answers to give, then 200
+    runner: web.AppRunner | None = None
+
+
+@pytest.fixture
+async def receiver(workspace: LocalWorkspace) -> AsyncIterator[Receiver]:
+    rec = Receiver()
+
+    async def handle(request: web.Request) -> web.Response:
+        rec.requests.append((dict(request.headers), await request.read()))
+        workspace.state.changed()  # let waiters see the new request
+        status = rec.statuses.pop(0) if rec.statuses else 200
+        return web.Response(status=status, text="")
+
+    app = web.Application()
+    app.router.add_post("/slack/events", handle)
+    rec.runner = web.AppRunner(app, access_log=None)
+    await rec.runner.setup()
+    site = web.TCPSite(rec.runner, "127.0.0.1", 0)
+    await site.start()
+    port = rec.runner.addresses[0][1]
+    rec.url = f"http://127.0.0.1:{port}/slack/events"
+    try:
+        yield rec
+    finally:
+        await rec.runner.cleanup()

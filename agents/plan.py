@@ -8,12 +8,11 @@ Pure logic below has no I/O, no clock and no randomness: time comes in as parame
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Annotated, Literal
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from agents.errors import PlanValidationError
 
 OnFailure = Literal["abort_plan", "continue", "ask_commander"]
 StepStatus = Literal["pending", "in_progress", "done", "failed", "skipped", "blocked"]
@@ -53,14 +52,32 @@ class PlanProposal(_Strict):
     steps: list[StepProposal]
 
 
-def validate_plan(proposal: PlanProposal, *, assignees: Collection[str]) -> PlanProposal:
+def validate_plan(
+    proposal: PlanProposal,
+    *,
+    assignees: Collection[str],
+    disabled: Collection[str] = (),
+    existing: Sequence[Step] = (),
+) -> PlanProposal:
     """Return the normalised proposal (wait_for filled in) or raise PlanValidationError.
 
     `assignees` = names of enabled sub-agents ("user" and "commander" are always allowed).
     One actionable sentence per problem. A proposal carrying runtime fields (status,
     output_summary, …) is rejected with a sentence saying the orchestrator sets those.
+    (That rejection happens when the model's dict is parsed: see `parse_plan`.)
+    Optional: `disabled` = names of disabled sub-agents (for a precise sentence), and
+    `existing` = the plan's stored steps when `proposal` adds steps to it.
     """
-    raise PlanValidationError(["validate_plan is being implemented (issue 3)"])
+    from agents.plan_validation import validated
+
+    return validated(proposal, assignees=assignees, disabled=disabled, existing=existing)
+
+
+def parse_plan(data: Any) -> PlanProposal:
+    """The model's raw plan (a dict) as a proposal, or PlanValidationError in sentences."""
+    from agents.plan_validation import parse
+
+    return parse(data)
 
 
 # --- commander operations: explicit, validated, applied by the orchestrator -------------
@@ -140,4 +157,109 @@ class StepAnswered(_Strict):
     answered_by: str
 
 
-Outcome = StepSucceeded | StepFailed | StepBlocked | StepAnswered
+class StepCancelled(_Strict):
+    """The step's run was stopped (preempted, or its process lost): requeue the step.
+
+    A cancelled run does not count against the transient-failure cap.
+    """
+
+    index: int
+    attempt: int
+    reason: str = "cancelled"
+
+
+Outcome = StepSucceeded | StepFailed | StepBlocked | StepAnswered | StepCancelled
+
+
+# --- the stored plan: intent plus execution state (written by the orchestrator only) ----
+
+# Limits of what Slack can show: the plan card lists every step (one line each); a
+# dispatch's input is shown in one section block, whose text Slack caps at 3,000 chars.
+MAX_STEPS = 50
+MAX_TITLE = 150
+MAX_INPUT = 3000
+DEFAULT_MAX_ATTEMPTS = 3
+USER = "user"
+COMMANDER = "commander"
+SUCCESSFUL: frozenset[str] = frozenset({"done", "skipped"})
+TERMINAL_PLAN: frozenset[str] = frozenset({"completed", "aborted", "cancelled"})
+# What only the orchestrator writes: a proposal carrying one of these is rejected by name.
+RUNTIME_FIELDS: frozenset[str] = frozenset(
+    {"status", "output_summary", "output_files", "failure_reason", "attempts", "not_before"}
+)
+
+
+class Question(_Strict):
+    """What a blocked step asked a person, and (once given) the answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    form: FormSpec | None = None
+    round: int = 1  # the n-th question of this attempt (names its effects' keys)
+    answer: dict[str, str] | None = None
+    answered_by: str | None = None
+
+
+class Step(_Strict):
+    """A stored step: the model's intent plus the orchestrator's execution state."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int
+    title: str
+    assignee: str
+    input: str = ""
+    wait_for: tuple[int, ...] = ()
+    on_failure: OnFailure = "ask_commander"
+    form: FormSpec | None = None
+    status: StepStatus = "pending"
+    output_summary: str | None = None
+    output_files: tuple[str, ...] = ()
+    failure_reason: str | None = None
+    attempts: int = 0  # dispatches so far = the current attempt's number
+    transient_failures: int = 0  # counted against the plan's max_attempts
+    not_before: datetime | None = None  # backoff after a transient failure
+    question: Question | None = None  # set while blocked; kept (with the answer) after
+
+
+class Plan(_Strict):
+    """A stored plan. `steps[i]` has index `i + 1` (indexes are exactly 1..n)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int
+    conversation_id: int
+    status: PlanStatus = "running"
+    max_parallel: int = 1
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    version: int = 0
+    request: str = ""  # the user's original message, for {{request}}
+    steps: tuple[Step, ...] = ()
+
+    def step(self, index: int) -> Step | None:
+        return self.steps[index - 1] if 1 <= index <= len(self.steps) else None
+
+
+def new_steps(proposal: PlanProposal | Sequence[StepProposal]) -> tuple[Step, ...]:
+    """Validated proposals as fresh pending steps (wait_for defaulted)."""
+    steps = proposal.steps if isinstance(proposal, PlanProposal) else proposal
+    return tuple(
+        Step(
+            index=s.index,
+            title=s.title,
+            assignee=s.assignee,
+            input=s.input,
+            wait_for=tuple(dependencies(s)),
+            on_failure=s.on_failure,
+            form=s.form,
+        )
+        for s in steps
+    )
+
+
+def dependencies(step: StepProposal) -> list[int]:
+    """`wait_for`, defaulting to the previous step (none for step 1)."""
+    if step.wait_for is not None:
+        return list(step.wait_for)
+    return [step.index - 1] if step.index > 1 else []

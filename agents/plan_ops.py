@@ -1,0 +1,314 @@
+"""Pure plan transitions: readiness, outcomes, failure policies, dispatch choice.
+
+Every function takes a `Plan` (and `now` where time matters) and returns a new `Plan`
+plus the `Effect`s it decided; nothing here performs I/O or reads a clock. A function
+that changes nothing returns the very same `Plan` object, so callers detect "nothing
+new" with `is`. Outcomes that do not match the step's current state and attempt (stale,
+duplicated or reordered deliveries) change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from agents.plan import (
+    COMMANDER,
+    SUCCESSFUL,
+    USER,
+    Outcome,
+    Plan,
+    PlanStatus,
+    Question,
+    Step,
+    StepAnswered,
+    StepBlocked,
+    StepCancelled,
+    StepFailed,
+    StepSucceeded,
+)
+from agents.plan_validation import STEP_REF, TEMPLATE
+from agents.ports import Effect
+
+Result = tuple[Plan, list[Effect]]
+BACKOFF_BASE = timedelta(seconds=30)
+BACKOFF_MAX = timedelta(minutes=10)
+
+
+def step_key(plan_id: int, index: int, attempt: int) -> str:
+    """The idempotency key of a step's dispatch; other effects of the attempt add a suffix."""
+    return f"plan:{plan_id}:step:{index}:attempt:{attempt}"
+
+
+def backoff(transient_failures: int) -> timedelta:
+    """Wait before re-dispatching after the n-th transient failure: 30 s, 60 s, … ≤ 10 min."""
+    delay: timedelta = BACKOFF_BASE * (2 ** max(transient_failures - 1, 0))
+    return min(delay, BACKOFF_MAX)
+
+
+# --- reading a plan ---------------------------------------------------------------------
+
+
+def ready_steps(plan: Plan, now: datetime) -> list[Step]:
+    """Pending steps whose upstream steps all succeeded (done or skipped), lowest index first.
+
+    A step backing off after a transient failure is ready once `now` reaches `not_before`.
+    """
+    steps = plan.steps
+    return [
+        s
+        for s in steps
+        if s.status == "pending"
+        and (s.not_before is None or s.not_before <= now)
+        and all(steps[d - 1].status in SUCCESSFUL for d in s.wait_for)
+    ]
+
+
+def is_paused(plan: Plan) -> bool:
+    """A blocked step or an open user form pauses the whole plan."""
+    return any(
+        s.status == "blocked" or (s.status == "in_progress" and s.assignee == USER)
+        for s in plan.steps
+    )
+
+
+def plan_status(plan: Plan) -> PlanStatus:
+    """The status the steps imply: aborted/cancelled stick; all succeeded → completed."""
+    if plan.status in ("aborted", "cancelled"):
+        return plan.status
+    if all(s.status in SUCCESSFUL for s in plan.steps):
+        return "completed"
+    return "paused" if is_paused(plan) else "running"
+
+
+def in_flight(plan: Plan) -> int:
+    return sum(1 for s in plan.steps if s.status in ("in_progress", "blocked"))
+
+
+def next_dispatches(plan: Plan, now: datetime) -> list[Step]:
+    """What to dispatch now: at most `max_parallel` in flight, lowest index first.
+
+    `max_parallel == 1` (the default) is the sequential mode. A user step pauses the
+    plan, so nothing is chosen after one.
+    """
+    if plan_status(plan) != "running":
+        return []
+    slots = plan.max_parallel - in_flight(plan)
+    chosen: list[Step] = []
+    for step in ready_steps(plan, now):
+        if len(chosen) >= slots:
+            break
+        chosen.append(step)
+        if step.assignee == USER:
+            break
+    return chosen
+
+
+def render_input(step: Step, plan: Plan) -> str:
+    """The step's input with `{{…}}` references replaced by upstream results.
+
+    A skipped step renders as empty, so its dependants run as if it produced nothing.
+    """
+
+    def replace(match: Any) -> str:
+        name = match.group(1).strip()
+        if name == "request":
+            return plan.request
+        ref = STEP_REF.match(name)
+        source = plan.step(int(ref.group(1))) if ref else None
+        if ref is None or source is None:
+            return str(match.group(0))
+        if ref.group(2) == "output_files":
+            return "\n".join(source.output_files)
+        return source.output_summary or ""
+
+    return TEMPLATE.sub(replace, step.input)
+
+
+# --- changing a plan --------------------------------------------------------------------
+
+
+def replace_step(plan: Plan, step: Step) -> Plan:
+    """The plan with `step` in its place, and the plan status recomputed."""
+    steps = list(plan.steps)
+    steps[step.index - 1] = step
+    new = plan.model_copy(update={"steps": tuple(steps)})
+    return with_status(new)
+
+
+def with_status(plan: Plan) -> Plan:
+    status = plan_status(plan)
+    return plan if status == plan.status else plan.model_copy(update={"status": status})
+
+
+def _update(step: Step, **changes: Any) -> Step:
+    return step.model_copy(update=changes)
+
+
+def _meta(plan: Plan, step: Step) -> dict[str, Any]:
+    return {"plan_id": plan.id, "step": step.index, "attempt": step.attempts}
+
+
+def dispatch(plan: Plan, now: datetime) -> Result:
+    """Mark the chosen next steps in progress (a new attempt each) and decide their effects."""
+    effects: list[Effect] = []
+    for chosen in next_dispatches(plan, now):
+        step = _update(chosen, status="in_progress", attempts=chosen.attempts + 1, not_before=None)
+        plan = replace_step(plan, step)
+        effects.append(_dispatch_effect(plan, step))
+    return plan, effects
+
+
+def _dispatch_effect(plan: Plan, step: Step) -> Effect:
+    payload = _meta(plan, step) | {"title": step.title, "text": render_input(step, plan)}
+    key = step_key(plan.id, step.index, step.attempts)
+    if step.assignee == USER:
+        form = step.form.model_dump() if step.form else None
+        return Effect(key, "show_form", plan.conversation_id, payload | {"form": form})
+    if step.assignee == COMMANDER:
+        return Effect(key, "wake_commander", plan.conversation_id, payload | {"reason": "step"})
+    return Effect(key, "post_dispatch", plan.conversation_id, payload | {"agent": step.assignee})
+
+
+def apply_outcome(plan: Plan, outcome: Outcome, now: datetime) -> Result:
+    """Record what happened to a dispatched step. Stale or repeated outcomes change nothing."""
+    step = plan.step(outcome.index)
+    if step is None:
+        return plan, []
+    if isinstance(outcome, StepAnswered):
+        return _answered(plan, step, outcome)
+    if outcome.attempt != step.attempts or step.status not in ("in_progress", "blocked"):
+        return plan, []
+    if isinstance(outcome, StepSucceeded):
+        if step.status != "in_progress":
+            return plan, []
+        done = _update(
+            step,
+            status="done",
+            output_summary=outcome.summary,
+            output_files=tuple(outcome.files),
+            failure_reason=None,
+        )
+        return _finish(plan, replace_step(plan, done), [])
+    if isinstance(outcome, StepFailed):
+        return _failed(plan, step, outcome, now)
+    if isinstance(outcome, StepBlocked):
+        return _blocked(plan, step, outcome)
+    if isinstance(outcome, StepCancelled):
+        requeued = _update(step, status="pending", failure_reason=outcome.reason, question=None)
+        return replace_step(plan, requeued), []
+    return plan, []
+
+
+def _answered(plan: Plan, step: Step, outcome: StepAnswered) -> Result:
+    if step.status == "blocked" and step.question is not None:
+        question = step.question.model_copy(
+            update={"answer": dict(outcome.values), "answered_by": outcome.answered_by}
+        )
+        resumed = _update(step, status="in_progress", question=question)
+        payload = _meta(plan, step) | {
+            "agent": step.assignee,
+            "question": question.text,
+            "answer": dict(outcome.values),
+            "answered_by": outcome.answered_by,
+        }
+        key = f"{step_key(plan.id, step.index, step.attempts)}:answer:{question.round}"
+        effect = Effect(key, "resume_step", plan.conversation_id, payload)
+        return replace_step(plan, resumed), [effect]
+    if step.status == "in_progress" and step.assignee == USER:
+        summary = "\n".join(f"{name}: {value}" for name, value in outcome.values.items())
+        done = _update(step, status="done", output_summary=summary, failure_reason=None)
+        return _finish(plan, replace_step(plan, done), [])
+    return plan, []
+
+
+def _blocked(plan: Plan, step: Step, outcome: StepBlocked) -> Result:
+    last = step.question
+    repeated = last is not None and last.answer is not None and last.text == outcome.question
+    if step.status != "in_progress" or step.assignee == USER or repeated:
+        return plan, []
+    rnd = last.round + 1 if last is not None else 1
+    question = Question(text=outcome.question, form=outcome.form, round=rnd)
+    blocked = _update(step, status="blocked", question=question)
+    form = outcome.form.model_dump() if outcome.form else None
+    payload = _meta(plan, step) | {"question": outcome.question, "form": form, "round": rnd}
+    key = f"{step_key(plan.id, step.index, step.attempts)}:question:{rnd}"
+    return replace_step(plan, blocked), [Effect(key, "ask_user", plan.conversation_id, payload)]
+
+
+def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Result:
+    failures = step.transient_failures + 1
+    if outcome.retryable and failures < plan.max_attempts:
+        not_before = now + backoff(failures)
+        retry = _update(
+            step,
+            status="pending",
+            transient_failures=failures,
+            not_before=not_before,
+            failure_reason=outcome.reason,
+            question=None,
+        )
+        key = f"{step_key(plan.id, step.index, step.attempts)}:retry"
+        timer = Effect(key, "retry_due", plan.conversation_id, _meta(plan, step), not_before)
+        return replace_step(plan, retry), [timer]
+    reason = outcome.reason
+    if outcome.retryable:
+        reason = f"{reason} (gave up after {failures} attempts)"
+        step = _update(step, transient_failures=failures)
+    return fail_step(plan, step, reason)
+
+
+def fail_step(plan: Plan, step: Step, reason: str) -> Result:
+    """A real failure of `step`, following its `on_failure` policy."""
+    if step.on_failure == "continue":
+        skipped = _update(step, status="skipped", failure_reason=reason, question=None)
+        return _finish(plan, replace_step(plan, skipped), [])
+    failed = _update(step, status="failed", failure_reason=reason, question=None)
+    new = replace_step(plan, failed)
+    if new.status in ("aborted", "cancelled"):
+        return new, []
+    if step.on_failure == "abort_plan":
+        aborted = abort_plan(new, f"step {step.index} failed: {reason}")
+        return _finish(plan, aborted, [])
+    payload = _meta(plan, step) | {
+        "reason": "step_failed",
+        "title": step.title,
+        "assignee": step.assignee,
+        "failure_reason": reason,
+        "transient_failures": failed.transient_failures,
+        "input": step.input,
+        "waiting": [s.index for s in new.steps if step.index in s.wait_for],
+    }
+    key = f"{step_key(plan.id, step.index, step.attempts)}:failed"
+    return new, [Effect(key, "wake_commander", plan.conversation_id, payload)]
+
+
+def abort_plan(plan: Plan, reason: str) -> Plan:
+    """Stop the plan: every pending (or blocked) step becomes skipped; runs in flight finish."""
+    return _stop(plan, "aborted", f"not run: the plan was aborted ({reason})", ("blocked",))
+
+
+def cancel_plan(plan: Plan, reason: str) -> Plan:
+    """Cancel the plan: every step not finished becomes skipped, in-flight ones included."""
+    note = f"cancelled: {reason}"
+    return _stop(plan, "cancelled", note, ("blocked", "in_progress"))
+
+
+def _stop(plan: Plan, status: PlanStatus, note: str, also: Sequence[str]) -> Plan:
+    steps = tuple(
+        _update(s, status="skipped", failure_reason=note, not_before=None)
+        if s.status == "pending" or s.status in also
+        else s
+        for s in plan.steps
+    )
+    return plan.model_copy(update={"steps": steps, "status": status})
+
+
+def _finish(before: Plan, after: Plan, effects: list[Effect]) -> Result:
+    """Tell the commander once when the plan has just completed or been aborted."""
+    if after.status in ("completed", "aborted") and before.status != after.status:
+        payload = {"plan_id": after.id, "reason": "plan_finished", "status": after.status}
+        key = f"plan:{after.id}:finished"
+        effects = [*effects, Effect(key, "wake_commander", after.conversation_id, payload)]
+    return after, effects

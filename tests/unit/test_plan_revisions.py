@@ -1,0 +1,113 @@
+"""Commander operations (revisions): validated, applied, never able to set done/failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.errors import OperationRejected, PlanValidationError
+from agents.plan import (
+    AbortPlan,
+    AddSteps,
+    CancelPlan,
+    EditStep,
+    Plan,
+    RetryStep,
+    SkipStep,
+    StepFailed,
+    StepProposal,
+)
+from agents.plan_operations import apply_operation
+from agents.plan_ops import apply_outcome, dispatch
+from agents.reconciler import decide
+from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
+
+
+def failed_first_step(plan: Plan) -> Plan:
+    plan, _ = dispatch(plan, T0)
+    failure = StepFailed(index=1, attempt=1, reason="bad source", retryable=False)
+    return apply_outcome(plan, failure, T0)[0]
+
+
+def test_retry_with_a_new_input_dispatches_a_new_attempt() -> None:
+    plan = failed_first_step(chain(2))
+    plan = apply_operation(plan, RetryStep(index=1, input="use the other source"))
+    step = plan.steps[0]
+    assert (step.status, step.failure_reason, step.input) == (
+        "pending",
+        None,
+        "use the other source",
+    )
+    plan, effects = dispatch(plan, T0)
+    assert [e.key for e in effects] == ["plan:7:step:1:attempt:2"]
+    assert effects[0].payload["text"] == "use the other source"
+
+
+def test_retry_is_only_for_failed_or_skipped_steps() -> None:
+    plan, _ = dispatch(chain(2), T0)
+    with pytest.raises(OperationRejected, match="step 1 is in_progress; only a failed"):
+        apply_operation(plan, RetryStep(index=1))
+    with pytest.raises(OperationRejected, match="there is no step 5"):
+        apply_operation(plan, RetryStep(index=5))
+
+
+def test_retry_input_is_validated() -> None:
+    plan = failed_first_step(chain(2))
+    with pytest.raises(OperationRejected, match="not upstream"):
+        apply_operation(plan, RetryStep(index=1, input="{{step_2.output_summary}}"))
+
+
+def test_skip_a_failed_step_unblocks_its_dependants() -> None:
+    plan = failed_first_step(diamond())
+    plan = apply_operation(plan, SkipStep(index=1, reason="not needed"))
+    assert plan.steps[0].failure_reason == "skipped by the commander: not needed"
+    plan, _ = dispatch(plan, T0)
+    assert in_progress(plan) == [2]
+
+
+def test_add_steps_continue_the_numbering_and_may_wait_for_any_step() -> None:
+    plan = failed_first_step(chain(2))
+    extra = StepProposal(index=3, title="route around", assignee="writer", wait_for=[])
+    later = StepProposal(index=4, title="after", assignee="writer", wait_for=[2, 3])
+    plan = apply_operation(plan, AddSteps(steps=[extra, later]), assignees=AGENTS)
+    assert [s.index for s in plan.steps] == [1, 2, 3, 4]
+    assert plan.steps[3].wait_for == (2, 3)
+    plan, _ = dispatch(plan, T0)
+    assert in_progress(plan) == [3]
+    wrong = StepProposal(index=3, title="x", assignee="writer")
+    with pytest.raises(PlanValidationError, match="expected 5"):
+        apply_operation(plan, AddSteps(steps=[wrong]), assignees=AGENTS)
+    ghost = StepProposal(index=5, title="x", assignee="ghost")
+    with pytest.raises(PlanValidationError, match="no agent named 'ghost'"):
+        apply_operation(plan, AddSteps(steps=[ghost]), assignees=AGENTS)
+
+
+def test_edit_only_a_pending_step() -> None:
+    plan, _ = dispatch(chain(2), T0)
+    plan = apply_operation(plan, EditStep(index=2, input="new {{step_1.output_summary}}"))
+    assert plan.steps[1].input == "new {{step_1.output_summary}}"
+    plan = apply_operation(plan, EditStep(index=2, title="Renamed"))
+    assert plan.steps[1].title == "Renamed"
+    with pytest.raises(OperationRejected, match="only a pending step can be edited"):
+        apply_operation(plan, EditStep(index=1, input="x"))
+    with pytest.raises(OperationRejected, match="needs a new input or a new title"):
+        apply_operation(plan, EditStep(index=2))
+
+
+def test_abort_skips_pending_and_cancel_also_stops_running_steps() -> None:
+    plan, _ = dispatch(chain(3), T0)
+    aborted = apply_operation(plan, AbortPlan(reason="wrong question"))
+    assert (statuses(aborted), aborted.status) == ("iss", "aborted")
+    cancelled = apply_operation(plan, CancelPlan(reason="user said stop"))
+    assert (statuses(cancelled), cancelled.status) == ("sss", "cancelled")
+    with pytest.raises(OperationRejected, match="already cancelled"):
+        apply_operation(cancelled, RetryStep(index=1))
+
+
+def test_decide_applies_operations_then_dispatches_and_bumps_the_version_once() -> None:
+    plan = failed_first_step(chain(2))
+    decision = decide(plan, T0, operations=[RetryStep(index=1)])
+    assert decision.plan.version == plan.version + 1
+    assert [e.kind for e in decision.effects] == ["post_dispatch", "update_plan_card"]
+    assert [s.index for s in decision.changed_steps()] == [1]
+    nothing = decide(decision.plan, T0)
+    assert nothing.plan is decision.plan and nothing.effects == [] and not nothing.changed

@@ -309,7 +309,9 @@ def _with_ids(spec: Json) -> Json:
 
 
 async def handle_response_url(request: web.Request) -> web.Response:
-    ws: LocalWorkspace = request.app["workspace"]
+    from bot.workspace.server import WORKSPACE
+
+    ws = request.app[WORKSPACE]
     try:
         body = await request.json()
     except ValueError:

@@ -92,6 +92,7 @@ def missing_arg(name: str) -> Json:
     return {"messages": [f"[ERROR] missing required field: {name}"]}
 
 
+WORKSPACE: web.AppKey[LocalWorkspace] = web.AppKey("workspace")
 Handler = Callable[[Call], Awaitable[Json]]
 METHODS: dict[str, Handler] = {}
 
@@ -138,7 +139,7 @@ def _answer(body: Json, status: int = 200, headers: dict[str, str] | None = None
 
 
 async def handle_api(request: web.Request) -> web.Response:
-    ws: LocalWorkspace = request.app["workspace"]
+    ws: LocalWorkspace = request.app[WORKSPACE]
     name = request.match_info["method"]
     try:
         args = await read_args(request)
@@ -176,7 +177,7 @@ def build_app(ws: LocalWorkspace) -> web.Application:
     from bot.workspace import interactivity, web_chat, web_conversations, web_views  # noqa: F401
 
     app = web.Application()
-    app["workspace"] = ws
+    app[WORKSPACE] = ws
     app.router.add_route("*", "/api/{method}", handle_api)
     app.router.add_post("/respond/{token}", interactivity.handle_response_url)
     app.router.add_get("/", _health)
@@ -184,5 +185,5 @@ def build_app(ws: LocalWorkspace) -> web.Application:
 
 
 async def _health(request: web.Request) -> web.Response:
-    ws: LocalWorkspace = request.app["workspace"]
+    ws: LocalWorkspace = request.app[WORKSPACE]
     return web.json_response({"ok": True, "team_id": ws.state.team_id, "api_url": ws.api_url})

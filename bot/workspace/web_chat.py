@@ -139,6 +139,7 @@ async def update(call: Call) -> Json:
     call.state.changed()
     call.ws.events.message_changed(msg, previous)
     out = message_json(call.state, msg)
+    del out["ts"]  # Slack's chat.update message object has no ts (recorded response)
     return {"channel": channel.id, "ts": msg.ts, "text": msg.text, "message": out}
 
 

@@ -137,7 +137,6 @@ def channel_json(call: Call, channel: Channel) -> Json:
         "pending_shared": [],
         "context_team_id": call.state.team_id,
         "updated": channel.created * 1000,
-        "parent_conversation": None,
         "creator": channel.creator,
         "is_ext_shared": False,
         "shared_team_ids": [call.state.team_id],

@@ -131,6 +131,9 @@ class RunLimits:
         )
 
 
+DEFAULT_LIMITS = RunLimits()
+
+
 def bounded_summary(summary: str, message: str, limit: int = SUMMARY_MAX_CHARS) -> str:
     """The agent's summary cut to `limit`; without one, the start of its message (deterministic)."""
     text = " ".join((summary or "").split()) or " ".join(message.split())
@@ -313,7 +316,7 @@ async def run_step(
     spec: AgentSpec,
     *,
     model: Model | str,
-    limits: RunLimits = RunLimits(),
+    limits: RunLimits = DEFAULT_LIMITS,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     now: Clock = utc_now,
 ) -> StepRunResult | StepQuestion:
@@ -353,7 +356,7 @@ async def resume_step(
     answer: dict[str, str] | str,
     *,
     model: Model | str,
-    limits: RunLimits = RunLimits(),
+    limits: RunLimits = DEFAULT_LIMITS,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     now: Clock = utc_now,
 ) -> StepRunResult | StepQuestion:

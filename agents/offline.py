@@ -1,0 +1,394 @@
+"""The offline model: deterministic, no network, no key – for the local trial and for tests.
+
+It is a pydantic-ai `FunctionModel`, so everything goes through the real agent loop: it
+answers with real tool calls (`create_plan`, `reply`, `ask_user`, `final_result`, the
+steering tools) that pydantic-ai validates and executes. Every text it writes starts
+with "[offline model]".
+
+As the commander (a turn with the `create_plan` tool) it recognises:
+
+- a comparison to write up – "compare … pricing … competitors … and draft a note" (any of
+  compare/pricing/competitor together with draft/note/write): a **diamond** plan –
+  1 researcher ‖ 2 analyst -> 3 user form "which tiers?" -> 4 writer -> 5 commander synthesis;
+- research to write up – research/investigate/find out together with write/draft/report/
+  summarise: researcher -> writer -> commander synthesis;
+- anything else: a short answer with `reply`.
+
+Markers in the request, copied into the input of the plan's first step:
+
+- `[fail transient]` – that step's run fails with a provider-style HTTP 503 (transient);
+- `[fail]` – that step's run fails with an HTTP 400 (a real failure);
+- `[ask]` – that step's agent calls `ask_user` before answering, and uses the answer;
+- `[bad plan]` (commander only) – the first `create_plan` call is invalid (a step waits for
+  a later one); the validation errors come back and the second call is corrected.
+
+The same markers written directly in a sub-agent's step input act on that step.
+
+Woken after a failure, the offline commander retries the failed step without its failure
+marker when it had one, and skips it otherwise; woken by a person's message containing
+"cancel" or "stop" it cancels the plan, otherwise it acknowledges with `reply`.
+Sub-agents answer with content derived from their input (its first line, its key terms,
+the upstream material it was given).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai.exceptions import (
+    ModelHTTPError,
+    ModelRequestRejectedError,
+    ModelUnavailableError,
+)
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+PREFIX = "[offline model]"
+MODEL_NAME = "offline"
+FAIL_TRANSIENT = "[fail transient]"
+FAIL = "[fail]"
+ASK = "[ask]"
+BAD_PLAN = "[bad plan]"
+MARKERS = (FAIL_TRANSIENT, FAIL, ASK)
+_CONTEXT_HEADERS = ("\n\nThe original request in this conversation:", "\n\nRecent messages in")
+
+
+def offline_model() -> FunctionModel:
+    """The offline model as a pydantic-ai model (no network, deterministic answers)."""
+    return FunctionModel(respond, model_name=MODEL_NAME)
+
+
+def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The offline model's answer to a request: commander turn, steering turn, or a step."""
+    tools = {t.name for t in info.function_tools}
+    if "create_plan" in tools:
+        return _plan_turn(messages, info)
+    if "retry_step" in tools:
+        return _steer_turn(messages)
+    return _step_turn(messages, info, tools)
+
+
+# --- reading the conversation --------------------------------------------------------------
+
+
+def _prompt(messages: Sequence[ModelMessage]) -> str:
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content
+    return ""
+
+
+def _task(prompt: str) -> str:
+    """The step input / new message: the prompt without the context the runtime appends."""
+    cut = len(prompt)
+    for header in _CONTEXT_HEADERS:
+        found = prompt.find(header)
+        if found != -1:
+            cut = min(cut, found)
+    return prompt[:cut].strip()
+
+
+def _returns(messages: Sequence[ModelMessage]) -> list[ToolReturnPart]:
+    last = messages[-1] if messages else None
+    if not isinstance(last, ModelRequest):
+        return []
+    return [p for p in last.parts if isinstance(p, ToolReturnPart)]
+
+
+def _roster(instructions: str | None) -> list[str]:
+    """Sub-agent names from the commander's instructions ("- name: description" lines)."""
+    names: list[str] = []
+    listing = False
+    for line in (instructions or "").splitlines():
+        if line.startswith("Sub-agents you can assign"):
+            listing = True
+        elif listing and line.startswith("- ") and ":" in line:
+            names.append(line[2:].split(":", 1)[0].strip())
+        elif listing and not line.strip():
+            break
+    return [n for n in names if not n.startswith("(")]
+
+
+def _pick(roster: list[str], *hints: str) -> str:
+    for hint in hints:
+        for name in roster:
+            if hint in name:
+                return name
+    return roster[0] if roster else "commander"
+
+
+def _markers(text: str) -> str:
+    found = [m for m in MARKERS if m in text]
+    return (" " + " ".join(found)) if found else ""
+
+
+def _without_markers(text: str) -> str:
+    for marker in (*MARKERS, BAD_PLAN):
+        text = text.replace(marker, "")
+    return "\n".join(" ".join(line.split()) for line in text.splitlines()).strip()
+
+
+def _call(name: str, args: dict[str, Any]) -> ModelResponse:
+    return ModelResponse(parts=[ToolCallPart(name, args)], model_name=MODEL_NAME)
+
+
+def _text(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(f"{PREFIX} {text}")], model_name=MODEL_NAME)
+
+
+# --- the commander -------------------------------------------------------------------------
+
+
+def _plan_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    request = _task(_prompt(messages))
+    returns = _returns(messages)
+    if returns:
+        part = returns[-1]
+        if part.tool_name == "create_plan" and part.outcome != "success":
+            if _attempted(messages, "create_plan") >= 2:
+                return _call("reply", {"text": f"{PREFIX} I could not write a valid plan."})
+            return _call("create_plan", {"steps": _plan_for(request, info, bad=False)})
+        if part.tool_name == "create_plan":
+            steps = _plan_for(request, info, bad=False)
+            return _text(f"I wrote a plan of {len(steps)} steps: {_flow(steps)}.")
+        return _text("Done.")
+    steps = _plan_for(request, info, bad=BAD_PLAN in request)
+    if steps:
+        return _call("create_plan", {"steps": steps})
+    return _call("reply", {"text": _short_answer(request)})
+
+
+def _flow(steps: list[dict[str, Any]]) -> str:
+    """E.g. "1 researcher, 2 analyst, 3 user after 1+2, 4 writer after 3"."""
+    parts = []
+    for step in steps:
+        after = step.get("wait_for", [step["index"] - 1] if step["index"] > 1 else [])
+        tail = (" after " + "+".join(str(i) for i in after)) if after else ""
+        parts.append(f"{step['index']} {step['assignee']}{tail}")
+    return ", ".join(parts)
+
+
+def _attempted(messages: Sequence[ModelMessage], tool: str) -> int:
+    return sum(
+        1
+        for m in messages
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart) and p.tool_name == tool
+    )
+
+
+def _short_answer(request: str) -> str:
+    asked = " ".join(_without_markers(request).split())[:200]
+    return (
+        f"{PREFIX} You asked: “{asked}”. I am Flotilla's offline model, so I answer without "
+        "a provider. Try “compare our pricing with competitors and draft a note” to see the "
+        "team plan and work."
+    )
+
+
+def _wants(text: str, *words: str) -> bool:
+    return any(w in text for w in words)
+
+
+def _plan_for(request: str, info: AgentInfo, *, bad: bool) -> list[dict[str, Any]]:
+    low = request.lower()
+    roster = _roster(info.instructions)
+    writes = _wants(low, "draft", "note", "write", "report", "summar")
+    marks = _markers(request)
+    if _wants(low, "compare", "pricing", "competitor") and writes:
+        return _diamond(roster, marks, bad=bad)
+    if _wants(low, "research", "investigate", "find out") and writes:
+        return _chain(roster, marks, bad=bad)
+    return []
+
+
+def _diamond(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]:
+    researcher = _pick(roster, "research")
+    analyst = _pick(roster, "analy", "research")
+    writer = _pick(roster, "writ")
+    return [
+        {
+            "index": 1,
+            "title": "Research competitors' pricing",
+            "assignee": researcher,
+            "input": "Find the tiers and list prices of our main competitors."
+            + marks
+            + "\nRequest: {{request}}",
+            "wait_for": [],
+        },
+        {
+            "index": 2,
+            "title": "Survey our own pricing",
+            "assignee": analyst,
+            "input": "Summarise our pricing tiers and what each includes.\nRequest: {{request}}",
+            "wait_for": [5] if bad else [],
+        },
+        {
+            "index": 3,
+            "title": "Choose the tiers to compare",
+            "assignee": "user",
+            "input": "Which tiers should the note compare?",
+            "wait_for": [1, 2],
+            "form": {
+                "fields": [
+                    {
+                        "name": "tiers",
+                        "label": "Which tiers should the note compare?",
+                        "kind": "select",
+                        "options": ["Starter", "Pro", "Enterprise", "All tiers"],
+                    },
+                    {
+                        "name": "notes",
+                        "label": "Anything the note must mention?",
+                        "kind": "long_text",
+                        "required": False,
+                    },
+                ]
+            },
+        },
+        {
+            "index": 4,
+            "title": "Draft the note for sales",
+            "assignee": writer,
+            "input": (
+                "Draft a short note for the sales team comparing our pricing with competitors."
+                "\nCompetitors: {{step_1.output_summary}}"
+                "\nOur pricing: {{step_2.output_summary}}"
+                "\nTiers to cover: {{step_3.output_summary}}"
+            ),
+            "wait_for": [3],
+        },
+        {
+            "index": 5,
+            "title": "Review and post the synthesis",
+            "assignee": "commander",
+            "input": "Review the draft and post the answer.\nDraft: {{step_4.output_summary}}",
+            "wait_for": [4],
+        },
+    ]
+
+
+def _chain(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": 1,
+            "title": "Research the topic",
+            "assignee": _pick(roster, "research"),
+            "input": "Research this and list the key findings." + marks + "\nRequest: {{request}}",
+        },
+        {
+            "index": 2,
+            "title": "Write it up",
+            "assignee": _pick(roster, "writ"),
+            "input": "Write up the findings for the team.\nFindings: {{step_1.output_summary}}",
+            "wait_for": [3] if bad else [1],
+        },
+        {
+            "index": 3,
+            "title": "Post the synthesis",
+            "assignee": "commander",
+            "input": "Post the final answer.\nWrite-up: {{step_2.output_summary}}",
+            "wait_for": [2],
+        },
+    ]
+
+
+def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
+    if _returns(messages):
+        return _text("Noted.")
+    prompt = _prompt(messages)
+    failed = re.search(r"^Failed step: (\d+)$", prompt, re.MULTILINE)
+    if failed:
+        index = int(failed.group(1))
+        line = re.search(
+            rf'^- step {index} \[[a-z_]+\] .*?\| input: ("(?:[^"\\]|\\.)*")', prompt, re.M
+        )
+        step_input = json.loads(line.group(1)) if line else ""
+        if any(m in step_input for m in MARKERS):
+            return _call("retry_step", {"index": index, "input": _without_markers(step_input)})
+        return _call("skip_step", {"index": index, "reason": f"{PREFIX} skipped after it failed"})
+    event = prompt.split("What happened:", 1)[-1].lower()
+    if _wants(event, "cancel", "stop"):
+        return _call("cancel_plan", {"reason": f"{PREFIX} cancelled as asked in the thread"})
+    return _call("reply", {"text": f"{PREFIX} Noted; the plan continues."})
+
+
+# --- a sub-agent's step --------------------------------------------------------------------
+
+
+def _step_turn(messages: list[ModelMessage], info: AgentInfo, tools: set[str]) -> ModelResponse:
+    task = _task(_prompt(messages))
+    returns = _returns(messages)
+    answer = next((r for r in returns if r.tool_name == "ask_user"), None)
+    if not returns:
+        if FAIL_TRANSIENT in task:
+            raise ModelHTTPError.for_category(
+                ModelUnavailableError,
+                status_code=503,
+                model_name=MODEL_NAME,
+                body={"error": f"{PREFIX} simulated transient failure"},
+            )
+        if FAIL in task:
+            raise ModelHTTPError.for_category(
+                ModelRequestRejectedError,
+                status_code=400,
+                model_name=MODEL_NAME,
+                body={"error": f"{PREFIX} simulated failure"},
+            )
+        if ASK in task and "ask_user" in tools:
+            headline = _headline(task)
+            return _call(
+                "ask_user",
+                {"question": f"{PREFIX} Before I start “{headline}”: what should I focus on?"},
+            )
+    return _final(info, _agent_name(info), task, answer.content if answer else None)
+
+
+def _agent_name(info: AgentInfo) -> str:
+    found = re.search(r"\(`([^`]+)`\)", info.instructions or "")
+    return found.group(1) if found else "agent"
+
+
+def _headline(task: str) -> str:
+    first = _without_markers(task.splitlines()[0] if task else "").strip()
+    return first[:160] or "the task"
+
+
+def _final(info: AgentInfo, agent: str, task: str, answer: Any) -> ModelResponse:
+    headline = _headline(task)
+    material = [line.strip() for line in task.splitlines()[1:] if line.strip()]
+    words = sorted({w.strip(".,:;()“”\"'").lower() for w in _without_markers(task).split()})
+    terms = [w for w in words if len(w) > 5 and w.isalpha()][:6]
+    lines = [f"{PREFIX} {agent}: {headline}"]
+    lines += [f"- from the input: {m[:200]}" for m in material[:4]]
+    if answer is not None:
+        lines.append(f"- as answered in the thread: {_answer_text(answer)}")
+    if terms:
+        lines.append("- key terms: " + ", ".join(terms))
+    message = "\n".join(lines)
+    summary = f"{agent} (offline) on “{headline[:120]}”" + (
+        f"; answer: {_answer_text(answer)[:120]}" if answer is not None else ""
+    )
+    if any(t.name == "final_result" for t in info.output_tools):
+        return _call("final_result", {"message": message, "summary": summary})
+    return ModelResponse(parts=[TextPart(message)], model_name=MODEL_NAME)
+
+
+def _answer_text(answer: Any) -> str:
+    if isinstance(answer, dict):
+        return ", ".join(f"{k}: {v}" for k, v in answer.items())
+    return str(answer)

@@ -195,8 +195,6 @@ class EventDispatcher:
         return {
             "token": app.verification_token,
             "team_id": self.state.team_id,
-            "context_team_id": self.state.team_id,
-            "context_enterprise_id": None,
             "api_app_id": app.app_id,
             "event": event,
             "type": "event_callback",

@@ -1,0 +1,117 @@
+"""A loopback server speaking OpenAI's Chat Completions wire protocol (`POST /v1/chat/completions`).
+
+Tests script it: `respond` maps a request body to the next assistant message (text or
+tool calls), and `fail_next(status, times)` makes the next requests fail the way OpenAI
+does (429 with `retry-after`, 500 …, with OpenAI's error body). Every request is recorded
+with its headers, so tests can check what the real `openai` client sent and how often.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+Responder = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def text_message(text: str) -> dict[str, Any]:
+    """An assistant message with text content."""
+    return {"role": "assistant", "content": text}
+
+
+def tool_call_message(
+    name: str, arguments: dict[str, Any], call_id: str = "call_1"
+) -> dict[str, Any]:
+    """An assistant message calling one tool (arguments are sent JSON-encoded, as OpenAI does)."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeOpenAI:
+    respond: Responder = field(default=lambda body: text_message("ok"))
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _failures: deque[tuple[int, float | None]] = field(default_factory=deque)
+    _runner: web.AppRunner | None = None
+    base_url: str = ""
+
+    def fail_next(self, status: int, *, times: int = 1, retry_after: float | None = 0.01) -> None:
+        """Answer the next `times` requests with `status` (and a `retry-after` header if given)."""
+        for _ in range(times):
+            self._failures.append((status, retry_after))
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self.base_url
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(RecordedRequest(request.path, dict(request.headers), body))
+        if request.headers.get("Authorization", "") == "":
+            return _error(401, "invalid_request_error", "missing_api_key", None)
+        if self._failures:
+            status, retry_after = self._failures.popleft()
+            kind = {429: ("requests", "rate_limit_exceeded")}.get(status, ("server_error", None))
+            return _error(status, kind[0], kind[1], retry_after)
+        message = self.respond(body)
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        prompt_tokens = len(json.dumps(body["messages"])) // 4
+        completion_tokens = len(json.dumps(message)) // 4
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": 1_790_000_000,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
+
+
+def _error(status: int, type_: str, code: str | None, retry_after: float | None) -> web.Response:
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+    message = {429: "Rate limit reached.", 401: "No API key."}.get(
+        status, "The server had an error."
+    )
+    return web.json_response(
+        {"error": {"message": message, "type": type_, "param": None, "code": code}},
+        status=status,
+        headers=headers,
+    )

@@ -294,6 +294,9 @@ def build_step_agent(
         from agents.tools.http_fetch import http_fetch
 
         tools.append(Tool(http_fetch, takes_ctx=True))
+    from agents.tools.mcp import mcp_toolsets
+
+    toolsets = [*mcp_toolsets(spec), *toolsets]
     output: OutputSpec[StepReport | str | DeferredToolRequests] = [
         StepReport,
         str,

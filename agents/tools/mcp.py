@@ -1,0 +1,39 @@
+"""MCP toolsets of an agent: streamable-HTTP servers, each filtered by the agent's allow-list.
+
+A tool not on the agent's list for that server is not shown to the model, so the model
+cannot call it (a call by name anyway is answered as an unknown tool).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic_ai import RunContext
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+
+from agents.registry import AgentSpec, McpServerSpec
+from agents.tools.context import RunDeps
+
+MCP_TIMEOUT_S = 30.0
+
+
+def _allow(server: McpServerSpec) -> Callable[[RunContext[RunDeps], ToolDefinition], bool]:
+    def allowed(ctx: RunContext[RunDeps], tool: ToolDefinition) -> bool:
+        return server.allows(tool.name)
+
+    return allowed
+
+
+def mcp_toolsets(spec: AgentSpec) -> list[AbstractToolset[RunDeps]]:
+    """One filtered toolset per MCP server of `spec` that allows at least one tool."""
+    toolsets: list[AbstractToolset[RunDeps]] = []
+    for number, server in enumerate(spec.mcp_servers, start=1):
+        if not server.allowed_tools:
+            continue  # deny by default: nothing to offer, and no connection to make
+        toolset: MCPToolset[RunDeps] = MCPToolset(
+            server.url, id=f"{spec.name}-mcp-{number}", read_timeout=MCP_TIMEOUT_S
+        )
+        toolsets.append(toolset.filtered(_allow(server)))
+    return toolsets

@@ -43,7 +43,8 @@ class Receiver:
 
     url: str = ""
     requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
-    statuses: list[int] = field(default_factory=list)  # answers to give, then 200
+    statuses: list[int] = field(default_factory=list)  # statuses to answer, then 200
+    answers: list[str] = field(default_factory=list)  # JSON bodies to answer, then empty
     runner: web.AppRunner | None = None
 
 
@@ -55,6 +56,10 @@ async def receiver(workspace: LocalWorkspace) -> AsyncIterator[Receiver]:
         rec.requests.append((dict(request.headers), await request.read()))
         workspace.state.changed()  # let waiters see the new request
         status = rec.statuses.pop(0) if rec.statuses else 200
+        if rec.answers:
+            return web.Response(
+                status=status, text=rec.answers.pop(0), content_type="application/json"
+            )
         return web.Response(status=status, text="")
 
     app = web.Application()

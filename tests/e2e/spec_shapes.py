@@ -40,7 +40,7 @@ def unknown_keys(ours: Any, sample: Any, path: str = "") -> list[str]:
         for key, value in ours.items():
             if key not in sample:
                 out.append(f"{path}/{key}")
-            elif key not in ("blocks", "event_payload", "values", "attachments"):
+            elif key not in ("blocks", "event_payload", "state", "attachments"):
                 out += unknown_keys(value, sample[key], f"{path}/{key}")
         return out
     if isinstance(ours, list) and isinstance(sample, list) and sample and ours:

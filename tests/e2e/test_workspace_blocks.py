@@ -72,13 +72,34 @@ MESSAGE_LIMITS: dict[str, tuple[int, Callable[[int], list[dict[str, Any]]]]] = {
     ),
     "static_select_options_max": (
         LIMITS["element"]["static_select_options_max"]["value"],
-        lambda n: [{"type": "actions", "elements": [{"type": "static_select", "action_id": "s",
-            "placeholder": plain("p"), "options": [option(i) for i in range(n)]}]}],  # fmt: skip
+        lambda n: [
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "static_select",
+                        "action_id": "s",
+                        "placeholder": plain("p"),
+                        "options": [option(i) for i in range(n)],
+                    }
+                ],
+            }
+        ],  # fmt: skip
     ),
     "option_text_max": (
         LIMITS["element"]["option_text_max"]["value"],
-        lambda n: [{"type": "actions", "elements": [{"type": "static_select", "action_id": "s",
-            "options": [option(0, text="o" * n)]}]}],  # fmt: skip
+        lambda n: [
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "static_select",
+                        "action_id": "s",
+                        "options": [option(0, text="o" * n)],
+                    }
+                ],
+            }
+        ],  # fmt: skip
     ),
     "markdown_block_text_max": (
         LIMITS["block"]["markdown_block_text_max"]["value"],
@@ -123,7 +144,15 @@ async def test_message_block_limit(name: str, poster: Callable[..., Any]) -> Non
         [section(1) | {"block_id": "same"}, section(1) | {"block_id": "same"}],
         [{"type": "header", "text": {"type": "mrkdwn", "text": "headers are plain text"}}],
     ],
-    ids=["unknown", "empty-section", "no-elements", "no-alt", "input-outside-input", "dup-id", "mrkdwn-header"],
+    ids=[
+        "unknown",
+        "empty-section",
+        "no-elements",
+        "no-alt",
+        "input-outside-input",
+        "dup-id",
+        "mrkdwn-header",
+    ],
 )
 async def test_malformed_blocks_are_invalid(blocks: list[Any], poster: Callable[..., Any]) -> None:
     with pytest.raises(SlackApiError) as info:
@@ -135,15 +164,18 @@ def modal(**extra: Any) -> dict[str, Any]:
     return {"type": "modal", "title": plain("Title"), "blocks": [section(1)], **extra}
 
 
+VIEW = LIMITS["view"]
 VIEW_LIMITS: dict[str, tuple[int, Callable[[int], dict[str, Any]]]] = {
-    "blocks_max": (LIMITS["view"]["blocks_max"]["value"], lambda n: modal(blocks=[section(1)] * n)),
-    "modal_title_max": (LIMITS["view"]["modal_title_max"]["value"], lambda n: modal(title=plain("t" * n))),
-    "modal_submit_max": (LIMITS["view"]["modal_submit_max"]["value"], lambda n: modal(submit=plain("s" * n))),
-    "modal_close_max": (LIMITS["view"]["modal_close_max"]["value"], lambda n: modal(close=plain("c" * n))),
+    "blocks_max": (VIEW["blocks_max"]["value"], lambda n: modal(blocks=[section(1)] * n)),
+    "modal_title_max": (VIEW["modal_title_max"]["value"], lambda n: modal(title=plain("t" * n))),
+    "modal_submit_max": (VIEW["modal_submit_max"]["value"], lambda n: modal(submit=plain("s" * n))),
+    "modal_close_max": (VIEW["modal_close_max"]["value"], lambda n: modal(close=plain("c" * n))),
     "private_metadata_max": (
-        LIMITS["view"]["private_metadata_max"]["value"], lambda n: modal(private_metadata="p" * n)),
-    "callback_id_max": (LIMITS["view"]["callback_id_max"]["value"], lambda n: modal(callback_id="c" * n)),
-}  # fmt: skip
+        VIEW["private_metadata_max"]["value"],
+        lambda n: modal(private_metadata="p" * n),
+    ),
+    "callback_id_max": (VIEW["callback_id_max"]["value"], lambda n: modal(callback_id="c" * n)),
+}
 
 
 @pytest.mark.parametrize("name", sorted(VIEW_LIMITS))

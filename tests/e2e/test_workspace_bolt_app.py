@@ -27,7 +27,7 @@ def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
     @app.event("app_mention")
     async def on_mention(event: dict[str, Any], say: AsyncSay) -> None:
         thread_ts = event.get("thread_ts") or event["ts"]
-        blocks = [
+        blocks: list[dict[str, Any]] = [
             {"type": "section", "text": {"type": "mrkdwn", "text": "Want a ticket?"}},
             {"type": "actions", "elements": [{"type": "button", "action_id": "open_form",
                 "text": {"type": "plain_text", "text": "Open form"}, "value": thread_ts}]},
@@ -39,7 +39,9 @@ def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
     @app.action("open_form")
     async def on_open(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        meta = json.dumps({"channel": body["channel"]["id"], "thread_ts": body["actions"][0]["value"]})
+        meta = json.dumps(
+            {"channel": body["channel"]["id"], "thread_ts": body["actions"][0]["value"]}
+        )
         await client.views_open(
             trigger_id=body["trigger_id"],
             view={
@@ -106,7 +108,10 @@ async def test_bolt_app_answers_a_mention_in_the_thread(running: Running, driver
     assert reply.bot_id == running.installed.bot_id and reply.thread_ts == parent.ts
     assert "[Open form]" in render_thread(driver.state, reply.channel, parent.ts)
     # Bolt called auth.test lazily, then chat.postMessage
-    assert ("auth.test", "ok") in driver.ws.api_log and ("chat.postMessage", "ok") in driver.ws.api_log
+    assert ("auth.test", "ok") in driver.ws.api_log and (
+        "chat.postMessage",
+        "ok",
+    ) in driver.ws.api_log
 
 
 async def test_bolt_app_opens_a_modal_and_shows_validation_errors(

@@ -56,8 +56,8 @@ async def test_mention_is_delivered_signed_in_the_full_envelope(
     event = mention["event"]
     assert event["user"] == alice.id and event["channel"] == channel.id and event["ts"] == msg.ts
     assert event["text"] == f"<@{app.bot_user_id}> plan a launch"
-    for body in bodies(receiver):
-        assert unknown_keys(body, EVENT_SAMPLE) == []
+    for envelope in bodies(receiver):
+        assert unknown_keys(envelope, EVENT_SAMPLE) == []
 
 
 async def test_unanswered_events_are_retried_with_retry_headers(
@@ -79,7 +79,9 @@ async def test_unanswered_events_are_retried_with_retry_headers(
     assert [a.status for a in delivery.attempts] == [500, 404, 200]
 
 
-async def test_slow_answers_are_retried_as_http_timeout(workspace: LocalWorkspace, driver: Driver) -> None:
+async def test_slow_answers_are_retried_as_http_timeout(
+    workspace: LocalWorkspace, driver: Driver
+) -> None:
     seen: list[dict[str, str]] = []
     release = asyncio.Event()
 
@@ -159,8 +161,12 @@ async def test_bot_messages_reach_members_with_bot_fields_and_metadata_by_scope(
 async def test_no_metadata_without_the_scope_and_no_events_for_non_members(
     workspace: LocalWorkspace, driver: Driver, receiver: Receiver
 ) -> None:
-    member = workspace.install_app("Member", request_url=receiver.url, bot_events=["message.channels"])
-    outsider = workspace.install_app("Outsider", request_url=receiver.url, bot_events=["message.channels"])
+    member = workspace.install_app(
+        "Member", request_url=receiver.url, bot_events=["message.channels"]
+    )
+    outsider = workspace.install_app(
+        "Outsider", request_url=receiver.url, bot_events=["message.channels"]
+    )
     channel = workspace.create_channel("general", [member])
     client = client_for(workspace, member.bot_token)
     meta = {"event_type": "x", "event_payload": {}}
@@ -189,7 +195,9 @@ async def test_edits_deletions_and_app_home_opened(
     assert sorted(kinds, key=str) == sorted(
         [("message", None), ("message", "message_changed"), ("message", "message_deleted"),
          ("app_home_opened", None)], key=str)  # fmt: skip
-    changed = next(e for e in events_of(receiver, "message") if e.get("subtype") == "message_changed")
+    changed = next(
+        e for e in events_of(receiver, "message") if e.get("subtype") == "message_changed"
+    )
     assert changed["message"]["text"] == "v2" and changed["previous_message"]["text"] == "v1"
     home = events_of(receiver, "app_home_opened")[0]
     assert home["user"] == alice.id and home["tab"] == "home"

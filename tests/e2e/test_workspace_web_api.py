@@ -77,7 +77,9 @@ async def test_form_and_json_bodies_and_query_args_are_all_accepted(world: World
             assert (await resp.json())["ok"] is True
         async with http.post(url, json={**form, "text": "as json"}, headers=headers) as resp:
             assert (await resp.json())["ok"] is True
-        async with http.get(world.ws.api_url + "auth.test", params={"token": world.app.bot_token}) as r:
+        async with http.get(
+            world.ws.api_url + "auth.test", params={"token": world.app.bot_token}
+        ) as r:
             assert (await r.json())["ok"] is True
         async with http.post(world.ws.api_url + "chat.nonsense", headers=headers) as r:
             assert (await r.json()) == {"ok": False, "error": "unknown_method"}
@@ -112,17 +114,23 @@ async def test_ts_is_strictly_increasing_and_slack_formatted(world: World) -> No
 
 async def test_post_message_errors(world: World) -> None:
     c = world.client
+    bad_meta: Any = "{"  # not JSON: slack_sdk passes strings through
     cases = [
         (c.chat_postMessage(channel="C0NOPE", text="x"), "channel_not_found"),
         (c.chat_postMessage(channel=world.secret.id, text="x"), "channel_not_found"),
         (c.chat_postMessage(channel=world.empty.id, text="x"), "not_in_channel"),
         (c.chat_postMessage(channel=world.general.id, text=""), "no_text"),
-        (c.chat_postMessage(channel=world.general.id, text="x", metadata="{"), "invalid_metadata_format"),
+        (
+            c.chat_postMessage(channel=world.general.id, text="x", metadata=bad_meta),
+            "invalid_metadata_format",
+        ),
     ]
     for call, expected in cases:
         assert (await error_of("chat.postMessage", call))["error"] == expected
     no_scope = client_for(world.ws, world.ws.install_app("Mute", scopes=["users:read"]).bot_token)
-    data = await error_of("chat.postMessage", no_scope.chat_postMessage(channel=world.general.id, text="x"))
+    data = await error_of(
+        "chat.postMessage", no_scope.chat_postMessage(channel=world.general.id, text="x")
+    )
     assert data["error"] == "missing_scope"
     assert data["needed"] == "chat:write" and data["provided"] == "users:read"
 
@@ -131,7 +139,9 @@ async def test_chat_write_public_posts_to_public_channels_without_joining(world:
     app = world.ws.install_app("Public", scopes=["chat:write", "chat:write.public"])
     client = client_for(world.ws, app.bot_token)
     assert (await client.chat_postMessage(channel=world.empty.id, text="hello"))["ok"]
-    data = await error_of("chat.postMessage", client.chat_postMessage(channel=world.secret.id, text="x"))
+    data = await error_of(
+        "chat.postMessage", client.chat_postMessage(channel=world.secret.id, text="x")
+    )
     assert data["error"] == "channel_not_found"
 
 
@@ -200,9 +210,18 @@ async def test_replies_and_history_pagination_and_metadata_flag(world: World) ->
     page2 = await c.conversations_replies(
         channel=world.general.id, ts=parent["ts"], limit=3, cursor=cursor, include_all_metadata=True
     )
-    assert [m["text"] for m in page1["messages"] + page2["messages"]] == ["p", "0", "1", "2", "3", "4"]
+    assert [m["text"] for m in page1["messages"] + page2["messages"]] == [
+        "p",
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
     assert page2["has_more"] is False and page2["response_metadata"]["next_cursor"] == ""
-    full = await c.conversations_replies(channel=world.general.id, ts=parent["ts"], include_all_metadata=True)
+    full = await c.conversations_replies(
+        channel=world.general.id, ts=parent["ts"], include_all_metadata=True
+    )
     assert full["messages"][0]["metadata"] == meta
     hist = await c.conversations_history(channel=world.general.id, include_all_metadata=True)
     assert hist["messages"][0]["metadata"] == meta
@@ -231,9 +250,15 @@ async def test_update_and_delete(world: World, driver: Driver) -> None:
     assert unknown_keys(updated.data, recorded("api/chat.update.json")) == []
     person_msg = driver.post("alice", "general", "mine")
     cases = [
-        (c.chat_update(channel=world.general.id, ts=person_msg.ts, text="x"), "cant_update_message"),
+        (
+            c.chat_update(channel=world.general.id, ts=person_msg.ts, text="x"),
+            "cant_update_message",
+        ),
         (c.chat_update(channel=world.general.id, ts="1.000002", text="x"), "message_not_found"),
-        (c.chat_update(channel=world.general.id, ts=posted["ts"], text="y" * 40_001), "msg_too_long"),
+        (
+            c.chat_update(channel=world.general.id, ts=posted["ts"], text="y" * 40_001),
+            "msg_too_long",
+        ),
     ]
     for call, expected in cases:
         assert (await error_of("chat.update", call))["error"] == expected
@@ -256,7 +281,9 @@ async def test_deleting_a_parent_with_replies_leaves_a_tombstone(world: World) -
 
 
 async def test_post_ephemeral(world: World, driver: Driver) -> None:
-    resp = await world.client.chat_postEphemeral(channel=world.general.id, user=world.bob.id, text="psst")
+    resp = await world.client.chat_postEphemeral(
+        channel=world.general.id, user=world.bob.id, text="psst"
+    )
     assert unknown_keys(resp.data, recorded("api/chat.postEphemeral.json")) == []
     assert [e.text for e in driver.ephemerals("bob")] == ["psst"]
     assert driver.ephemerals("alice") == []
@@ -275,7 +302,11 @@ async def test_conversations_info_members_and_users_info(world: World) -> None:
     rest = await c.conversations_members(
         channel=world.general.id, cursor=members["response_metadata"]["next_cursor"]
     )
-    assert members["members"] + rest["members"] == [world.alice.id, world.bob.id, world.app.bot_user_id]
+    assert members["members"] + rest["members"] == [
+        world.alice.id,
+        world.bob.id,
+        world.app.bot_user_id,
+    ]
     user = await c.users_info(user=world.alice.id)
     assert user["user"]["is_admin"] is True and user["user"]["name"] == "alice"
     assert unknown_keys(user.data, recorded("api/users.info.json")) == []

@@ -9,18 +9,33 @@ rows) in one transaction; the effects are performed after commit (`agents/outbox
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agents.errors import OperationRejected
 from agents.plan import (
+    DEFAULT_MAX_ATTEMPTS,
+    TERMINAL_PLAN,
+    FormSpec,
     Outcome,
     Plan,
+    PlanProposal,
+    Question,
     Step,
+    new_steps,
+    validate_plan,
 )
 from agents.plan_operations import Operation, apply_operation
 from agents.plan_ops import apply_outcome, dispatch, with_status
 from agents.ports import Effect
+from storage import plans as store
+from storage.db import Database
+from storage.locks import ConversationLocks
+from storage.repository import mark_event_processed
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +105,219 @@ def start(plan: Plan, now: datetime) -> Decision:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# --- the thin async layer: lock, load, decide, store ------------------------------------
+
+Clock = Callable[[], datetime]
+AfterCommit = Callable[[list[Effect]], Awaitable[None]]
+
+
+class Reconciler:
+    """Runs `decide` for one conversation under its lock and stores the result.
+
+    One transaction per call: de-duplicate the event, load the plan, decide, write the
+    changed steps, the plan row and the outbox rows, commit. `after_commit` (e.g. the
+    outbox sender's wake-up) is called with the new effects once they are committed.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        locks: ConversationLocks | None = None,
+        clock: Clock = utcnow,
+        after_commit: AfterCommit | None = None,
+    ) -> None:
+        self.db = db
+        self.locks = locks or ConversationLocks()
+        self.clock = clock
+        self.after_commit = after_commit
+
+    async def start_plan(
+        self,
+        conversation_id: int,
+        proposal: PlanProposal,
+        *,
+        assignees: Collection[str],
+        disabled: Collection[str] = (),
+        max_parallel: int = 1,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> Decision:
+        """Validate and store a new plan, and dispatch its first step(s), in one transaction.
+
+        Raises `PlanValidationError` (nothing stored) or `OperationRejected` when the
+        conversation already has a plan that is not finished.
+        """
+        checked = validate_plan(proposal, assignees=assignees, disabled=disabled)
+        now = self.clock()
+        async with self.locks.conversation(self.db, conversation_id) as conn:
+            current = await store.load_latest_plan(conn, conversation_id)
+            if current is not None and current[0]["status"] not in TERMINAL_PLAN:
+                raise OperationRejected(
+                    f"this conversation already has a {current[0]['status']} plan; revise it "
+                    "(add_steps, edit_step, retry_step, skip_step) or cancel it first"
+                )
+            plan_id = await store.insert_plan(
+                conn,
+                conversation_id,
+                max_parallel=max_parallel,
+                max_attempts=max_attempts,
+                now=now,
+            )
+            plan = Plan(
+                id=plan_id,
+                conversation_id=conversation_id,
+                max_parallel=max_parallel,
+                max_attempts=max_attempts,
+                request=await store.request_text(conn, conversation_id),
+                steps=new_steps(checked),
+            )
+            decision = start(plan, now)
+            await store.insert_steps(
+                conn, plan_id, [_row(s, None, now) for s in decision.plan.steps]
+            )
+            await _write_plan_and_effects(conn, decision, now)
+        await self._after(decision)
+        return decision
+
+    async def reconcile(
+        self,
+        conversation_id: int,
+        *,
+        event_key: str | None = None,
+        outcomes: Sequence[Outcome] = (),
+        operations: Sequence[Operation] = (),
+        assignees: Collection[str] = (),
+        disabled: Collection[str] = (),
+    ) -> Decision | None:
+        """Apply what happened and dispatch what is ready; idempotent. None: no plan.
+
+        `event_key` (a Slack event id, or channel+ts) is recorded in the same
+        transaction: a repeated delivery of the same event applies nothing.
+        """
+        now = self.clock()
+        async with self.locks.conversation(self.db, conversation_id) as conn:
+            if event_key is not None and not await mark_event_processed(conn, event_key, now):
+                outcomes, operations = (), ()
+            rows = await store.load_latest_plan(conn, conversation_id)
+            if rows is None:
+                return None
+            before = plan_from_rows(*rows)
+            decision = decide(
+                before,
+                now,
+                outcomes=outcomes,
+                operations=operations,
+                assignees=assignees,
+                disabled=disabled,
+            )
+            if decision.changed:
+                await _store(conn, decision, now)
+        await self._after(decision)
+        return decision
+
+    async def plan(self, conversation_id: int) -> Plan | None:
+        """The conversation's newest plan as stored (a read; no lock)."""
+        async with self.db.read() as conn:
+            rows = await store.load_latest_plan(conn, conversation_id)
+        return plan_from_rows(*rows) if rows is not None else None
+
+    async def _after(self, decision: Decision) -> None:
+        if self.after_commit is not None and decision.effects:
+            await self.after_commit(decision.effects)
+
+
+async def _store(conn: AsyncConnection, decision: Decision, now: datetime) -> None:
+    before = decision.before
+    assert before is not None
+    old = before.steps
+    changed = decision.changed_steps()
+    updates = [
+        (_row(s, old[s.index - 1], now), old[s.index - 1].status, old[s.index - 1].attempts)
+        for s in changed
+        if s.index <= len(old)
+    ]
+    await store.update_steps(conn, before.id, updates)
+    await store.insert_steps(
+        conn, before.id, [_row(s, None, now) for s in changed if s.index > len(old)]
+    )
+    await _write_plan_and_effects(conn, decision, now)
+
+
+async def _write_plan_and_effects(conn: AsyncConnection, decision: Decision, now: datetime) -> None:
+    plan = decision.plan
+    was = decision.before.version if decision.before is not None else 0
+    await store.update_plan(
+        conn, plan.id, status=plan.status, version=plan.version, was_version=was, now=now
+    )
+    rows = [_effect_row(e) for e in decision.effects if e.kind != "update_plan_card"]
+    await store.enqueue_effects(conn, rows, now)
+    for card in (e for e in decision.effects if e.kind == "update_plan_card"):
+        await store.enqueue_card_refresh(
+            conn, key=card.key, conversation_id=card.conversation_id, payload=card.payload, now=now
+        )
+
+
+def _effect_row(effect: Effect) -> dict[str, Any]:
+    return {
+        "idempotency_key": effect.key,
+        "kind": effect.kind,
+        "conversation_id": effect.conversation_id,
+        "payload": effect.payload,
+        "available_at": effect.available_at,
+    }
+
+
+# --- rows <-> models ---------------------------------------------------------------------
+
+
+def _row(step: Step, was: Step | None, now: datetime) -> dict[str, Any]:
+    started = was is None or was.status != "in_progress"
+    return {
+        "index": step.index,
+        "title": step.title,
+        "assignee": step.assignee,
+        "input": step.input,
+        "wait_for": list(step.wait_for),
+        "on_failure": step.on_failure,
+        "form": step.form.model_dump() if step.form is not None else None,
+        "status": step.status,
+        "output_summary": step.output_summary,
+        "output_files": list(step.output_files),
+        "failure_reason": step.failure_reason,
+        "attempts": step.attempts,
+        "transient_failures": step.transient_failures,
+        "not_before": step.not_before,
+        "blocked_question": step.question.model_dump() if step.question is not None else None,
+        "started_at": now if step.status == "in_progress" and started else None,
+        "finished_at": now if step.status in ("done", "failed", "skipped") else None,
+    }
+
+
+def step_from_row(row: dict[str, Any]) -> Step:
+    """A stored row as a `Step` (trusted data: constructed without re-validation)."""
+    form = row["form"]
+    question = row["blocked_question"]
+    return Step.model_construct(
+        index=row["index"],
+        title=row["title"],
+        assignee=row["assignee"],
+        input=row["input"],
+        wait_for=tuple(row["wait_for"]),
+        on_failure=row["on_failure"],
+        form=FormSpec.model_validate(form) if form is not None else None,
+        status=row["status"],
+        output_summary=row["output_summary"],
+        output_files=tuple(row["output_files"]),
+        failure_reason=row["failure_reason"],
+        attempts=row["attempts"],
+        transient_failures=row["transient_failures"],
+        not_before=row["not_before"],
+        question=Question.model_validate(question) if question is not None else None,
+    )
+
+
+def plan_from_rows(plan: dict[str, Any], steps: list[dict[str, Any]]) -> Plan:
+    """A stored plan (see `storage.plans.load_latest_plan`) as a `Plan`."""
+    return Plan.model_construct(**plan, steps=tuple(step_from_row(r) for r in steps))

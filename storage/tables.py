@@ -164,6 +164,9 @@ class PlanStep(Base):
     output_files: Mapped[list[str]] = mapped_column(Json, default=list)
     failure_reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # transient failures so far, counted against the plan's max_attempts (a cancelled run
+    # is re-dispatched as a new attempt without counting)
+    transient_failures: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime | None] = mapped_column(Timestamp)
     blocked_question: Mapped[dict[str, Any] | None] = mapped_column(Json)
     dispatch_ts: Mapped[str | None] = mapped_column(String(32))

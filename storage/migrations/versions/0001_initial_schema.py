@@ -287,6 +287,7 @@ def upgrade() -> None:
         sa.Column("output_files", sa.JSON(), nullable=False),
         sa.Column("failure_reason", sa.Text(), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("transient_failures", sa.Integer(), nullable=False),
         sa.Column("not_before", sa.DateTime(timezone=True), nullable=True),
         sa.Column("blocked_question", sa.JSON(), nullable=True),
         sa.Column("dispatch_ts", sa.String(length=32), nullable=True),

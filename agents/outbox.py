@@ -1,0 +1,120 @@
+"""Delivers outbox rows through the port after their transaction committed.
+
+A row is claimed (leased) in one short transaction, performed with no lock held, then
+marked sent. A crash between commit and the side effect leaves the row pending: after
+the lease expires another sender (or this one, restarted) claims it again. A row claimed
+before (`attempts > 1`) may have been performed already – the crash may have come after
+the post and before "sent" – so the port is asked first (`already_performed`, e.g. a
+message with this key in its metadata is in the thread). That makes delivery exactly
+once as seen in the thread, across restarts and replicas.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from agents.errors import RunError
+from agents.ports import Effect, SideEffectPort
+from agents.reconciler import Clock, plan_from_rows, utcnow
+from storage import plans as store
+from storage.db import Database
+from storage.records import OutboxRecord
+from storage.repository import claim_effects, give_up_effect, mark_effect_done, retry_effect_later
+
+log = logging.getLogger(__name__)
+
+OnRetryDue = Callable[[int], Awaitable[object]]
+
+
+class OutboxSender:
+    """Claims due outbox rows and performs them through `port`.
+
+    `on_retry_due(conversation_id)` handles the `retry_due` timers (usually
+    `Reconciler.reconcile`); without it they are just marked sent.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        port: SideEffectPort,
+        *,
+        clock: Clock = utcnow,
+        lease: timedelta = timedelta(minutes=2),
+        max_attempts: int = 8,
+        batch: int = 20,
+        on_retry_due: OnRetryDue | None = None,
+    ) -> None:
+        self.db = db
+        self.port = port
+        self.clock = clock
+        self.lease = lease
+        self.max_attempts = max_attempts
+        self.batch = batch
+        self.on_retry_due = on_retry_due
+
+    async def deliver_due(self) -> int:
+        """Claim one batch of due rows and deliver them; how many were claimed."""
+        now = self.clock()
+        async with self.db.write() as conn:
+            records = await claim_effects(
+                conn, now=now, lease_until=now + self.lease, limit=self.batch
+            )
+        for record in records:
+            await self._deliver(record)
+        return len(records)
+
+    async def drain(self) -> int:
+        """Deliver until nothing is due; how many rows were claimed in all."""
+        total = 0
+        while claimed := await self.deliver_due():
+            total += claimed
+        return total
+
+    async def _deliver(self, record: OutboxRecord) -> None:
+        effect = await self._effect(record)
+        try:
+            if effect.kind == "retry_due":
+                if self.on_retry_due is not None:
+                    await self.on_retry_due(effect.conversation_id)
+            elif record.attempts > 1 and await self.port.already_performed(effect):
+                log.info("outbox %s was already performed; not repeating it", effect.key)
+            else:
+                await self.port.perform(effect)
+        except Exception as exc:  # the port is the network edge: any failure is retried
+            await self._failed(record, exc)
+            return
+        async with self.db.write() as conn:
+            await mark_effect_done(conn, record.id, self.clock())
+
+    async def _effect(self, record: OutboxRecord) -> Effect:
+        plan = None
+        if record.kind == store.CARD_KIND:
+            # the card shows the plan as it is now, which covers every coalesced change
+            async with self.db.read() as conn:
+                rows = await store.load_plan(conn, int(record.payload["plan_id"]))
+            plan = plan_from_rows(*rows) if rows is not None else None
+        return Effect(
+            key=record.idempotency_key,
+            kind=record.kind,  # type: ignore[arg-type]
+            conversation_id=record.conversation_id or 0,
+            payload=record.payload,
+            plan=plan,
+        )
+
+    async def _failed(self, record: OutboxRecord, exc: Exception) -> None:
+        retryable = not isinstance(exc, RunError) or exc.retryable
+        now = self.clock()
+        async with self.db.write() as conn:
+            if retryable and record.attempts < self.max_attempts:
+                await retry_effect_later(
+                    conn, record.id, error=str(exc), available_at=now + _backoff(record.attempts)
+                )
+            else:
+                log.warning("outbox %s failed for good: %s", record.idempotency_key, exc)
+                await give_up_effect(conn, record.id, error=str(exc))
+
+
+def _backoff(attempts: int) -> timedelta:
+    return min(timedelta(seconds=2 ** min(attempts, 10)), timedelta(minutes=5))

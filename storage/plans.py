@@ -1,0 +1,281 @@
+"""Plan and step persistence for the reconciler, in as few round trips as possible.
+
+Rows go in and out as plain dicts (the domain models live in `agents/`). Every write is
+guarded by what the reconciler read: a step row is updated only `WHERE status = :was AND
+attempts = :was_attempts` (so "mark dispatched" is `… WHERE status = 'pending'`), the plan
+row only `WHERE version = :was`, and dispatch effects go to the outbox under a unique
+idempotency key. A write that finds the data changed under it raises, so the whole
+transaction rolls back: the lock removes contention, the data makes the guarantee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.tables import Conversation, OutboxEntry, Plan, PlanStep
+
+plans_t: Table = Plan.__table__  # type: ignore[assignment]
+steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
+conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
+outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
+
+CARD_KIND = "update_plan_card"
+# step columns the reconciler reads and writes (besides plan_id and index)
+STEP_FIELDS = (
+    "title",
+    "assignee",
+    "input",
+    "wait_for",
+    "on_failure",
+    "form",
+    "status",
+    "output_summary",
+    "output_files",
+    "failure_reason",
+    "attempts",
+    "transient_failures",
+    "not_before",
+    "blocked_question",
+)
+MUTABLE_FIELDS = (
+    "title",
+    "input",
+    "status",
+    "output_summary",
+    "output_files",
+    "failure_reason",
+    "attempts",
+    "transient_failures",
+    "not_before",
+    "blocked_question",
+)
+
+
+class ConcurrentPlanChange(RuntimeError):
+    """The stored plan changed between read and write: the transaction must roll back."""
+
+
+def _plan_query(where: Any) -> Any:
+    return (
+        select(
+            plans_t.c.id.label("plan_id"),
+            plans_t.c.conversation_id.label("plan_conversation_id"),
+            plans_t.c.status.label("plan_status"),
+            plans_t.c.max_parallel.label("plan_max_parallel"),
+            plans_t.c.max_attempts.label("plan_max_attempts"),
+            plans_t.c.version.label("plan_version"),
+            conversations_t.c.request_text.label("plan_request"),
+            steps_t.c.index,
+            *(steps_t.c[name] for name in STEP_FIELDS),
+        )
+        .select_from(
+            plans_t.join(
+                conversations_t, conversations_t.c.id == plans_t.c.conversation_id
+            ).outerjoin(steps_t, steps_t.c.plan_id == plans_t.c.id)
+        )
+        .where(where)
+        .order_by(steps_t.c.index)
+    )
+
+
+_LATEST = select(func.max(plans_t.c.id)).where(
+    plans_t.c.conversation_id == bindparam("conversation_id")
+)
+_LOAD_LATEST = _plan_query(plans_t.c.id == _LATEST.scalar_subquery())
+_LOAD_BY_ID = _plan_query(plans_t.c.id == bindparam("plan_id"))
+
+PlanRows = tuple[dict[str, Any], list[dict[str, Any]]]
+
+
+def _split(rows: Sequence[Any]) -> PlanRows | None:
+    if not rows:
+        return None
+    first = rows[0]
+    plan = {
+        "id": first["plan_id"],
+        "conversation_id": first["plan_conversation_id"],
+        "status": first["plan_status"],
+        "max_parallel": first["plan_max_parallel"],
+        "max_attempts": first["plan_max_attempts"],
+        "version": first["plan_version"],
+        "request": first["plan_request"],
+    }
+    steps = [dict(r) for r in rows if r["index"] is not None]
+    return plan, steps
+
+
+async def load_latest_plan(conn: AsyncConnection, conversation_id: int) -> PlanRows | None:
+    """The conversation's newest plan and its steps (by index), in one statement."""
+    result = await conn.execute(_LOAD_LATEST, {"conversation_id": conversation_id})
+    return _split(list(result.mappings()))
+
+
+async def load_plan(conn: AsyncConnection, plan_id: int) -> PlanRows | None:
+    """A plan and its steps by id, in one statement."""
+    result = await conn.execute(_LOAD_BY_ID, {"plan_id": plan_id})
+    return _split(list(result.mappings()))
+
+
+async def request_text(conn: AsyncConnection, conversation_id: int) -> str:
+    stmt = select(conversations_t.c.request_text).where(conversations_t.c.id == conversation_id)
+    return str(await conn.scalar(stmt) or "")
+
+
+async def insert_plan(
+    conn: AsyncConnection,
+    conversation_id: int,
+    *,
+    max_parallel: int,
+    max_attempts: int,
+    now: datetime,
+) -> int:
+    """A new plan row (status running, version 0); its id."""
+    stmt = (
+        insert(plans_t)
+        .values(
+            conversation_id=conversation_id,
+            status="running",
+            max_parallel=max_parallel,
+            max_attempts=max_attempts,
+            version=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .returning(plans_t.c.id)
+    )
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def insert_steps(conn: AsyncConnection, plan_id: int, rows: Sequence[dict[str, Any]]) -> None:
+    """New step rows (each with `index` and STEP_FIELDS, optionally started_at)."""
+    if rows:
+        await conn.execute(
+            insert(steps_t),
+            [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows],
+        )
+
+
+_UPDATE_STEP = (
+    update(steps_t)
+    .where(
+        steps_t.c.plan_id == bindparam("b_plan_id"),
+        steps_t.c.index == bindparam("b_index"),
+        steps_t.c.status == bindparam("b_was_status"),
+        steps_t.c.attempts == bindparam("b_was_attempts"),
+    )
+    .values(
+        **{name: bindparam(f"b_{name}") for name in MUTABLE_FIELDS},
+        started_at=func.coalesce(bindparam("b_started_at"), steps_t.c.started_at),
+        finished_at=bindparam("b_finished_at"),
+    )
+)
+
+
+async def update_steps(
+    conn: AsyncConnection, plan_id: int, changes: Sequence[tuple[dict[str, Any], str, int]]
+) -> None:
+    """Write changed steps, each guarded by (status, attempts) as read: `(row, was, was_n)`.
+
+    The dispatch of a step is thus `… WHERE status = 'pending' AND attempts = :n`.
+    Raises `ConcurrentPlanChange` when a row no longer matches what was read.
+    """
+    if not changes:
+        return
+    params = [
+        {f"b_{k}": row.get(k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index")}
+        | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
+        for row, was, was_attempts in changes
+    ]
+    result = await conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params)
+    sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
+    if sane and result.rowcount != len(params):
+        raise ConcurrentPlanChange(f"plan {plan_id}: a step changed under the reconciler")
+
+
+async def update_plan(
+    conn: AsyncConnection,
+    plan_id: int,
+    *,
+    status: str,
+    version: int,
+    was_version: int,
+    now: datetime,
+) -> None:
+    """Write the plan's status and version, guarded by the version that was read."""
+    result = await conn.execute(
+        update(plans_t)
+        .where(plans_t.c.id == plan_id, plans_t.c.version == was_version)
+        .values(status=status, version=version, updated_at=now)
+    )
+    if result.rowcount != 1:
+        raise ConcurrentPlanChange(f"plan {plan_id}: version {was_version} is gone")
+
+
+async def enqueue_effects(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]], now: datetime
+) -> None:
+    """Outbox rows (`idempotency_key`, `kind`, `conversation_id`, `payload`, `available_at`).
+
+    A plain insert: a duplicate key is an integrity error that rolls the transaction back.
+    """
+    if rows:
+        await conn.execute(
+            insert(outbox_t),
+            [
+                {"state": "pending", "attempts": 0, "created_at": now}
+                | r
+                | {"available_at": r.get("available_at") or now}
+                for r in rows
+            ],
+        )
+
+
+async def enqueue_card_refresh(
+    conn: AsyncConnection, *, key: str, conversation_id: int, payload: dict[str, Any], now: datetime
+) -> None:
+    """One plan-card refresh, unless one is already waiting that nobody has claimed.
+
+    The sender renders the plan as it is when it sends, so a waiting row covers every
+    later change: a busy plan costs one card update per delivery, not one per change.
+    """
+    waiting = exists().where(
+        outbox_t.c.conversation_id == conversation_id,
+        outbox_t.c.kind == CARD_KIND,
+        and_(outbox_t.c.state == "pending", outbox_t.c.attempts == 0),
+    )
+    values = select(
+        literal(key),
+        literal(CARD_KIND),
+        literal(conversation_id),
+        literal(payload, outbox_t.c.payload.type),
+        literal("pending"),
+        literal(0),
+        literal(now, outbox_t.c.available_at.type),
+        literal(now, outbox_t.c.created_at.type),
+    ).where(~waiting)
+    columns = [
+        "idempotency_key",
+        "kind",
+        "conversation_id",
+        "payload",
+        "state",
+        "attempts",
+        "available_at",
+        "created_at",
+    ]
+    await conn.execute(insert(outbox_t).from_select(columns, values))

@@ -1,0 +1,192 @@
+"""The locked, idempotent reconciler and the outbox, on a real SQLite file and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from agents.errors import OperationRejected, PlanValidationError
+from agents.outbox import OutboxSender
+from agents.plan import StepFailed, StepSucceeded
+from agents.reconciler import Reconciler
+from storage.db import Database
+from storage.plans import outbox_t, steps_t
+from tests.integration.reconcile_support import (
+    AGENTS,
+    Clock,
+    RecordingPort,
+    chain,
+    diamond,
+    finish_running,
+    new_conversation,
+    outbox_keys,
+    proposal,
+)
+
+
+async def test_start_plan_stores_steps_and_dispatches_the_first(db: Database) -> None:
+    cid = await new_conversation(db, "1.1", text="launch note")
+    reconciler = Reconciler(db, clock=Clock())
+    decision = await reconciler.start_plan(
+        cid, proposal({}, {"input": "for {{request}}: {{step_1.output_summary}}"}), assignees=AGENTS
+    )
+    plan = await reconciler.plan(cid)
+    assert plan is not None and plan == decision.plan
+    assert [s.status for s in plan.steps] == ["in_progress", "pending"]
+    assert plan.request == "launch note"
+    assert await outbox_keys(db) == [f"plan:{plan.id}:step:1:attempt:1", f"plan:{plan.id}:card:v1"]
+
+
+async def test_a_chain_runs_to_completion_with_one_dispatch_per_step(db: Database) -> None:
+    cid = await new_conversation(db, "1.2")
+    reconciler = Reconciler(db, clock=Clock())
+    await reconciler.start_plan(cid, chain(4), assignees=AGENTS)
+    for _ in range(4):
+        await finish_running(reconciler, cid)
+    plan = await reconciler.plan(cid)
+    assert plan is not None and plan.status == "completed"
+    assert [s.output_summary for s in plan.steps] == ["done 1", "done 2", "done 3", "done 4"]
+    keys = await outbox_keys(db, "post_dispatch")
+    assert keys == [f"plan:{plan.id}:step:{i}:attempt:1" for i in range(1, 5)]
+    assert await outbox_keys(db, "wake_commander") == [f"plan:{plan.id}:finished"]
+
+
+async def test_reconciling_again_changes_nothing_and_enqueues_nothing(db: Database) -> None:
+    cid = await new_conversation(db, "1.3")
+    reconciler = Reconciler(db, clock=Clock())
+    started = await reconciler.start_plan(cid, diamond(), assignees=AGENTS)
+    done = StepSucceeded(index=1, attempt=1, summary="x")
+    first = await reconciler.reconcile(cid, event_key="Ev1", outcomes=[done])
+    assert first is not None and first.changed
+    rows = await outbox_keys(db)
+    for again in (
+        await reconciler.reconcile(cid, event_key="Ev1", outcomes=[done]),  # same event
+        await reconciler.reconcile(cid, event_key="Ev2", outcomes=[done]),  # same outcome
+        await reconciler.reconcile(cid),  # nothing new
+    ):
+        assert again is not None and not again.changed and again.effects == []
+    assert await outbox_keys(db) == rows
+    plan = await reconciler.plan(cid)
+    assert plan is not None and plan.version == started.plan.version + 1
+
+
+async def test_stale_attempts_are_ignored(db: Database) -> None:
+    cid = await new_conversation(db, "1.4")
+    clock = Clock()
+    reconciler = Reconciler(db, clock=clock)
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
+    fail = StepFailed(index=1, attempt=1, reason="overloaded", retryable=True)
+    await reconciler.reconcile(cid, outcomes=[fail])
+    clock.advance(timedelta(minutes=5))
+    await reconciler.reconcile(cid)  # the backoff is over: attempt 2
+    late = StepSucceeded(index=1, attempt=1, summary="late result of attempt 1")
+    decision = await reconciler.reconcile(cid, outcomes=[late])
+    assert decision is not None and not decision.changed
+    plan = await reconciler.plan(cid)
+    assert plan is not None
+    assert (plan.steps[0].status, plan.steps[0].attempts) == ("in_progress", 2)
+
+
+async def test_validation_errors_store_nothing_and_one_running_plan_per_thread(
+    db: Database,
+) -> None:
+    cid = await new_conversation(db, "1.5")
+    reconciler = Reconciler(db, clock=Clock())
+    with pytest.raises(PlanValidationError):
+        await reconciler.start_plan(cid, proposal({"assignee": "ghost"}), assignees=AGENTS)
+    assert await reconciler.plan(cid) is None
+    await reconciler.start_plan(cid, chain(1), assignees=AGENTS)
+    with pytest.raises(OperationRejected, match="already has a running plan"):
+        await reconciler.start_plan(cid, chain(1), assignees=AGENTS)
+
+
+async def test_card_refreshes_coalesce_while_one_is_waiting(db: Database) -> None:
+    cid = await new_conversation(db, "1.6")
+    clock = Clock()
+    reconciler = Reconciler(db, clock=clock)
+    port = RecordingPort()
+    sender = OutboxSender(db, port, clock=clock)
+    await reconciler.start_plan(cid, chain(5), assignees=AGENTS)
+    for _ in range(3):
+        await finish_running(reconciler, cid)
+    assert len(await outbox_keys(db, "update_plan_card")) == 1  # three changes, one row
+    await sender.drain()
+    (card,) = [e for e in port.performed if e.kind == "update_plan_card"]
+    assert card.plan is not None and card.plan.version == 4  # rendered from the latest state
+    await finish_running(reconciler, cid)
+    assert len(await outbox_keys(db, "update_plan_card")) == 2
+
+
+async def test_outbox_delivers_each_effect_once(db: Database) -> None:
+    cid = await new_conversation(db, "1.7")
+    clock = Clock()
+    port = RecordingPort()
+    sender = OutboxSender(db, port, clock=clock)
+    reconciler = Reconciler(db, clock=clock)
+    await reconciler.start_plan(cid, chain(3), assignees=AGENTS)
+    for _ in range(3):
+        await sender.drain()
+        await finish_running(reconciler, cid)
+    await sender.drain()
+    assert await sender.drain() == 0
+    performed = [e.key for e in port.performed]
+    assert len(performed) == len(set(performed))
+    assert set(performed) == set(await outbox_keys(db))
+    first = port.performed[0]
+    assert first.kind == "post_dispatch"
+    assert first.payload["step"] == 1 and first.payload["attempt"] == 1
+    assert port.checked == []  # nothing was redelivered, so nothing had to be checked
+
+
+async def test_transient_failure_backs_off_through_an_outbox_timer(db: Database) -> None:
+    cid = await new_conversation(db, "1.8")
+    clock = Clock()
+    reconciler = Reconciler(db, clock=clock)
+    sender = OutboxSender(db, RecordingPort(), clock=clock, on_retry_due=reconciler.reconcile)
+    await reconciler.start_plan(cid, chain(1), assignees=AGENTS)
+    await sender.drain()
+    fail = StepFailed(index=1, attempt=1, reason="429", retryable=True)
+    await reconciler.reconcile(cid, outcomes=[fail])
+    await sender.drain()  # the timer is not due yet
+    plan = await reconciler.plan(cid)
+    assert plan is not None and plan.steps[0].status == "pending"
+    clock.advance(timedelta(seconds=30))
+    await sender.drain()  # the timer fires a reconcile, which dispatches attempt 2
+    plan = await reconciler.plan(cid)
+    assert plan is not None
+    assert (plan.steps[0].status, plan.steps[0].attempts) == ("in_progress", 2)
+    assert f"plan:{plan.id}:step:1:attempt:2" in await outbox_keys(db, "post_dispatch")
+
+
+@pytest.mark.parametrize("shared_locks", [True, False])
+async def test_fifty_concurrent_reconciles_dispatch_each_ready_step_once(
+    db: Database, shared_locks: bool
+) -> None:
+    """50 deliveries of the same result at once; without shared in-process locks the
+    database lock alone must serialise them."""
+    cid = await new_conversation(db, "1.9")
+    shared = Reconciler(db, clock=Clock())
+    fan_out = proposal({}, *({"wait_for": [1]} for _ in range(5)))
+    await shared.start_plan(cid, fan_out, assignees=AGENTS, max_parallel=5)
+    done = StepSucceeded(index=1, attempt=1, summary="x")
+
+    async def deliver(i: int) -> None:
+        reconciler = shared if shared_locks else Reconciler(db, clock=Clock())
+        await reconciler.reconcile(cid, event_key=f"Ev{i}", outcomes=[done])
+
+    await asyncio.gather(*(deliver(i) for i in range(50)))
+    plan = await shared.plan(cid)
+    assert plan is not None
+    keys = await outbox_keys(db, "post_dispatch")
+    assert sorted(keys) == sorted(f"plan:{plan.id}:step:{i}:attempt:1" for i in range(1, 7))
+    assert [s.attempts for s in plan.steps] == [1] * 6
+    async with db.read() as conn:
+        in_progress = await conn.scalar(
+            select(func.count()).select_from(steps_t).where(steps_t.c.status == "in_progress")
+        )
+        total = await conn.scalar(select(func.count()).select_from(outbox_t))
+    assert in_progress == 5
+    assert total == 6 + 1  # six dispatches; the change coalesced into the waiting card row

@@ -185,7 +185,7 @@ class Driver:
 
         def check() -> bool:
             for m in self.state.thread(channel_id, ts)[1:]:
-                if from_ is not None and self._author_name(m) != from_.lstrip("@"):
+                if from_ is not None and from_.lstrip("@") not in self._author_names(m):
                     continue
                 if containing is not None and containing not in m.text + str(m.blocks or ""):
                     continue
@@ -204,13 +204,13 @@ class Driver:
             ) from None
         return found[0]
 
-    def _author_name(self, msg: Message) -> str:
-        if msg.username:
-            return msg.username
-        if msg.user:
-            return self.state.user_name(msg.user)
+    def _author_names(self, msg: Message) -> set[str]:
+        """Names a message can be awaited by: persona username, user name, app name."""
+        names = {msg.username or "", self.state.user_name(msg.user) if msg.user else ""}
         app = self.state.apps.get(msg.app_id or "")
-        return self.state.user_name(app.bot_user_id) if app else ""
+        if app is not None and not msg.username:
+            names |= {app.name, self.state.user_name(app.bot_user_id)}
+        return names - {""}
 
     async def deliveries_settled(self, timeout: float | None = None) -> None:
         """Await every event delivery having at least one attempt recorded."""

@@ -116,12 +116,10 @@ def render_block(state: WorkspaceState, block: Json, values: Json | None = None)
 def author(state: WorkspaceState, msg: Message) -> str:
     if msg.username:
         return msg.username
-    if msg.user:
-        return state.user_name(msg.user)
-    for app in state.apps.values():
-        if app.bot_id == msg.bot_id:
-            return app.name
-    return "unknown"
+    app = state.apps.get(msg.app_id or "")
+    if app is not None:  # Slack shows an app's messages under the app's name
+        return app.name
+    return state.user_name(msg.user) if msg.user else "unknown"
 
 
 def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> str:

@@ -1,0 +1,63 @@
+"""Rate limits: off by default; when on, HTTP 429 with Retry-After per method tier and for
+chat.postMessage per channel, as slack_sdk sees them."""
+
+from __future__ import annotations
+
+import pytest
+from slack_sdk.errors import SlackApiError
+
+from bot.workspace import LocalWorkspace
+from bot.workspace.ratelimit import TIER_PER_MINUTE, RateLimiter
+from tests.e2e.conftest import client_for
+
+
+async def test_rate_limits_are_off_by_default(workspace: LocalWorkspace) -> None:
+    app = workspace.install_app("Busy", scopes=["chat:write"])
+    channel = workspace.create_channel("general", [app])
+    client = client_for(workspace, app.bot_token)
+    for i in range(20):
+        await client.chat_postMessage(channel=channel.id, text=str(i))
+    assert workspace.rate_limiter.limited == []
+
+
+async def test_post_message_is_limited_per_channel_with_retry_after(
+    workspace: LocalWorkspace,
+) -> None:
+    workspace.rate_limiter.enabled = True
+    workspace.rate_limiter.channel_burst = 2
+    app = workspace.install_app("Busy", scopes=["chat:write"])
+    one = workspace.create_channel("one", [app])
+    two = workspace.create_channel("two", [app])
+    client = client_for(workspace, app.bot_token)  # no retry handler: the 429 surfaces
+    await client.chat_postMessage(channel=one.id, text="a")
+    await client.chat_postMessage(channel=one.id, text="b")
+    with pytest.raises(SlackApiError) as info:
+        await client.chat_postMessage(channel=one.id, text="c")
+    resp = info.value.response
+    assert resp.status_code == 429 and resp.data == {"ok": False, "error": "ratelimited"}
+    assert int(resp.headers["Retry-After"]) >= 1
+    # Another channel has its own allowance.
+    assert (await client.chat_postMessage(channel=two.id, text="d"))["ok"]
+
+
+def test_method_tiers_allow_a_minute_of_calls_then_refill() -> None:
+    now = [0.0]
+    limiter = RateLimiter(enabled=True, clock=lambda: now[0])
+    allowed = 0
+    while limiter.retry_after("chat.update", "A1", None) is None:
+        allowed += 1
+    assert allowed == TIER_PER_MINUTE["t3"]
+    assert limiter.retry_after("chat.update", "A2", None) is None  # per app
+    assert limiter.retry_after("views.open", "A1", None) is None  # per method
+    now[0] += 60 / TIER_PER_MINUTE["t3"]
+    assert limiter.retry_after("chat.update", "A1", None) is None
+    assert limiter.retry_after("chat.update", "A1", None) is not None
+
+
+def test_post_message_refills_about_one_per_second_per_channel() -> None:
+    now = [0.0]
+    limiter = RateLimiter(enabled=True, channel_burst=1, clock=lambda: now[0])
+    assert limiter.retry_after("chat.postMessage", "A1", "C1") is None
+    assert limiter.retry_after("chat.postMessage", "A1", "C1") == 1
+    now[0] += 1.0
+    assert limiter.retry_after("chat.postMessage", "A1", "C1") is None

@@ -1,0 +1,87 @@
+"""Run the local Slack-compatible workspace standalone.
+
+    python -m bot.workspace --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
+
+prints the Web API URL and each app's tokens, then lets you type as a person (see console.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+from bot.workspace.console import Console
+from bot.workspace.driver import Driver
+from bot.workspace.workspace import LocalWorkspace
+
+ALL_SCOPES = (
+    "app_mentions:read",
+    "channels:history",
+    "channels:read",
+    "chat:write",
+    "chat:write.customize",
+    "chat:write.public",
+    "commands",
+    "groups:history",
+    "groups:read",
+    "metadata.message:read",
+    "users:read",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bot.workspace", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=3333)
+    parser.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="NAME=REQUEST_URL",
+        help="install an app whose events, interactivity and /commands go to REQUEST_URL",
+    )
+    parser.add_argument(
+        "--command", action="append", default=[], help="slash command, e.g. /flotilla"
+    )
+    parser.add_argument(
+        "--people", default="alice,bob", help="comma-separated; the first is an admin"
+    )
+    parser.add_argument("--channel", default="general")
+    parser.add_argument("--rate-limits", action="store_true", help="answer 429 like Slack does")
+    parser.add_argument("--no-console", action="store_true", help="serve only; do not read stdin")
+    return parser.parse_args(argv)
+
+
+async def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ws = LocalWorkspace(rate_limits=args.rate_limits)
+    await ws.start(args.host, args.port)
+    names = [n.strip() for n in args.people.split(",") if n.strip()] or ["alice"]
+    people = [ws.add_person(name, admin=i == 0) for i, name in enumerate(names)]
+    apps = []
+    for spec in args.app:
+        name, _, url = spec.partition("=")
+        commands: dict[str, str | None] = {c: None for c in args.command}
+        apps.append(ws.install_app(name, request_url=url or None, scopes=ALL_SCOPES,
+                                   commands=commands))  # fmt: skip
+    channel = ws.create_channel(args.channel, [*people, *apps])
+    print(f"Local Slack workspace {ws.state.team_name} ({ws.state.team_id})")
+    print(f"  Web API base URL: {ws.api_url}")
+    print(f"  #{channel.name} = {channel.id}; people: {', '.join(p.name for p in people)}")
+    for app in apps:
+        print(f"  app {app.name} ({app.app_id}) -> {app.request_url}")
+        print(f"    SLACK_BOT_TOKEN={app.bot_token}")
+        print(f"    SLACK_SIGNING_SECRET={app.signing_secret}")
+    try:
+        if args.no_console:
+            await asyncio.Event().wait()
+        else:
+            await Console(Driver(ws), people[0], channel).run()
+    finally:
+        await ws.stop()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())

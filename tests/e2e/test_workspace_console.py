@@ -1,0 +1,31 @@
+"""The terminal trial's console: typed lines become posts, mentions, replies and commands."""
+
+from __future__ import annotations
+
+from bot.workspace import Driver, LocalWorkspace
+from bot.workspace.console import Console
+from tests.e2e.conftest import Receiver, client_for
+
+
+async def test_console_posts_mentions_replies_and_shows_what_the_person_sees(
+    workspace: LocalWorkspace, driver: Driver, receiver: Receiver
+) -> None:
+    alice = workspace.add_person("alice")
+    app = workspace.install_app("Flotilla", request_url=receiver.url, commands={"/flotilla": None})
+    channel = workspace.create_channel("general", [alice, app])
+    lines: list[str] = []
+    console = Console(driver, alice, channel, out=lines.append)
+    assert await console.handle("@Flotilla plan a launch")
+    first = driver.thread("general", console.thread_ts or "")[0]
+    assert first.text == f"<@{app.bot_user_id}> plan a launch"
+    await client_for(workspace, app.bot_token).chat_postMessage(
+        channel=channel.id, thread_ts=first.ts, text="On it"
+    )
+    assert await console.handle("> thanks")
+    assert [m.text for m in driver.thread("general", first.ts)[1:]] == ["On it", "thanks"]
+    assert await console.handle("/flotilla status")
+    assert receiver.requests  # the command reached the app
+    console.show_new()
+    text = "\n".join(lines)
+    assert "@flotilla plan a launch" in text and "    Flotilla APP" in text and "On it" in text
+    assert not await console.handle(":quit")

@@ -14,7 +14,7 @@ As the commander (a turn with the `create_plan` tool) it recognises:
   summarise: researcher -> writer -> commander synthesis;
 - anything else: a short answer with `reply`.
 
-Markers in the request, copied into the input of the plan's first step:
+Markers in the request, copied into the first line of the plan's first step input:
 
 - `[fail transient]` – that step's run fails with a provider-style HTTP 503 (transient);
 - `[fail]` – that step's run fails with an HTTP 400 (a real failure);
@@ -22,7 +22,8 @@ Markers in the request, copied into the input of the plan's first step:
 - `[bad plan]` (commander only) – the first `create_plan` call is invalid (a step waits for
   a later one); the validation errors come back and the second call is corrected.
 
-The same markers written directly in a sub-agent's step input act on that step.
+The same markers on the first line of a sub-agent's step input act on that step (a marker
+inside a quoted request, e.g. from `{{request}}` on a later line, does not).
 
 Woken after a failure, the offline commander retries the failed step without its failure
 marker when it had one, and skips it otherwise; woken by a person's message containing
@@ -332,24 +333,26 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
 
 def _step_turn(messages: list[ModelMessage], info: AgentInfo, tools: set[str]) -> ModelResponse:
     task = _task(_prompt(messages))
+    # markers act on the step's own first line, not on a quoted request ({{request}})
+    own = task.splitlines()[0] if task else ""
     returns = _returns(messages)
     answer = next((r for r in returns if r.tool_name == "ask_user"), None)
     if not returns:
-        if FAIL_TRANSIENT in task:
+        if FAIL_TRANSIENT in own:
             raise ModelHTTPError.for_category(
                 ModelUnavailableError,
                 status_code=503,
                 model_name=MODEL_NAME,
                 body={"error": f"{PREFIX} simulated transient failure"},
             )
-        if FAIL in task:
+        if FAIL in own:
             raise ModelHTTPError.for_category(
                 ModelRequestRejectedError,
                 status_code=400,
                 model_name=MODEL_NAME,
                 body={"error": f"{PREFIX} simulated failure"},
             )
-        if ASK in task and "ask_user" in tools:
+        if ASK in own and "ask_user" in tools:
             headline = _headline(task)
             return _call(
                 "ask_user",
@@ -370,7 +373,7 @@ def _headline(task: str) -> str:
 
 def _final(info: AgentInfo, agent: str, task: str, answer: Any) -> ModelResponse:
     headline = _headline(task)
-    material = [line.strip() for line in task.splitlines()[1:] if line.strip()]
+    material = [_without_markers(line) for line in task.splitlines()[1:] if line.strip()]
     words = sorted({w.strip(".,:;()“”\"'").lower() for w in _without_markers(task).split()})
     terms = [w for w in words if len(w) > 5 and w.isalpha()][:6]
     lines = [f"{PREFIX} {agent}: {headline}"]
@@ -380,9 +383,11 @@ def _final(info: AgentInfo, agent: str, task: str, answer: Any) -> ModelResponse
     if terms:
         lines.append("- key terms: " + ", ".join(terms))
     message = "\n".join(lines)
-    summary = f"{agent} (offline) on “{headline[:120]}”" + (
-        f"; answer: {_answer_text(answer)[:120]}" if answer is not None else ""
-    )
+    summary = f"{agent} (offline) on “{headline[:120]}”"
+    if answer is not None:
+        summary += f"; answer: {_answer_text(answer)[:120]}"
+    if material:
+        summary += f"; input ended with: {material[-1][:120]}"
     if any(t.name == "final_result" for t in info.output_tools):
         return _call("final_result", {"message": message, "summary": summary})
     return ModelResponse(parts=[TextPart(message)], model_name=MODEL_NAME)

@@ -105,8 +105,10 @@ class Console:
     async def _watch(self) -> None:
         while True:
             self.show_new()
-            version = self.driver.state.version
-            await self.driver.state.wait_for(lambda: self.driver.state.version != version, 3600)
+            await self.driver.state.wait_for(self._changed_since(self.driver.state.version), 3600)
+
+    def _changed_since(self, version: int) -> Callable[[], bool]:
+        return lambda: self.driver.state.version != version
 
 
 def _ts(msg: Message) -> float:

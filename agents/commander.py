@@ -41,15 +41,8 @@ from agents.plan import (
     validate_plan,
 )
 from agents.registry import AgentSpec
-from agents.runtime import (
-    DEFAULT_LIMITS,
-    RunJob,
-    RunLimits,
-    RunSession,
-    load_messages,
-    step_prompt,
-    utc_now,
-)
+from agents.runtime import RunJob, drive, step_prompt
+from agents.session import DEFAULT_LIMITS, Clock, RunLimits, RunSession, load_messages, utc_now
 from storage import repository
 from storage.db import Database
 
@@ -266,7 +259,7 @@ async def commander_turn(
     wake: CommanderWake | None = None,
     limits: RunLimits = DEFAULT_LIMITS,
     plan_retries: int = 3,
-    now: Any = utc_now,
+    now: Clock = utc_now,
 ) -> CommanderTurn:
     """Run one commander turn for `job` (its `input` is the new message) and return proposals.
 
@@ -289,8 +282,8 @@ async def commander_turn(
     deps = CommanderDeps(assignees=assignees, thread=list(thread))
     session = RunSession(db, job, COMMANDER, model_label(model), now, stored if history else None)
     prompt = None if history else commander_prompt(job, thread, wake)
-    _output, messages = await session.drive(
-        agent, model, deps, limits, prompt=prompt, history=history, deferred=None
+    _output, messages = await drive(
+        session, agent, model, deps, limits, prompt=prompt, history=history, deferred=None
     )
     await session.close("finished", messages)
     return turn_from_history(messages)

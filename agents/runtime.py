@@ -13,9 +13,8 @@ the orchestrator re-dispatches the first kind and applies `on_failure` to the se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -37,7 +36,6 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelResponse,
     TextPart,
     ToolCallPart,
@@ -46,25 +44,36 @@ from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.toolsets import AbstractToolset
-from pydantic_ai.usage import RunUsage, UsageLimits
 
 from agents.errors import PermanentError, RunError, TransientError
-from agents.models import model_label, resolve_model
+from agents.models import model_label
 from agents.plan import FormSpec
 from agents.registry import AgentSpec
+from agents.session import (
+    DEFAULT_LIMITS,
+    Clock,
+    RunLimits,
+    RunSession,
+    load_messages,
+    utc_now,
+)
 from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_thread
 from agents.tools.context import RunDeps, RunJob
 from storage import repository
 from storage.db import Database
+from storage.records import AgentRunRecord
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "RunDeps",
     "RunJob",
     "RunLimits",
+    "RunSession",
     "StepQuestion",
     "StepReport",
     "StepRunResult",
     "classify_error",
+    "drive",
     "resume_step",
     "run_step",
 ]
@@ -73,11 +82,6 @@ SUMMARY_MAX_CHARS = 500
 THREAD_CONTEXT_MESSAGES = 20
 THREAD_CONTEXT_CHARS = 400
 FINAL_RESULT = "final_result"
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 # --- what a run returns -------------------------------------------------------------------
@@ -112,26 +116,6 @@ class StepQuestion:
     question: str
     form: FormSpec | None
     tool_call_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunLimits:
-    """Per-run caps. `total_tokens` counts across resumes of the same run."""
-
-    total_tokens: int | None = 200_000
-    requests: int = 30
-    tool_calls: int | None = 60
-    timeout_s: float | None = 600.0
-
-    def usage_limits(self) -> UsageLimits:
-        return UsageLimits(
-            request_limit=self.requests,
-            tool_calls_limit=self.tool_calls,
-            total_tokens_limit=self.total_tokens,
-        )
-
-
-DEFAULT_LIMITS = RunLimits()
 
 
 def bounded_summary(summary: str, message: str, limit: int = SUMMARY_MAX_CHARS) -> str:
@@ -193,15 +177,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 # --- message history ----------------------------------------------------------------------
-
-
-def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
-    """A JSON-safe form of a message history, for `agent_runs.messages`."""
-    return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
-
-
-def load_messages(data: list[Any]) -> list[ModelMessage]:
-    return list(ModelMessagesTypeAdapter.validate_python(data))
 
 
 def pending_question(messages: Sequence[ModelMessage]) -> StepQuestion | None:
@@ -399,11 +374,11 @@ async def _drive_step(
     prompt: str | None,
     history: list[ModelMessage] | None,
     deferred: DeferredToolResults | None,
-    previous: Any,
+    previous: AgentRunRecord | None,
 ) -> StepRunResult | StepQuestion:
     session = RunSession(db, job, spec.name, model_label(model), now, previous)
-    output, messages = await session.drive(
-        agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
+    output, messages = await drive(
+        session, agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
     )
     if isinstance(output, DeferredToolRequests):
         question = pending_question(messages)
@@ -416,109 +391,21 @@ async def _drive_step(
     return _result(output, deps.files)
 
 
-class RunSession:
-    """Stores one run's history after each model turn, and its usage when it stops."""
-
-    def __init__(
-        self,
-        db: Database,
-        job: RunJob,
-        agent_name: str,
-        model: str,
-        now: Clock,
-        previous: Any = None,
-    ) -> None:
-        self.db, self.job, self.agent_name, self.model, self.now = db, job, agent_name, model, now
-        # tokens spent before this drive (earlier drives of the same session)
-        self.before = RunUsage(
-            input_tokens=getattr(previous, "input_tokens", 0),
-            output_tokens=getattr(previous, "output_tokens", 0),
+async def drive(
+    session: RunSession,
+    agent: Agent[Any, Any],
+    model: Model | str,
+    deps: Any,
+    limits: RunLimits,
+    *,
+    prompt: str | None,
+    history: list[ModelMessage] | None,
+    deferred: DeferredToolResults | None,
+) -> tuple[Any, list[ModelMessage]]:
+    """`session.drive`, with every failure turned into `TransientError` or `PermanentError`."""
+    try:
+        return await session.drive(
+            agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
         )
-        self.usage = RunUsage(
-            input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
-        )
-
-    async def drive(
-        self,
-        agent: Agent[Any, Any],
-        model: Model | str,
-        deps: Any,
-        limits: RunLimits,
-        *,
-        prompt: str | None,
-        history: list[ModelMessage] | None,
-        deferred: DeferredToolResults | None,
-    ) -> tuple[Any, list[ModelMessage]]:
-        """Run `agent` to its end, saving the history whenever it grows; classify failures."""
-        messages: list[ModelMessage] = list(history or [])
-        saved = len(messages)
-        resolved = resolve_model(model) if isinstance(model, str) else model
-        try:
-            async with agent.iter(
-                prompt,
-                message_history=history,
-                deferred_tool_results=deferred,
-                deps=deps,
-                model=resolved,
-                usage_limits=limits.usage_limits(),
-                usage=RunUsage(
-                    input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
-                ),
-                timeout=limits.timeout_s,
-            ) as run:
-                async for _node in run:
-                    messages = list(run.all_messages())
-                    self.usage = run.usage
-                    if len(messages) > saved:
-                        await self.save("running", messages)
-                        saved = len(messages)
-                assert run.result is not None
-                self.usage = run.usage
-                return run.result.output, list(run.result.all_messages())
-        except Exception as exc:
-            error = classify_error(exc)
-            await self.close("failed", messages)
-            raise error from exc
-
-    async def save(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        async with self.db.write() as conn:
-            await self._save(conn, status, messages)
-
-    async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        """Store the final status and record this drive's tokens in the usage ledger."""
-        spent_in = self.usage.input_tokens - self.before.input_tokens
-        spent_out = self.usage.output_tokens - self.before.output_tokens
-        async with self.db.write() as conn:
-            await self._save(conn, status, messages)
-            if spent_in or spent_out:
-                await repository.record_usage(
-                    conn,
-                    team_id=self.job.team_id,
-                    channel_id=self.job.channel_id,
-                    plan_id=self.job.plan_id,
-                    step_index=self.job.step_index,
-                    agent_name=self.agent_name,
-                    model=self.model,
-                    input_tokens=spent_in,
-                    output_tokens=spent_out,
-                    now=self.now(),
-                )
-        self.before = RunUsage(
-            input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
-        )
-
-    async def _save(self, conn: Any, status: str, messages: Sequence[ModelMessage]) -> None:
-        await repository.save_run(
-            conn,
-            run_key=self.job.run_key,
-            agent_name=self.agent_name,
-            model=self.model,
-            status=status,
-            messages=dump_messages(messages),
-            now=self.now(),
-            conversation_id=self.job.conversation_id,
-            plan_id=self.job.plan_id,
-            step_index=self.job.step_index,
-            input_tokens=self.usage.input_tokens,
-            output_tokens=self.usage.output_tokens,
-        )
+    except Exception as exc:
+        raise classify_error(exc) from exc

@@ -1,0 +1,176 @@
+"""Crash-safe agent sessions: a run's message history stored at every model turn, and its usage.
+
+`RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
+grows (one small write transaction per model turn), so a run interrupted by a crash is
+continued from the last stored turn. `close` stores the final status and records the
+tokens spent in the usage ledger with workspace, channel, plan, step, agent and model.
+Failures are stored as `failed` and re-raised unchanged; `agents.runtime` classifies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.models import Model
+from pydantic_ai.tools import DeferredToolResults
+from pydantic_ai.usage import RunUsage, UsageLimits
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agents.models import resolve_model
+from agents.tools.context import RunJob
+from storage import repository
+from storage.db import Database
+from storage.records import AgentRunRecord
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """Per-run caps. `total_tokens` counts across resumes of the same run."""
+
+    total_tokens: int | None = 200_000
+    requests: int = 30
+    tool_calls: int | None = 60
+    timeout_s: float | None = 600.0
+
+    def usage_limits(self) -> UsageLimits:
+        return UsageLimits(
+            request_limit=self.requests,
+            tool_calls_limit=self.tool_calls,
+            total_tokens_limit=self.total_tokens,
+        )
+
+
+DEFAULT_LIMITS = RunLimits()
+
+
+def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
+    """A JSON-safe form of a message history, for `agent_runs.messages`."""
+    return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
+
+
+def load_messages(data: list[Any]) -> list[ModelMessage]:
+    return list(ModelMessagesTypeAdapter.validate_python(data))
+
+
+class RunSession:
+    """Stores one run's history after each model turn, and its usage when it stops."""
+
+    def __init__(
+        self,
+        db: Database,
+        job: RunJob,
+        agent_name: str,
+        model: str,
+        now: Clock,
+        previous: AgentRunRecord | None = None,
+    ) -> None:
+        self.db, self.job, self.agent_name, self.model, self.now = db, job, agent_name, model, now
+        # tokens spent before this drive (earlier drives of the same session)
+        self.before = RunUsage(
+            input_tokens=previous.input_tokens if previous else 0,
+            output_tokens=previous.output_tokens if previous else 0,
+        )
+        self.usage = RunUsage(
+            input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
+        )
+
+    async def drive(
+        self,
+        agent: Agent[Any, Any],
+        model: Model | str,
+        deps: Any,
+        limits: RunLimits,
+        *,
+        prompt: str | None,
+        history: list[ModelMessage] | None,
+        deferred: DeferredToolResults | None,
+    ) -> tuple[Any, list[ModelMessage]]:
+        """Run `agent` to its end, saving the history whenever it grows.
+
+        Returns the output and the full history. On failure the run is stored as `failed`
+        (with the tokens it spent) and the exception is re-raised as it came.
+        """
+        messages: list[ModelMessage] = list(history or [])
+        saved = len(messages)
+        resolved = resolve_model(model) if isinstance(model, str) else model
+        try:
+            async with agent.iter(
+                prompt,
+                message_history=history,
+                deferred_tool_results=deferred,
+                deps=deps,
+                model=resolved,
+                usage_limits=limits.usage_limits(),
+                usage=RunUsage(
+                    input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
+                ),
+                timeout=limits.timeout_s,
+            ) as run:
+                async for _node in run:
+                    messages = list(run.all_messages())
+                    self.usage = run.usage
+                    if len(messages) > saved:
+                        await self.save("running", messages)
+                        saved = len(messages)
+                assert run.result is not None
+                self.usage = run.usage
+                return run.result.output, list(run.result.all_messages())
+        except Exception:
+            await self.close("failed", messages)
+            raise
+
+    async def save(self, status: str, messages: Sequence[ModelMessage]) -> None:
+        async with self.db.write() as conn:
+            await self._save(conn, status, messages)
+
+    async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
+        """Store the final status and record this drive's tokens in the usage ledger."""
+        spent_in = self.usage.input_tokens - self.before.input_tokens
+        spent_out = self.usage.output_tokens - self.before.output_tokens
+        async with self.db.write() as conn:
+            await self._save(conn, status, messages)
+            if spent_in or spent_out:
+                await repository.record_usage(
+                    conn,
+                    team_id=self.job.team_id,
+                    channel_id=self.job.channel_id,
+                    plan_id=self.job.plan_id,
+                    step_index=self.job.step_index,
+                    agent_name=self.agent_name,
+                    model=self.model,
+                    input_tokens=spent_in,
+                    output_tokens=spent_out,
+                    now=self.now(),
+                )
+        self.before = RunUsage(
+            input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
+        )
+
+    async def _save(
+        self, conn: AsyncConnection, status: str, messages: Sequence[ModelMessage]
+    ) -> None:
+        await repository.save_run(
+            conn,
+            run_key=self.job.run_key,
+            agent_name=self.agent_name,
+            model=self.model,
+            status=status,
+            messages=dump_messages(messages),
+            now=self.now(),
+            conversation_id=self.job.conversation_id,
+            plan_id=self.job.plan_id,
+            step_index=self.job.step_index,
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+        )

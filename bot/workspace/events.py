@@ -14,11 +14,14 @@ import re
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from bot.workspace.state import InstalledApp, Json, Message, WorkspaceState, message_json, new_id
+
+if TYPE_CHECKING:
+    from bot.workspace.socket_mode import SocketHub
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 SLACK_RETRY_DELAYS = (0.0, 60.0, 300.0)  # "nearly immediately, 1 minute, 5 minutes"
@@ -100,6 +103,7 @@ class EventDispatcher:
         self.duplicates = 0  # extra identical copies of each event, for fault injection
         self.deliveries: list[Delivery] = []
         self.session: aiohttp.ClientSession | None = None
+        self.socket_hub: SocketHub | None = None  # set by the workspace
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ----- which apps get what -------------------------------------------------------------
@@ -215,16 +219,16 @@ class EventDispatcher:
 
     def send(self, app: InstalledApp, event: Json) -> Delivery | None:
         """Queue the delivery of one event to one app (no-op when the app has no URL)."""
-        if not app.request_url:
+        if not app.request_url and not app.socket_mode:
             return None
         delivery = Delivery("event", app.app_id, "", self.envelope(app, event))
         delivery.event_id = delivery.payload["event_id"]
         self.deliveries.append(delivery)
-        self.spawn(self._deliver(app, app.request_url, delivery))
+        self.spawn(self._deliver(app, delivery))
         for _ in range(self.duplicates):
             twin = Delivery("event", app.app_id, delivery.event_id, delivery.payload)
             self.deliveries.append(twin)
-            self.spawn(self._deliver(app, app.request_url, twin))
+            self.spawn(self._deliver(app, twin))
         return delivery
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -232,23 +236,33 @@ class EventDispatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _deliver(self, app: InstalledApp, url: str, delivery: Delivery) -> None:
-        assert self.session is not None, "workspace not started"
-        body = json.dumps(delivery.payload).encode()
-        headers: dict[str, str] = {}
-        for retry in range(len(self.retry_delays) + 1):
-            attempt = await signed_post(
-                self.session, app, url, body, "application/json", self.ack_timeout, headers
+    async def _attempt(
+        self, app: InstalledApp, delivery: Delivery, retry: int, reason: str | None
+    ) -> Attempt:
+        if app.socket_mode:
+            assert self.socket_hub is not None, "workspace not started"
+            return await self.socket_hub.send(
+                app, "events_api", delivery.payload, self.ack_timeout, retry, reason
             )
+        assert self.session is not None and app.request_url, "workspace not started"
+        headers: dict[str, str] = {}
+        if retry:
+            headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": reason or ""}
+        body = json.dumps(delivery.payload).encode()
+        return await signed_post(
+            self.session, app, app.request_url, body, "application/json", self.ack_timeout, headers
+        )
+
+    async def _deliver(self, app: InstalledApp, delivery: Delivery) -> None:
+        reason: str | None = None
+        for retry in range(len(self.retry_delays) + 1):
+            attempt = await self._attempt(app, delivery, retry, reason)
             delivery.attempts.append(attempt)
             self.state.changed()
             if attempt.status == 200 or retry == len(self.retry_delays):
                 return
             await asyncio.sleep(self.retry_delays[retry])
-            headers = {
-                "X-Slack-Retry-Num": str(retry + 1),
-                "X-Slack-Retry-Reason": attempt.reason or "unknown_error",
-            }
+            reason = attempt.reason or "unknown_error"
 
     async def stop(self) -> None:
         tasks = list(self._tasks)

@@ -86,21 +86,30 @@ class Interactivity:
         self.response_targets[token] = ResponseTarget(app.app_id, channel, user, time.time(), **kw)
         return f"{self.ws.base_url}respond/{token}"
 
-    async def _send(self, app: InstalledApp, kind: str, payload: Json, body: bytes) -> Delivery:
-        assert self.ws.events.session is not None, "workspace not started"
-        url = app.interactivity_url or app.request_url
+    async def _send(
+        self, app: InstalledApp, kind: str, payload: Json, form: dict[str, str], url: str | None
+    ) -> Delivery:
+        """POST the form to the app (or send it over Socket Mode); one attempt, no retries."""
+        session = self.ws.events.session
+        assert session is not None, "workspace not started"
         delivery = Delivery(kind, app.app_id, "", payload)
         self.ws.events.deliveries.append(delivery)
-        if url:
+        if app.socket_mode:
+            socket_kind = "slash_commands" if kind == "slash_command" else "interactive"
+            attempt = await self.ws.socket_hub.send(app, socket_kind, payload, self.timeout)
+            delivery.attempts.append(attempt)
+        elif url:
+            body = urllib.parse.urlencode(form).encode()
             ctype = "application/x-www-form-urlencoded"
-            attempt = await signed_post(self.ws.events.session, app, url, body, ctype, self.timeout)
+            attempt = await signed_post(session, app, url, body, ctype, self.timeout)
             delivery.attempts.append(attempt)
         self.ws.state.changed()
         return delivery
 
     async def _send_payload(self, app: InstalledApp, payload: Json) -> Delivery:
-        body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
-        return await self._send(app, payload["type"], payload, body)
+        form = {"payload": json.dumps(payload)}
+        url = app.interactivity_url or app.request_url
+        return await self._send(app, payload["type"], payload, form, url)
 
     async def message_action(
         self, person: Person, app: InstalledApp, msg: Message, action: Json
@@ -234,18 +243,10 @@ class Interactivity:
             "trigger_id": ws.state.issue_trigger(person.id, app.app_id, ws.clock()),
         }
         url = app.commands.get(command) or app.request_url
-        session = self.ws.events.session
-        assert session is not None, "workspace not started"
-        delivery = Delivery("slash_command", app.app_id, "", dict(form))
-        ws.events.deliveries.append(delivery)
-        if url:
-            body = urllib.parse.urlencode(form).encode()
-            ctype = "application/x-www-form-urlencoded"
-            attempt = await signed_post(session, app, url, body, ctype, self.timeout)
-            delivery.attempts.append(attempt)
-            if attempt.status == 200 and attempt.body.strip():
-                self.respond(response_url.rsplit("/", 1)[1], _command_answer(attempt.body))
-        ws.state.changed()
+        delivery = await self._send(app, "slash_command", dict(form), form, url)
+        attempt = delivery.attempts[-1] if delivery.attempts else None
+        if attempt is not None and attempt.status == 200 and attempt.body.strip():
+            self.respond(response_url.rsplit("/", 1)[1], _command_answer(attempt.body))
         return delivery
 
     def respond(self, token: str, body: Json) -> bool:

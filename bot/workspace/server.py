@@ -149,6 +149,8 @@ async def handle_api(request: web.Request) -> web.Response:
         token = token_of(request, args)
         if token is None:
             raise ApiError("not_authed")
+        if token.startswith("xapp-"):
+            return await _app_token_call(ws, name, token)
         app = ws.state.app_by_token(token)
         if app is None:
             raise ApiError("invalid_auth")
@@ -166,6 +168,20 @@ async def handle_api(request: web.Request) -> web.Response:
     return _answer({"ok": True, **result}, headers={"X-OAuth-Scopes": scopes})
 
 
+async def _app_token_call(ws: LocalWorkspace, name: str, token: str) -> web.Response:
+    """App-level tokens may only open Socket Mode connections."""
+    from bot.workspace.socket_mode import open_connection
+
+    app = ws.state.app_by_app_token(token)
+    if app is None:
+        raise ApiError("invalid_auth")
+    if name != "apps.connections.open":
+        raise ApiError("not_allowed_token_type")
+    result = await open_connection(ws, app)
+    ws.api_log.append((name, "ok"))
+    return _answer({"ok": True, **result})
+
+
 def _channel_key(args: dict[str, Any]) -> str | None:
     channel = args.get("channel")
     return str(channel) if channel else None
@@ -174,12 +190,19 @@ def _channel_key(args: dict[str, Any]) -> str | None:
 def build_app(ws: LocalWorkspace) -> web.Application:
     """The aiohttp application: Web API, response_url endpoint and a health check."""
     # Importing the method modules registers their handlers in METHODS.
-    from bot.workspace import interactivity, web_chat, web_conversations, web_views  # noqa: F401
+    from bot.workspace import (  # noqa: F401
+        interactivity,
+        socket_mode,
+        web_chat,
+        web_conversations,
+        web_views,
+    )
 
     app = web.Application()
     app[WORKSPACE] = ws
     app.router.add_route("*", "/api/{method}", handle_api)
     app.router.add_post("/respond/{token}", interactivity.handle_response_url)
+    app.router.add_get("/link/", socket_mode.handle_socket)
     app.router.add_get("/", _health)
     return app
 

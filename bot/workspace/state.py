@@ -55,6 +55,8 @@ class InstalledApp:
     interactivity_url: str | None
     commands: dict[str, str]  # "/flotilla" -> request URL
     created: int
+    socket_mode: bool = False  # deliveries go over the Socket Mode WebSocket, not HTTP
+    app_token: str | None = None  # xapp- token for apps.connections.open
 
     def bot_profile(self, team_id: str) -> Json:
         return {
@@ -249,6 +251,12 @@ class WorkspaceState:
     def app_by_token(self, token: str) -> InstalledApp | None:
         for app in self.apps.values():
             if secrets.compare_digest(app.bot_token, token):
+                return app
+        return None
+
+    def app_by_app_token(self, token: str) -> InstalledApp | None:
+        for app in self.apps.values():
+            if app.app_token and secrets.compare_digest(app.app_token, token):
                 return app
         return None
 

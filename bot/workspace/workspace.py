@@ -15,6 +15,7 @@ from bot.workspace.events import SLACK_RETRY_DELAYS, EventDispatcher
 from bot.workspace.interactivity import Interactivity
 from bot.workspace.ratelimit import RateLimiter
 from bot.workspace.server import build_app
+from bot.workspace.socket_mode import SocketHub
 from bot.workspace.state import Channel, InstalledApp, Person, WorkspaceState, new_id
 
 DEFAULT_SCOPES = (
@@ -48,6 +49,8 @@ class LocalWorkspace:
             self.state, ack_timeout=ack_timeout, retry_delays=retry_delays
         )
         self.interactivity = Interactivity(self, timeout=ack_timeout)
+        self.socket_hub = SocketHub()
+        self.events.socket_hub = self.socket_hub
         self.rate_limiter = RateLimiter(enabled=rate_limits)
         self.api_log: list[tuple[str, str]] = []  # (method, "ok" or error) of every Web API call
         self._runner: web.AppRunner | None = None
@@ -72,6 +75,7 @@ class LocalWorkspace:
 
     async def stop(self) -> None:
         await self.events.stop()
+        await self.socket_hub.close_all()
         if self.events.session is not None:
             await self.events.session.close()
         if self._runner is not None:
@@ -92,10 +96,12 @@ class LocalWorkspace:
         bot_events: Iterable[str] = DEFAULT_EVENTS,
         commands: dict[str, str | None] | None = None,
         signing_secret: str | None = None,
+        socket_mode: bool = False,
     ) -> InstalledApp:
         """Install an app with its own bot user and credentials.
 
-        `commands` maps "/cmd" to the URL Slack posts it to (None = the request URL)."""
+        `commands` maps "/cmd" to the URL Slack posts it to (None = the request URL). With
+        `socket_mode` the app gets an `app_token` and receives everything over its WebSocket."""
         app = InstalledApp(
             app_id=new_id("A"),
             name=name,
@@ -111,6 +117,8 @@ class LocalWorkspace:
             interactivity_url=interactivity_url,
             commands={cmd: url or request_url or "" for cmd, url in (commands or {}).items()},
             created=int(time.time()),
+            socket_mode=socket_mode,
+            app_token=_app_token() if socket_mode else None,
         )
         self.state.add_app(app)
         return app
@@ -139,3 +147,8 @@ def _user_id(member: Person | InstalledApp | str) -> str:
     if isinstance(member, Person):
         return member.id
     return member
+
+
+def _app_token() -> str:
+    app_part = "A" + secrets.token_hex(5).upper()
+    return f"xapp-1-{app_part}-{secrets.randbelow(10**13)}-{secrets.token_hex(32)}"

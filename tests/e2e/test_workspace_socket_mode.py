@@ -25,12 +25,12 @@ async def socket_app(workspace: LocalWorkspace, driver: Driver) -> AsyncIterator
     client = AsyncWebClient(token=installed.bot_token, base_url=workspace.api_url)
     assert installed.app_token is not None
     handler = AsyncSocketModeHandler(tiny_app(installed, client), installed.app_token)
-    await handler.connect_async()
+    await handler.connect_async()  # type: ignore[no-untyped-call]
     try:
         await driver.wait_for(lambda: workspace.socket_hub.connected(installed), what="connect")
         yield installed
     finally:
-        await handler.close_async()
+        await handler.close_async()  # type: ignore[no-untyped-call]
 
 
 async def test_bolt_over_socket_mode_answers_and_validates_a_modal(

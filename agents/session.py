@@ -2,8 +2,9 @@
 
 `RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
 grows (one small write transaction per model turn), so a run interrupted by a crash is
-continued from the last stored turn. `close` stores the final status and records the
-tokens spent in the usage ledger with workspace, channel, plan, step, agent and model.
+continued from the last stored turn. Each save also records the tokens spent since the
+previous one in the usage ledger (workspace, channel, plan, step, agent, model), in the same
+transaction, so the ledger and the stored history never disagree, even after a crash.
 Failures are stored as `failed` and re-raised unchanged; `agents.runtime` classifies them.
 """
 
@@ -64,7 +65,7 @@ def load_messages(data: list[Any]) -> list[ModelMessage]:
 
 
 class RunSession:
-    """Stores one run's history after each model turn, and its usage when it stops."""
+    """Stores one run's history and the tokens it spent, after each model turn."""
 
     def __init__(
         self,
@@ -76,14 +77,9 @@ class RunSession:
         previous: AgentRunRecord | None = None,
     ) -> None:
         self.db, self.job, self.agent_name, self.model, self.now = db, job, agent_name, model, now
-        # tokens spent before this drive (earlier drives of the same session)
-        self.before = RunUsage(
-            input_tokens=previous.input_tokens if previous else 0,
-            output_tokens=previous.output_tokens if previous else 0,
-        )
-        self.usage = RunUsage(
-            input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
-        )
+        # tokens of this session already stored with its history and in the usage ledger
+        self.recorded = (previous.input_tokens, previous.output_tokens) if previous else (0, 0)
+        self.usage = RunUsage(input_tokens=self.recorded[0], output_tokens=self.recorded[1])
 
     async def drive(
         self,
@@ -112,9 +108,8 @@ class RunSession:
                 deps=deps,
                 model=resolved,
                 usage_limits=limits.usage_limits(),
-                usage=RunUsage(
-                    input_tokens=self.before.input_tokens, output_tokens=self.before.output_tokens
-                ),
+                # the session's earlier tokens count against this drive's limits too
+                usage=RunUsage(input_tokens=self.recorded[0], output_tokens=self.recorded[1]),
                 timeout=limits.timeout_s,
             ) as run:
                 async for _node in run:
@@ -135,31 +130,28 @@ class RunSession:
             await self._save(conn, status, messages)
 
     async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        """Store the final status and record this drive's tokens in the usage ledger."""
-        spent_in = self.usage.input_tokens - self.before.input_tokens
-        spent_out = self.usage.output_tokens - self.before.output_tokens
-        async with self.db.write() as conn:
-            await self._save(conn, status, messages)
-            if spent_in or spent_out:
-                await repository.record_usage(
-                    conn,
-                    team_id=self.job.team_id,
-                    channel_id=self.job.channel_id,
-                    plan_id=self.job.plan_id,
-                    step_index=self.job.step_index,
-                    agent_name=self.agent_name,
-                    model=self.model,
-                    input_tokens=spent_in,
-                    output_tokens=spent_out,
-                    now=self.now(),
-                )
-        self.before = RunUsage(
-            input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
-        )
+        """Store the session's final status (and any tokens not recorded yet)."""
+        await self.save(status, messages)
 
     async def _save(
         self, conn: AsyncConnection, status: str, messages: Sequence[ModelMessage]
     ) -> None:
+        """History and the tokens spent since the last save, in one transaction (crash-safe)."""
+        spent_in = self.usage.input_tokens - self.recorded[0]
+        spent_out = self.usage.output_tokens - self.recorded[1]
+        if spent_in or spent_out:
+            await repository.record_usage(
+                conn,
+                team_id=self.job.team_id,
+                channel_id=self.job.channel_id,
+                plan_id=self.job.plan_id,
+                step_index=self.job.step_index,
+                agent_name=self.agent_name,
+                model=self.model,
+                input_tokens=spent_in,
+                output_tokens=spent_out,
+                now=self.now(),
+            )
         await repository.save_run(
             conn,
             run_key=self.job.run_key,
@@ -174,3 +166,4 @@ class RunSession:
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
         )
+        self.recorded = (self.usage.input_tokens, self.usage.output_tokens)

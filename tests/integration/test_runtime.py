@@ -141,18 +141,19 @@ async def test_usage_is_recorded_with_workspace_channel_plan_step_agent_and_mode
 
     async with db.read() as conn:
         rows = (await conn.execute(select(repository.usage_t))).mappings().all()
-    assert len(rows) == 1
-    row = rows[0]
-    assert (row["team_id"], row["channel_id"], row["plan_id"], row["step_index"]) == (
-        "T1",
-        "C1",
-        job.plan_id,
-        2,
-    )
-    assert (row["agent_name"], row["model"]) == ("researcher", "function:scripted")
-    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+    assert rows  # one entry per stored model turn
+    for row in rows:
+        assert (row["team_id"], row["channel_id"], row["plan_id"], row["step_index"]) == (
+            "T1",
+            "C1",
+            job.plan_id,
+            2,
+        )
+        assert (row["agent_name"], row["model"]) == ("researcher", "function:scripted")
+    spent = (sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
+    assert spent[0] > 0 and spent[1] > 0
     run = await stored_run(db, job.run_key)
-    assert (run.input_tokens, run.output_tokens) == (row["input_tokens"], row["output_tokens"])
+    assert (run.input_tokens, run.output_tokens) == spent
 
 
 async def test_ask_user_suspends_the_run_and_the_answer_resumes_it_from_history(
@@ -218,6 +219,7 @@ async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db:
     stored = await stored_run(db, job.run_key)
     assert stored.status == "running"
     assert [m["kind"] for m in stored.messages] == ["request", "response"]
+    assert await ledger_total(db) == (stored.input_tokens, stored.output_tokens) != (0, 0)
 
     def after_restart(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         parts = last_parts(messages)
@@ -234,6 +236,15 @@ async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db:
         raise AssertionError("a finished run was run again")
 
     assert await run_step(db, job, SPEC, model=FunctionModel(never), now=clock) == result
+    finished = await stored_run(db, job.run_key)
+    assert await ledger_total(db) == (finished.input_tokens, finished.output_tokens)
+    assert finished.input_tokens > stored.input_tokens  # the resumed turn was added, once
+
+
+async def ledger_total(db: Database) -> tuple[int, int]:
+    async with db.read() as conn:
+        rows = (await conn.execute(select(repository.usage_t))).mappings().all()
+    return sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows)
 
 
 def failing(exc: Exception) -> FunctionModel:

@@ -20,6 +20,7 @@ from agents.ports import Effect, SideEffectPort
 from agents.reconciler import Clock, plan_from_rows, utcnow
 from storage import plans as store
 from storage.db import Database
+from storage.locks import lock_conversation
 from storage.records import OutboxRecord
 from storage.repository import claim_effects, give_up_effect, mark_effect_done, retry_effect_later
 
@@ -91,10 +92,15 @@ class OutboxSender:
     async def _effect(self, record: OutboxRecord) -> Effect:
         plan = None
         if record.kind == store.CARD_KIND:
-            # the card shows the plan as it is now, which covers every coalesced change
-            async with self.db.read() as conn:
-                rows = await store.load_plan(conn, int(record.payload["plan_id"]))
-            plan = plan_from_rows(*rows) if rows is not None else None
+            # The card shows the plan as it is now, which covers every coalesced change.
+            # Read under the conversation's lock: a reconcile that saw this row still
+            # waiting (and so added none) has then committed what it changed.
+            async with self.db.write() as conn:
+                if record.conversation_id is not None:
+                    await lock_conversation(conn, record.conversation_id)
+                loaded = await store.load_plan(conn, int(record.payload["plan_id"]))
+            if loaded is not None:
+                plan = plan_from_rows(loaded.plan, loaded.steps or [])
         return Effect(
             key=record.idempotency_key,
             kind=record.kind,  # type: ignore[arg-type]

@@ -119,6 +119,10 @@ class Reconciler:
     One transaction per call: de-duplicate the event, load the plan, decide, write the
     changed steps, the plan row and the outbox rows, commit. `after_commit` (e.g. the
     outbox sender's wake-up) is called with the new effects once they are committed.
+
+    The plans this process last wrote are kept in memory by version: the load then
+    skips the step rows when the stored version is still the one held (every change of
+    a plan bumps its version, under the lock).
     """
 
     def __init__(
@@ -128,11 +132,14 @@ class Reconciler:
         locks: ConversationLocks | None = None,
         clock: Clock = utcnow,
         after_commit: AfterCommit | None = None,
+        cache_size: int = 1000,
     ) -> None:
         self.db = db
         self.locks = locks or ConversationLocks()
         self.clock = clock
         self.after_commit = after_commit
+        self.cache_size = cache_size
+        self._cache: dict[int, Plan] = {}  # conversation id -> last plan written here
 
     async def start_plan(
         self,
@@ -150,12 +157,28 @@ class Reconciler:
         conversation already has a plan that is not finished.
         """
         checked = validate_plan(proposal, assignees=assignees, disabled=disabled)
+        return await self.start_steps(
+            conversation_id,
+            new_steps(checked),
+            max_parallel=max_parallel,
+            max_attempts=max_attempts,
+        )
+
+    async def start_steps(
+        self,
+        conversation_id: int,
+        steps: Sequence[Step],
+        *,
+        max_parallel: int = 1,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> Decision:
+        """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
         async with self.locks.conversation(self.db, conversation_id) as conn:
             current = await store.load_latest_plan(conn, conversation_id)
-            if current is not None and current[0]["status"] not in TERMINAL_PLAN:
+            if current is not None and current.plan["status"] not in TERMINAL_PLAN:
                 raise OperationRejected(
-                    f"this conversation already has a {current[0]['status']} plan; revise it "
+                    f"this conversation already has a {current.plan['status']} plan; revise it "
                     "(add_steps, edit_step, retry_step, skip_step) or cancel it first"
                 )
             plan_id = await store.insert_plan(
@@ -171,13 +194,13 @@ class Reconciler:
                 max_parallel=max_parallel,
                 max_attempts=max_attempts,
                 request=await store.request_text(conn, conversation_id),
-                steps=new_steps(checked),
+                steps=tuple(steps),
             )
             decision = start(plan, now)
-            await store.insert_steps(
-                conn, plan_id, [_row(s, None, now) for s in decision.plan.steps]
-            )
-            await _write_plan_and_effects(conn, decision, now)
+            rows = [_row(s, None, now) for s in decision.plan.steps]
+            await store.insert_steps(conn, plan_id, rows)
+            await _write_plan_and_effects(conn, decision, now, card_waiting=False)
+        self._remember(decision.plan)
         await self._after(decision)
         return decision
 
@@ -195,15 +218,22 @@ class Reconciler:
 
         `event_key` (a Slack event id, or channel+ts) is recorded in the same
         transaction: a repeated delivery of the same event applies nothing.
+        Raises `OperationRejected`/`PlanValidationError` for a commander operation that
+        is not allowed (then nothing of this call is stored).
         """
         now = self.clock()
         async with self.locks.conversation(self.db, conversation_id) as conn:
             if event_key is not None and not await mark_event_processed(conn, event_key, now):
                 outcomes, operations = (), ()
-            rows = await store.load_latest_plan(conn, conversation_id)
-            if rows is None:
+            held = self._cache.get(conversation_id)
+            known = (held.id, held.version) if held is not None else None
+            loaded = await store.load_latest_plan(conn, conversation_id, known=known)
+            if loaded is None:
                 return None
-            before = plan_from_rows(*rows)
+            if loaded.steps is None and held is not None:
+                before = held
+            else:
+                before = plan_from_rows(loaded.plan, loaded.steps or [])
             decision = decide(
                 before,
                 now,
@@ -213,22 +243,32 @@ class Reconciler:
                 disabled=disabled,
             )
             if decision.changed:
-                await _store(conn, decision, now)
+                await _store(conn, decision, now, card_waiting=loaded.card_waiting)
+        self._remember(decision.plan)
         await self._after(decision)
         return decision
 
     async def plan(self, conversation_id: int) -> Plan | None:
         """The conversation's newest plan as stored (a read; no lock)."""
         async with self.db.read() as conn:
-            rows = await store.load_latest_plan(conn, conversation_id)
-        return plan_from_rows(*rows) if rows is not None else None
+            loaded = await store.load_latest_plan(conn, conversation_id)
+        return plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+
+    def _remember(self, plan: Plan) -> None:
+        """Keep the plan just committed for the next load of its conversation."""
+        self._cache.pop(plan.conversation_id, None)
+        self._cache[plan.conversation_id] = plan
+        if len(self._cache) > self.cache_size:
+            del self._cache[next(iter(self._cache))]  # the least recently used
 
     async def _after(self, decision: Decision) -> None:
         if self.after_commit is not None and decision.effects:
             await self.after_commit(decision.effects)
 
 
-async def _store(conn: AsyncConnection, decision: Decision, now: datetime) -> None:
+async def _store(
+    conn: AsyncConnection, decision: Decision, now: datetime, *, card_waiting: bool
+) -> None:
     before = decision.before
     assert before is not None
     old = before.steps
@@ -239,24 +279,25 @@ async def _store(conn: AsyncConnection, decision: Decision, now: datetime) -> No
         if s.index <= len(old)
     ]
     await store.update_steps(conn, before.id, updates)
-    await store.insert_steps(
-        conn, before.id, [_row(s, None, now) for s in changed if s.index > len(old)]
-    )
-    await _write_plan_and_effects(conn, decision, now)
+    added = [_row(s, None, now) for s in changed if s.index > len(old)]
+    await store.insert_steps(conn, before.id, added)
+    await _write_plan_and_effects(conn, decision, now, card_waiting=card_waiting)
 
 
-async def _write_plan_and_effects(conn: AsyncConnection, decision: Decision, now: datetime) -> None:
+async def _write_plan_and_effects(
+    conn: AsyncConnection, decision: Decision, now: datetime, *, card_waiting: bool
+) -> None:
     plan = decision.plan
     was = decision.before.version if decision.before is not None else 0
     await store.update_plan(
         conn, plan.id, status=plan.status, version=plan.version, was_version=was, now=now
     )
-    rows = [_effect_row(e) for e in decision.effects if e.kind != "update_plan_card"]
+    rows = [
+        _effect_row(e)
+        for e in decision.effects
+        if not (card_waiting and e.kind == "update_plan_card")
+    ]
     await store.enqueue_effects(conn, rows, now)
-    for card in (e for e in decision.effects if e.kind == "update_plan_card"):
-        await store.enqueue_card_refresh(
-            conn, key=card.key, conversation_id=card.conversation_id, payload=card.payload, now=now
-        )
 
 
 def _effect_row(effect: Effect) -> dict[str, Any]:

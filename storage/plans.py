@@ -11,17 +11,21 @@ transaction rolls back: the lock removes contention, the data makes the guarante
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    String,
     Table,
     and_,
     bindparam,
+    cast,
     exists,
     func,
     insert,
     literal,
+    or_,
     select,
     update,
 )
@@ -70,7 +74,33 @@ class ConcurrentPlanChange(RuntimeError):
     """The stored plan changed between read and write: the transaction must roll back."""
 
 
-def _plan_query(where: Any) -> Any:
+def _plan_query(where: Any, *, unless_known: bool = False) -> Any:
+    """Plan columns, whether a card refresh is waiting, and the steps (one row each).
+
+    With `unless_known`, the steps are left out when the plan is still at the version the
+    caller already holds (`known_id`, `known_version`): one statement either way.
+    """
+    joined = steps_t.c.plan_id == plans_t.c.id
+    if unless_known:
+        joined = and_(
+            joined,
+            or_(
+                plans_t.c.id != bindparam("known_id"),
+                plans_t.c.version != bindparam("known_version"),
+            ),
+        )
+    card_prefix = literal("plan:") + cast(plans_t.c.id, String) + literal(":card:%")
+    card_waiting = (
+        exists()
+        .where(
+            outbox_t.c.conversation_id == plans_t.c.conversation_id,
+            outbox_t.c.kind == CARD_KIND,
+            outbox_t.c.state == "pending",
+            outbox_t.c.attempts == 0,
+            outbox_t.c.idempotency_key.like(card_prefix),
+        )
+        .label("plan_card_waiting")
+    )
     return (
         select(
             plans_t.c.id.label("plan_id"),
@@ -80,13 +110,14 @@ def _plan_query(where: Any) -> Any:
             plans_t.c.max_attempts.label("plan_max_attempts"),
             plans_t.c.version.label("plan_version"),
             conversations_t.c.request_text.label("plan_request"),
+            card_waiting,
             steps_t.c.index,
             *(steps_t.c[name] for name in STEP_FIELDS),
         )
         .select_from(
             plans_t.join(
                 conversations_t, conversations_t.c.id == plans_t.c.conversation_id
-            ).outerjoin(steps_t, steps_t.c.plan_id == plans_t.c.id)
+            ).outerjoin(steps_t, joined)
         )
         .where(where)
         .order_by(steps_t.c.index)
@@ -96,13 +127,21 @@ def _plan_query(where: Any) -> Any:
 _LATEST = select(func.max(plans_t.c.id)).where(
     plans_t.c.conversation_id == bindparam("conversation_id")
 )
-_LOAD_LATEST = _plan_query(plans_t.c.id == _LATEST.scalar_subquery())
+_LOAD_LATEST = _plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
 _LOAD_BY_ID = _plan_query(plans_t.c.id == bindparam("plan_id"))
 
-PlanRows = tuple[dict[str, Any], list[dict[str, Any]]]
+
+@dataclass(frozen=True, slots=True)
+class LoadedPlan:
+    """A stored plan: its columns, its step rows (None: unchanged since the known
+    version), and whether a card refresh for it is waiting, unclaimed, in the outbox."""
+
+    plan: dict[str, Any]
+    steps: list[dict[str, Any]] | None
+    card_waiting: bool
 
 
-def _split(rows: Sequence[Any]) -> PlanRows | None:
+def _loaded(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan | None:
     if not rows:
         return None
     first = rows[0]
@@ -116,19 +155,32 @@ def _split(rows: Sequence[Any]) -> PlanRows | None:
         "request": first["plan_request"],
     }
     steps = [dict(r) for r in rows if r["index"] is not None]
-    return plan, steps
+    unchanged = not steps and known_version == plan["version"]
+    return LoadedPlan(plan, None if unchanged else steps, bool(first["plan_card_waiting"]))
 
 
-async def load_latest_plan(conn: AsyncConnection, conversation_id: int) -> PlanRows | None:
-    """The conversation's newest plan and its steps (by index), in one statement."""
-    result = await conn.execute(_LOAD_LATEST, {"conversation_id": conversation_id})
-    return _split(list(result.mappings()))
+async def load_latest_plan(
+    conn: AsyncConnection, conversation_id: int, *, known: tuple[int, int] | None = None
+) -> LoadedPlan | None:
+    """The conversation's newest plan and its steps (by index), in one statement.
+
+    `known` = (plan id, version) the caller holds in memory: if the plan is still at that
+    version its steps are not sent again (`steps` is None).
+    """
+    known_id, known_version = known if known is not None else (-1, -1)
+    params = {
+        "conversation_id": conversation_id,
+        "known_id": known_id,
+        "known_version": known_version,
+    }
+    result = await conn.execute(_LOAD_LATEST, params)
+    return _loaded(list(result.mappings()), known_version if known is not None else None)
 
 
-async def load_plan(conn: AsyncConnection, plan_id: int) -> PlanRows | None:
+async def load_plan(conn: AsyncConnection, plan_id: int) -> LoadedPlan | None:
     """A plan and its steps by id, in one statement."""
     result = await conn.execute(_LOAD_BY_ID, {"plan_id": plan_id})
-    return _split(list(result.mappings()))
+    return _loaded(list(result.mappings()))
 
 
 async def request_text(conn: AsyncConnection, conversation_id: int) -> str:
@@ -232,6 +284,10 @@ async def enqueue_effects(
     """Outbox rows (`idempotency_key`, `kind`, `conversation_id`, `payload`, `available_at`).
 
     A plain insert: a duplicate key is an integrity error that rolls the transaction back.
+    A card refresh goes in with the rest unless one is already waiting (`card_waiting`,
+    read under the lock): the sender renders the plan as it is when it sends, so one
+    waiting row covers every later change, and a busy plan costs one card update per
+    delivery, not one per change.
     """
     if rows:
         await conn.execute(
@@ -243,39 +299,3 @@ async def enqueue_effects(
                 for r in rows
             ],
         )
-
-
-async def enqueue_card_refresh(
-    conn: AsyncConnection, *, key: str, conversation_id: int, payload: dict[str, Any], now: datetime
-) -> None:
-    """One plan-card refresh, unless one is already waiting that nobody has claimed.
-
-    The sender renders the plan as it is when it sends, so a waiting row covers every
-    later change: a busy plan costs one card update per delivery, not one per change.
-    """
-    waiting = exists().where(
-        outbox_t.c.conversation_id == conversation_id,
-        outbox_t.c.kind == CARD_KIND,
-        and_(outbox_t.c.state == "pending", outbox_t.c.attempts == 0),
-    )
-    values = select(
-        literal(key),
-        literal(CARD_KIND),
-        literal(conversation_id),
-        literal(payload, outbox_t.c.payload.type),
-        literal("pending"),
-        literal(0),
-        literal(now, outbox_t.c.available_at.type),
-        literal(now, outbox_t.c.created_at.type),
-    ).where(~waiting)
-    columns = [
-        "idempotency_key",
-        "kind",
-        "conversation_id",
-        "payload",
-        "state",
-        "attempts",
-        "available_at",
-        "created_at",
-    ]
-    await conn.execute(insert(outbox_t).from_select(columns, values))

@@ -1,7 +1,10 @@
-"""A loopback server speaking OpenAI's Chat Completions wire protocol (`POST /v1/chat/completions`).
+"""A loopback server speaking OpenAI's wire protocols: Chat Completions
+(`POST /v1/chat/completions`, what OpenAI-compatible servers speak) and the Responses API
+(`POST /v1/responses`, what pydantic-ai's `openai:` model uses).
 
-Tests script it: `respond` maps a request body to the next assistant message (text or
-tool calls), and `fail_next(status, times)` makes the next requests fail the way OpenAI
+Tests script it: `respond` maps a Chat Completions body to the next assistant message (text
+or tool calls), `respond_responses` maps a Responses body to the next output items, and
+`fail_next(status, times)` makes the next requests (of either kind) fail the way OpenAI
 does (429 with `retry-after`, 500 …, with OpenAI's error body). Every request is recorded
 with its headers, so tests can check what the real `openai` client sent and how often.
 """
@@ -17,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
+ResponsesResponder = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
 def text_message(text: str) -> dict[str, Any]:
@@ -41,6 +45,29 @@ def tool_call_message(
     }
 
 
+def function_call_item(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """A Responses API output item calling one tool."""
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "status": "completed",
+    }
+
+
+def message_item(text: str) -> dict[str, Any]:
+    """A Responses API output item with assistant text."""
+    return {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
 @dataclass
 class RecordedRequest:
     path: str
@@ -51,6 +78,7 @@ class RecordedRequest:
 @dataclass
 class FakeOpenAI:
     respond: Responder = field(default=lambda body: text_message("ok"))
+    respond_responses: ResponsesResponder = field(default=lambda body: [message_item("ok")])
     requests: list[RecordedRequest] = field(default_factory=list)
     _failures: deque[tuple[int, float | None]] = field(default_factory=deque)
     _runner: web.AppRunner | None = None
@@ -64,6 +92,7 @@ class FakeOpenAI:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -76,8 +105,7 @@ class FakeOpenAI:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
+    def _refusal(self, request: web.Request, body: dict[str, Any]) -> web.Response | None:
         self.requests.append(RecordedRequest(request.path, dict(request.headers), body))
         if request.headers.get("Authorization", "") == "":
             return _error(401, "invalid_request_error", "missing_api_key", None)
@@ -85,6 +113,42 @@ class FakeOpenAI:
             status, retry_after = self._failures.popleft()
             kind = {429: ("requests", "rate_limit_exceeded")}.get(status, ("server_error", None))
             return _error(status, kind[0], kind[1], retry_after)
+        return None
+
+    async def _responses(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        refused = self._refusal(request, body)
+        if refused is not None:
+            return refused
+        output = self.respond_responses(body)
+        input_tokens = len(json.dumps(body["input"])) // 4
+        output_tokens = len(json.dumps(output)) // 4
+        return web.json_response(
+            {
+                "id": f"resp_{len(self.requests)}",
+                "object": "response",
+                "created_at": 1_790_000_000,
+                "model": body["model"],
+                "status": "completed",
+                "output": output,
+                "parallel_tool_calls": True,
+                "tool_choice": body.get("tool_choice", "auto"),
+                "tools": body.get("tools", []),
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        )
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        refused = self._refusal(request, body)
+        if refused is not None:
+            return refused
         message = self.respond(body)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = len(json.dumps(body["messages"])) // 4

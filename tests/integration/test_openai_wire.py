@@ -1,9 +1,10 @@
-"""The real provider path, end to end: `openai-chat:` model -> real openai client -> loopback wire.
+"""The real provider path, end to end: model string -> real openai client -> loopback wire.
 
-The server speaks Chat Completions (what OpenAI-compatible servers speak), so these tests
-use the `openai-chat:` model with `OPENAI_BASE_URL` pointing at it. The client's own retries
-(two, honouring `retry-after`) absorb a 429 and a 500; when the errors persist the run fails
-with a `TransientError`, and a 400 is a `PermanentError` without any retry.
+`OPENAI_BASE_URL` points the real `openai` client at a loopback fake that speaks both
+OpenAI protocols: Chat Completions (the `openai-chat:` model; what OpenAI-compatible servers
+speak) and the Responses API (the `openai:` model). The client's own retries (two,
+honouring `retry-after`) absorb a 429 and a 500; when the errors persist the run fails with
+a `TransientError`, and a 400 is a `PermanentError` without any retry.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from agents.errors import PermanentError, TransientError
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, StepRunResult, run_step
 from storage.db import Database
-from tests.fakes.openai_server import FakeOpenAI, text_message, tool_call_message
+from tests.fakes.openai_server import (
+    FakeOpenAI,
+    function_call_item,
+    message_item,
+    text_message,
+    tool_call_message,
+)
 
 SPEC = AgentSpec("researcher", "Researcher", "finds facts", "You research.", tools=("read_thread",))
 FAKE_KEY = "sk-test-not-a-real-key"
@@ -51,6 +58,23 @@ def scripted(body: dict[str, Any]) -> dict[str, Any]:
     return text_message("unexpected")
 
 
+def scripted_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same script over the Responses API: read_thread, then final_result."""
+    last = body["input"][-1]
+    if last.get("role") == "user":
+        return [function_call_item("read_thread", {"last": 3}, "call_read")]
+    if last.get("type") == "function_call_output" and last["call_id"] == "call_read":
+        answer = {"message": "Acme: 10/seat.", "summary": "Acme charges 10 per seat."}
+        return [function_call_item("final_result", answer, "call_final")]
+    return [message_item("unexpected")]
+
+
+APIS = [
+    pytest.param("openai-chat:gpt-test", "/v1/chat/completions", id="chat-completions"),
+    pytest.param("openai:gpt-test", "/v1/responses", id="responses"),
+]
+
+
 def job(key: str) -> RunJob:
     return RunJob(run_key=key, team_id="T1", input="Find Acme's price", request="compare pricing")
 
@@ -76,34 +100,51 @@ async def test_a_run_with_tool_calls_goes_over_the_chat_completions_wire(
     assert server.requests[0].headers["Authorization"] == f"Bearer {FAKE_KEY}"
 
 
-async def test_a_429_and_a_500_are_retried_by_the_client_within_the_run(
+async def test_the_openai_model_goes_over_the_responses_api(
     db: Database, server: FakeOpenAI
 ) -> None:
+    server.respond_responses = scripted_responses
+
+    result = await run_step(db, job("wire:responses"), SPEC, model="openai:gpt-test")
+
+    assert result == StepRunResult("Acme: 10/seat.", "Acme charges 10 per seat.", [])
+    assert [r.path for r in server.requests] == ["/v1/responses"] * 2
+    output = server.requests[1].body["input"][-1]
+    assert output["type"] == "function_call_output" and output["call_id"] == "call_read"
+
+
+@pytest.mark.parametrize(("model", "path"), APIS)
+async def test_a_429_and_a_500_are_retried_by_the_client_within_the_run(
+    db: Database, server: FakeOpenAI, model: str, path: str
+) -> None:
     server.respond = scripted
+    server.respond_responses = scripted_responses
     server.fail_next(429)
     server.fail_next(500)
 
-    result = await run_step(db, job("wire:2"), SPEC, model="openai-chat:gpt-test")
+    result = await run_step(db, job("wire:2"), SPEC, model=model)
 
     assert isinstance(result, StepRunResult) and result.summary == "Acme charges 10 per seat."
+    assert {r.path for r in server.requests} == {path}
     # 429, 500, then the same first request succeeds; then the second model turn
     assert len(server.requests) == 4
     assert server.requests[0].body == server.requests[2].body
 
 
+@pytest.mark.parametrize(("model", "path"), APIS)
 @pytest.mark.parametrize("status", [429, 500])
 async def test_a_persistent_429_or_500_is_a_transient_error_after_the_client_retries(
-    db: Database, server: FakeOpenAI, status: int
+    db: Database, server: FakeOpenAI, status: int, model: str, path: str
 ) -> None:
-    server.respond = scripted
     server.fail_next(status, times=10)
 
     with pytest.raises(TransientError) as raised:
-        await run_step(db, job(f"wire:{status}"), SPEC, model="openai-chat:gpt-test")
+        await run_step(db, job(f"wire:{status}"), SPEC, model=model)
 
     assert raised.value.retryable
     assert f"HTTP {status}" in str(raised.value)
     assert len(server.requests) == 3  # one attempt and the openai client's two retries
+    assert {r.path for r in server.requests} == {path}
     assert FAKE_KEY not in str(raised.value)
 
 

@@ -156,8 +156,10 @@ class Driver:
         view_id = self.state.home_views.get((self.person(who).id, app.app_id))
         return self.state.views[view_id] if view_id else None
 
-    def transcript(self, channel: str, ts: str) -> str:
-        return render_thread(self.state, self._channel_id(channel), ts)
+    def transcript(self, channel: str, ts: str, *, viewer: Who | None = None) -> str:
+        """The thread as text; with `viewer`, including what only that person sees."""
+        seen_by = self.person(viewer).id if viewer is not None else None
+        return render_thread(self.state, self._channel_id(channel), ts, viewer=seen_by)
 
     # ----- waiting -------------------------------------------------------------------------
 

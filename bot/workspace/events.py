@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from bot.workspace.state import InstalledApp, Json, Message, WorkspaceState, message_json, new_id
+from bot.workspace.shapes import message_json
+from bot.workspace.state import InstalledApp, Json, Message, WorkspaceState, new_id
 
 if TYPE_CHECKING:
     from bot.workspace.socket_mode import SocketHub

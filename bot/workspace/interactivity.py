@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bot.workspace.blocks import check_blocks, check_view
 from bot.workspace.events import Delivery, signed_post
+from bot.workspace.shapes import message_json
 from bot.workspace.state import (
     Ephemeral,
     InstalledApp,
@@ -21,7 +23,6 @@ from bot.workspace.state import (
     Message,
     Person,
     View,
-    message_json,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class SubmissionOutcome:
     response_action: str | None
     errors: dict[str, str] = field(default_factory=dict)
     view: View | None = None  # the view now on top, None when the modal closed
+    problems: list[str] | None = None  # why Slack would refuse the app's answer
 
 
 def _user(ws: LocalWorkspace, person: Person) -> Json:
@@ -181,11 +183,11 @@ class Interactivity:
         if attempt is not None and attempt.status == 200 and attempt.body.strip().startswith("{"):
             answer = json.loads(attempt.body)
         action = answer.get("response_action")
-        if attempt is None or attempt.status != 200:
+        problems = check_view(answer.get("view")) if action in ("update", "push") else []
+        if attempt is None or attempt.status != 200 or problems:
             # Slack shows "We had some trouble connecting" and leaves the modal open.
-            view.errors = {}
             state.changed()
-            return SubmissionOutcome(delivery, None, view=view)
+            return SubmissionOutcome(delivery, action, view=view, problems=problems or None)
         if action == "errors":
             view.errors = dict(answer.get("errors", {}))
             state.changed()
@@ -249,29 +251,30 @@ class Interactivity:
             self.respond(response_url.rsplit("/", 1)[1], _command_answer(attempt.body))
         return delivery
 
-    def respond(self, token: str, body: Json) -> bool:
-        """Apply a response_url message; False when the URL is unknown, expired or used up."""
+    def respond(self, token: str, body: Json) -> str | None:
+        """Apply a response_url message; answer an error code, or None when applied."""
         target = self.response_targets.get(token)
         if target is None or time.time() - target.issued_at > RESPONSE_URL_TTL_SECONDS:
-            return False
+            return "expired_url"
         if target.uses >= RESPONSE_URL_MAX_USES:
-            return False
+            return "used_url"
+        blocks = body.get("blocks")
+        if blocks is not None and check_blocks(blocks):
+            return "invalid_blocks"
+        if not body.get("text") and not blocks and not body.get("delete_original"):
+            return "no_text"
         target.uses += 1
         state, app = self.ws.state, self.ws.state.apps[target.app_id]
         original = state.message(target.channel, target.message_ts) if target.message_ts else None
-        if body.get("delete_original") and original is not None:
-            original.deleted = True
-        elif body.get("replace_original") and original is not None:
-            original.text = str(body.get("text", ""))
-            original.blocks = body.get("blocks")
-            original.edited = {"user": app.bot_user_id, "ts": state.ts_clock.next()}
+        if original is not None and (body.get("delete_original") or body.get("replace_original")):
+            self._change_original(original, body)
         elif body.get("response_type") == "in_channel":
             msg = Message(
                 channel=target.channel,
                 ts=state.ts_clock.next(),
                 text=str(body.get("text", "")),
                 user=app.bot_user_id,
-                blocks=body.get("blocks"),
+                blocks=blocks,
                 bot_id=app.bot_id,
                 app_id=app.app_id,
                 thread_ts=body.get("thread_ts") or target.thread_ts,
@@ -285,14 +288,27 @@ class Interactivity:
                     user=target.user,
                     ts=state.ts_clock.next(),
                     text=str(body.get("text", "")),
-                    blocks=body.get("blocks"),
+                    blocks=blocks,
                     thread_ts=body.get("thread_ts") or target.thread_ts,
                     app_id=app.app_id,
                     bot_id=app.bot_id,
                 )
             )
         state.changed()
-        return True
+        return None
+
+    def _change_original(self, original: Message, body: Json) -> None:
+        """replace_original / delete_original on the message the interaction came from."""
+        state = self.ws.state
+        previous = message_json(state, original)
+        if body.get("delete_original"):
+            original.deleted = True
+            self.ws.events.message_deleted(original, previous)
+            return
+        original.text = str(body.get("text", ""))
+        original.blocks = body.get("blocks")
+        original.edited = {"user": original.user or "", "ts": state.ts_clock.next()}
+        self.ws.events.message_changed(original, previous)
 
 
 def _command_answer(body: str) -> Json:
@@ -317,6 +333,9 @@ async def handle_response_url(request: web.Request) -> web.Response:
         body = await request.json()
     except ValueError:
         return web.json_response({"ok": False, "error": "invalid_payload"}, status=400)
-    if not ws.interactivity.respond(request.match_info["token"], body):
-        return web.json_response({"ok": False, "error": "expired_url"}, status=404)
+    error = ws.interactivity.respond(request.match_info["token"], body)
+    if error in ("expired_url", "used_url"):
+        return web.json_response({"ok": False, "error": error}, status=404)
+    if error is not None:
+        return web.json_response({"ok": False, "error": error}, status=400)
     return web.json_response({"ok": True})

@@ -137,15 +137,24 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
     return "\n".join(lines)
 
 
-def render_thread(state: WorkspaceState, channel_id: str, thread_ts: str) -> str:
-    """The thread: parent, then indented replies; "(no such thread)" when it is missing."""
+def render_thread(
+    state: WorkspaceState, channel_id: str, thread_ts: str, *, viewer: str | None = None
+) -> str:
+    """The thread: parent, then indented replies; with `viewer` (a user id) also the ephemeral
+    messages only that person sees. "(no such thread)" when it is missing."""
     thread = state.thread(channel_id, thread_ts)
     if not thread:
         return "(no such thread)"
     channel = state.channels[channel_id]
+    entries = [(float(m.ts), render_message(state, m, indent="    ")) for m in thread[1:]]
+    for eph in state.ephemerals:
+        if viewer == eph.user and eph.channel == channel_id and eph.thread_ts == thread_ts:
+            as_message = Message(channel_id, eph.ts, eph.text, None, eph.blocks,
+                                 bot_id=eph.bot_id, app_id=eph.app_id)  # fmt: skip
+            text = render_message(state, as_message, indent="    ")
+            entries.append((float(eph.ts), text + "\n      (only visible to you)"))
     out = [f"#{channel.name} thread {thread_ts}", render_message(state, thread[0])]
-    out += [render_message(state, reply, indent="    ") for reply in thread[1:]]
-    return "\n".join(out)
+    return "\n".join(out + [text for _, text in sorted(entries, key=lambda e: e[0])])
 
 
 def render_view(state: WorkspaceState, view: View) -> str:

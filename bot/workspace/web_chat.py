@@ -7,7 +7,8 @@ import secrets
 
 from bot.workspace.blocks import check_blocks
 from bot.workspace.server import ApiError, Call, method
-from bot.workspace.state import Ephemeral, Json, Message, message_json
+from bot.workspace.shapes import message_json
+from bot.workspace.state import Ephemeral, Json, Message
 
 TEXT_MAX = 40_000  # chat.postMessage truncates beyond this; update/postEphemeral refuse
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 
 from bot.workspace.server import ApiError, Call, method
-from bot.workspace.state import Channel, Json, Message, Person, message_json
+from bot.workspace.shapes import message_json
+from bot.workspace.state import Channel, Json, Message, Person
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

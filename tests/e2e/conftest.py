@@ -3,14 +3,16 @@ port, a driver acting as its people, and a small receiver app for raw deliveries
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.workspace import Driver, LocalWorkspace
+from bot.workspace import Driver, InstalledApp, LocalWorkspace
 
 # Retries "nearly immediately" instead of after 1 and 5 minutes, and a short ack window.
 TEST_RETRY_DELAYS = (0.0, 0.05, 0.05)
@@ -35,6 +37,24 @@ def driver(workspace: LocalWorkspace) -> Driver:
 def client_for(workspace: LocalWorkspace, token: str) -> AsyncWebClient:
     """A real slack_sdk client pointed at the local workspace."""
     return AsyncWebClient(token=token, base_url=workspace.api_url)
+
+
+@contextlib.asynccontextmanager
+async def serve_bolt_app(
+    workspace: LocalWorkspace, app: AsyncApp, installed: InstalledApp, path: str = "/slack/events"
+) -> AsyncIterator[str]:
+    """Serve a Bolt AsyncApp over HTTP on an ephemeral loopback port (Bolt's own aiohttp
+    adapter) and point the installed app's request URL at it; yields that URL."""
+    runner = web.AppRunner(app.web_app(path=path), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}{path}"
+    workspace.set_request_url(installed, url)
+    try:
+        yield url
+    finally:
+        await runner.cleanup()
 
 
 @dataclass

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp import web
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncSay
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.workspace import Driver, InstalledApp, LocalWorkspace
 from bot.workspace.transcript import render_thread, render_view
+from tests.e2e.conftest import serve_bolt_app
 
 SCOPES = ["chat:write", "app_mentions:read", "channels:history", "commands", "users:read"]
 
@@ -78,15 +78,6 @@ class Running:
     channel: str
 
 
-async def serve(ws: LocalWorkspace, app: AsyncApp, installed: InstalledApp) -> web.AppRunner:
-    runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    ws.set_request_url(installed, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events")
-    return runner
-
-
 @pytest.fixture
 async def running(workspace: LocalWorkspace) -> AsyncIterator[Running]:
     installed = workspace.install_app("TinyBot", scopes=SCOPES, bot_events=["app_mention"])
@@ -94,11 +85,8 @@ async def running(workspace: LocalWorkspace) -> AsyncIterator[Running]:
     channel = workspace.create_channel("general", [alice, installed])
     client = AsyncWebClient(token=installed.bot_token, base_url=workspace.api_url)
     client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-    runner = await serve(workspace, tiny_app(installed, client), installed)
-    try:
+    async with serve_bolt_app(workspace, tiny_app(installed, client), installed):
         yield Running(installed, client, channel.id)
-    finally:
-        await runner.cleanup()
 
 
 async def test_bolt_app_answers_a_mention_in_the_thread(running: Running, driver: Driver) -> None:

@@ -267,3 +267,32 @@ async def test_app_home_publish_hash_and_opened_event(
     assert event["type"] == "app_home_opened" and event["view"]["id"] == first["view"]["id"]
     view = driver.home("alice", setup.app)
     assert view is not None and view.type == "home"
+
+
+async def test_response_url_refuses_invalid_blocks_and_reports_edits_as_events(
+    setup: Setup, driver: Driver, receiver: Receiver
+) -> None:
+    setup.app.bot_events = frozenset({"message.channels"})
+    msg = await posted(setup, driver)
+    await driver.wait_for(lambda: len(receiver.requests) == 1, what="the message event")
+    await driver.click("alice", msg, "go")
+    url = payload_of(receiver)["response_url"]
+    async with aiohttp.ClientSession() as http:
+        bad = {"replace_original": True, "text": "x", "blocks": [{"type": "nonsense"}]}
+        async with http.post(url, json=bad) as resp:
+            assert resp.status == 400 and (await resp.json())["error"] == "invalid_blocks"
+        async with http.post(url, json={"replace_original": True, "text": "Done"}) as resp:
+            assert resp.status == 200
+    await driver.wait_for(lambda: len(receiver.requests) == 3, what="message_changed")
+    changed = json.loads(receiver.requests[-1][1])["event"]
+    assert changed["subtype"] == "message_changed" and changed["message"]["text"] == "Done"
+
+
+async def test_an_invalid_view_in_a_response_action_leaves_the_modal_as_it_was(
+    setup: Setup, driver: Driver, receiver: Receiver
+) -> None:
+    await open_modal(setup, driver, modal())
+    receiver.answers = [json.dumps({"response_action": "update", "view": modal("x" * 30)})]
+    outcome = await driver.submit("alice", {"name": "x"})
+    assert outcome.problems and "title" in outcome.problems[0]
+    assert driver.open_view("alice").spec["title"]["text"] == "Form"

@@ -98,14 +98,29 @@ async def test_wait_for_wakes_on_a_state_change_and_times_out_with_the_transcrip
     workspace.create_channel("general", [workspace.state.person_named("alice").id,
                                          workspace.state.person_named("bob").id])  # fmt: skip
     parent = driver.post("alice", "general", "anyone?")
-    waiter = asyncio.create_task(driver.thread_has_message("general", parent.ts, from_="bob"))
-    await asyncio.sleep(0)  # let the waiter start waiting; it must not be done yet
-    assert not waiter.done()
-    driver.post("alice", "general", "still here", thread_ts=parent.ts)
-    reply = driver.post("bob", "general", "yes", thread_ts=parent.ts)
-    assert await asyncio.wait_for(waiter, 5) is reply
+    loop = asyncio.get_running_loop()
+    # The replies arrive only after the wait has begun: it must wake on the change.
+    loop.call_soon(lambda: driver.post("alice", "general", "still here", thread_ts=parent.ts))
+    loop.call_soon(lambda: driver.post("bob", "general", "yes", thread_ts=parent.ts))
+    reply = await driver.thread_has_message("general", parent.ts, from_="bob", timeout=5)
+    assert reply.text == "yes" and reply.user == workspace.state.person_named("bob").id
     with pytest.raises(AssertionError) as info:
         await driver.thread_has_message("general", parent.ts, from_="carol", timeout=0.05)
     assert "no reply from @carol" in str(info.value) and "anyone?" in str(info.value)
     with pytest.raises(AssertionError, match="timed out waiting for nothing"):
         await driver.wait_for(lambda: False, 0.05, what="nothing")
+
+
+async def test_a_person_sees_their_own_ephemeral_messages_in_the_thread(
+    workspace: LocalWorkspace, driver: Driver
+) -> None:
+    alice, bob = workspace.add_person("alice"), workspace.add_person("bob")
+    app = workspace.install_app("Commander")
+    channel = workspace.create_channel("general", [alice, bob, app])
+    parent = driver.post("alice", "general", "/admin things")
+    await client_for(workspace, app.bot_token).chat_postEphemeral(
+        channel=channel.id, user=bob.id, thread_ts=parent.ts, text="Only admins can do that."
+    )
+    assert "Only admins" not in driver.transcript("general", parent.ts, viewer="alice")
+    seen = driver.transcript("general", parent.ts, viewer="bob")
+    assert "Only admins can do that.\n      (only visible to you)" in seen

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolReturn, ToolReturnPart
 from pydantic_ai.models import Model
@@ -42,7 +43,15 @@ from agents.plan import (
 )
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, drive, step_prompt
-from agents.session import DEFAULT_LIMITS, Clock, RunLimits, RunSession, load_messages, utc_now
+from agents.session import (
+    DEFAULT_LIMITS,
+    Clock,
+    RunLimits,
+    RunSession,
+    compact_history,
+    load_messages,
+    utc_now,
+)
 from storage import repository
 from storage.db import Database
 
@@ -223,6 +232,7 @@ def build_commander(
         tools=tools,
         name=COMMANDER,
         retries=2,
+        capabilities=[ProcessHistory(compact_history)],
     )
 
 

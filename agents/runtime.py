@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import (
     ConcurrencyLimitExceeded,
     ModelAPIError,
@@ -54,6 +55,7 @@ from agents.session import (
     Clock,
     RunLimits,
     RunSession,
+    compact_history,
     load_messages,
     utc_now,
 )
@@ -285,6 +287,7 @@ def build_step_agent(
         toolsets=list(toolsets),
         name=spec.name,
         retries=3,
+        capabilities=[ProcessHistory(compact_history)],
     )
 
 

@@ -16,9 +16,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from sqlalchemy import insert, select
+from sqlalchemy import Table, insert, select
 
-from agents.errors import PermanentError, TransientError
+from agents.errors import PermanentError, RunError, TransientError
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
 from storage import repository
@@ -27,6 +27,7 @@ from storage.records import MessageRecord
 from storage.tables import Plan
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+plans_t: Table = Plan.__table__  # type: ignore[assignment]
 
 SPEC = AgentSpec(
     name="researcher",
@@ -60,13 +61,13 @@ async def make_job(
             MessageRecord("C1", "100.1", "U1", None, "alice", "compare our pricing", None),
             NOW,
         )
-        plan_id = (
-            await conn.execute(
-                insert(Plan.__table__).values(
-                    conversation_id=conv.id, status="running", created_at=NOW, updated_at=NOW
-                )
+        inserted = await conn.execute(
+            insert(plans_t).values(
+                conversation_id=conv.id, status="running", created_at=NOW, updated_at=NOW
             )
-        ).inserted_primary_key[0]
+        )
+        assert inserted.inserted_primary_key is not None
+        plan_id = inserted.inserted_primary_key[0]
     return RunJob(
         run_key=f"plan:{plan_id}:step:{step}:attempt:{attempt}",
         team_id="T1",
@@ -172,7 +173,8 @@ async def test_ask_user_suspends_the_run_and_the_answer_resumes_it_from_history(
             )
         assert isinstance(parts[0], ToolReturnPart) and parts[0].tool_name == "ask_user"
         calls.append(f"answer={parts[0].content}")
-        return final(f"Compared tiers {parts[0].content['tiers']}", "tiers compared")
+        answer: dict[str, str] = parts[0].content  # type: ignore[assignment]
+        return final(f"Compared tiers {answer['tiers']}", "tiers compared")
 
     model = FunctionModel(script)
     first = await run_step(db, job, SPEC, model=model, now=clock)
@@ -277,6 +279,7 @@ async def test_each_provider_error_class_is_classified_and_the_run_marked_failed
     job = await make_job(db)
     with pytest.raises(kind) as raised:
         await run_step(db, job, SPEC, model=failing(exc), now=clock)
+    assert isinstance(raised.value, RunError)
     assert raised.value.retryable is (kind is TransientError)
     assert "Traceback" not in str(raised.value)
     assert (await stored_run(db, job.run_key)).status == "failed"
@@ -321,3 +324,32 @@ async def test_the_per_run_token_limit_is_a_real_failure(db: Database) -> None:
     async with db.read() as conn:
         spent = (await conn.execute(select(repository.usage_t.c.input_tokens))).scalars().all()
     assert spent and spent[0] > 0  # a failed run's tokens are still accounted
+
+
+async def test_long_runs_see_a_compacted_context_and_store_it(db: Database) -> None:
+    from pydantic_ai.toolsets import FunctionToolset
+
+    def fetch(i: int) -> str:
+        """Big page."""
+        return "z" * 20_000
+
+    job = await make_job(db)
+    seen_sizes: list[int] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen_sizes.append(
+            sum(len(str(getattr(p, "content", ""))) for m in messages for p in m.parts)
+        )
+        turns = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if turns < 6:
+            return ModelResponse(parts=[ToolCallPart("fetch", {"i": turns})])
+        return final("read them all", "six pages")
+
+    result = await run_step(
+        db, job, SPEC, model=FunctionModel(script), toolsets=[FunctionToolset([fetch])], now=clock
+    )
+    assert isinstance(result, StepRunResult)
+    # without compaction the 7th request would carry 6 x 20,000 characters of pages
+    assert seen_sizes[-1] < 4 * 20_000
+    stored = await stored_run(db, job.run_key)
+    assert any("[compacted:" in str(p.get("content")) for m in stored.messages for p in m["parts"])

@@ -140,7 +140,7 @@ async def test_woken_after_a_failure_it_proposes_operations_in_order(db: Databas
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         seen.append(info)
         if not returned(messages):
-            prompts.append(str(messages[-1].parts[0].content))
+            prompts.append(str(getattr(messages[-1].parts[0], "content", "")))
             return ModelResponse(
                 parts=[
                     ToolCallPart("retry_step", {"index": 2, "input": "try again simpler"}),

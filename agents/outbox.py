@@ -20,7 +20,7 @@ from agents.ports import Effect, SideEffectPort
 from agents.reconciler import Clock, plan_from_rows, utcnow
 from storage import plans as store
 from storage.db import Database
-from storage.locks import lock_conversation
+from storage.locks import ConversationLocks
 from storage.records import OutboxRecord
 from storage.repository import claim_effects, give_up_effect, mark_effect_done, retry_effect_later
 
@@ -46,6 +46,7 @@ class OutboxSender:
         max_attempts: int = 8,
         batch: int = 20,
         on_retry_due: OnRetryDue | None = None,
+        locks: ConversationLocks | None = None,
     ) -> None:
         self.db = db
         self.port = port
@@ -54,6 +55,7 @@ class OutboxSender:
         self.max_attempts = max_attempts
         self.batch = batch
         self.on_retry_due = on_retry_due
+        self.locks = locks or ConversationLocks()
 
     async def deliver_due(self) -> int:
         """Claim one batch of due rows and deliver them; how many were claimed."""
@@ -95,10 +97,10 @@ class OutboxSender:
             # The card shows the plan as it is now, which covers every coalesced change.
             # Read under the conversation's lock: a reconcile that saw this row still
             # waiting (and so added none) has then committed what it changed.
-            async with self.db.write() as conn:
-                if record.conversation_id is not None:
-                    await lock_conversation(conn, record.conversation_id)
-                loaded = await store.load_plan(conn, int(record.payload["plan_id"]))
+            plan_id = int(record.payload["plan_id"])
+            loaded = await self.locks.run(
+                self.db, record.conversation_id or 0, lambda conn: store.load_plan(conn, plan_id)
+            )
             if loaded is not None:
                 plan = plan_from_rows(loaded.plan, loaded.steps or [])
         return Effect(

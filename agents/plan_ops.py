@@ -67,19 +67,25 @@ def ready_steps(plan: Plan, now: datetime) -> list[Step]:
 
 def is_paused(plan: Plan) -> bool:
     """A blocked step or an open user form pauses the whole plan."""
-    return any(
-        s.status == "blocked" or (s.status == "in_progress" and s.assignee == USER)
-        for s in plan.steps
-    )
+    return any(_pauses(s) for s in plan.steps)
+
+
+def _pauses(step: Step) -> bool:
+    return step.status == "blocked" or (step.status == "in_progress" and step.assignee == USER)
 
 
 def plan_status(plan: Plan) -> PlanStatus:
     """The status the steps imply: aborted/cancelled stick; all succeeded → completed."""
     if plan.status in ("aborted", "cancelled"):
         return plan.status
-    if all(s.status in SUCCESSFUL for s in plan.steps):
-        return "completed"
-    return "paused" if is_paused(plan) else "running"
+    finished = True
+    for step in plan.steps:  # one pass: this runs on every change of a long plan
+        if step.status in SUCCESSFUL:
+            continue
+        if _pauses(step):
+            return "paused"
+        finished = False
+    return "completed" if finished else "running"
 
 
 def in_flight(plan: Plan) -> int:

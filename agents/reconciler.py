@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from agents.errors import OperationRejected
 from agents.plan import (
@@ -35,7 +35,6 @@ from agents.ports import Effect
 from storage import plans as store
 from storage.db import Database
 from storage.locks import ConversationLocks
-from storage.repository import mark_event_processed
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,14 +173,15 @@ class Reconciler:
     ) -> Decision:
         """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
-        async with self.locks.conversation(self.db, conversation_id) as conn:
-            current = await store.load_latest_plan(conn, conversation_id)
+
+        def work(conn: Connection) -> Decision:
+            current = store.load_latest_plan(conn, conversation_id)
             if current is not None and current.plan["status"] not in TERMINAL_PLAN:
                 raise OperationRejected(
                     f"this conversation already has a {current.plan['status']} plan; revise it "
                     "(add_steps, edit_step, retry_step, skip_step) or cancel it first"
                 )
-            plan_id = await store.insert_plan(
+            plan_id = store.insert_plan(
                 conn,
                 conversation_id,
                 max_parallel=max_parallel,
@@ -193,13 +193,15 @@ class Reconciler:
                 conversation_id=conversation_id,
                 max_parallel=max_parallel,
                 max_attempts=max_attempts,
-                request=await store.request_text(conn, conversation_id),
+                request=store.request_text(conn, conversation_id),
                 steps=tuple(steps),
             )
             decision = start(plan, now)
-            rows = [_row(s, None, now) for s in decision.plan.steps]
-            await store.insert_steps(conn, plan_id, rows)
-            await _write_plan_and_effects(conn, decision, now, card_waiting=False)
+            store.insert_steps(conn, plan_id, [_row(s, None, now) for s in decision.plan.steps])
+            _write_plan_and_effects(conn, decision, now, card_waiting=False)
+            return decision
+
+        decision = await self.locks.run(self.db, conversation_id, work)
         self._remember(decision.plan)
         await self._after(decision)
         return decision
@@ -222,12 +224,14 @@ class Reconciler:
         is not allowed (then nothing of this call is stored).
         """
         now = self.clock()
-        async with self.locks.conversation(self.db, conversation_id) as conn:
-            if event_key is not None and not await mark_event_processed(conn, event_key, now):
+        held = self._cache.get(conversation_id)
+
+        def work(conn: Connection) -> Decision | None:
+            nonlocal outcomes, operations
+            if event_key is not None and not store.record_event(conn, event_key, now):
                 outcomes, operations = (), ()
-            held = self._cache.get(conversation_id)
             known = (held.id, held.version) if held is not None else None
-            loaded = await store.load_latest_plan(conn, conversation_id, known=known)
+            loaded = store.load_latest_plan(conn, conversation_id, known=known)
             if loaded is None:
                 return None
             if loaded.steps is None and held is not None:
@@ -243,7 +247,12 @@ class Reconciler:
                 disabled=disabled,
             )
             if decision.changed:
-                await _store(conn, decision, now, card_waiting=loaded.card_waiting)
+                _store(conn, decision, now, card_waiting=loaded.card_waiting)
+            return decision
+
+        decision = await self.locks.run(self.db, conversation_id, work)
+        if decision is None:
+            return None
         self._remember(decision.plan)
         await self._after(decision)
         return decision
@@ -251,7 +260,7 @@ class Reconciler:
     async def plan(self, conversation_id: int) -> Plan | None:
         """The conversation's newest plan as stored (a read; no lock)."""
         async with self.db.read() as conn:
-            loaded = await store.load_latest_plan(conn, conversation_id)
+            loaded = await conn.run_sync(store.load_latest_plan, conversation_id)
         return plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
 
     def _remember(self, plan: Plan) -> None:
@@ -266,9 +275,7 @@ class Reconciler:
             await self.after_commit(decision.effects)
 
 
-async def _store(
-    conn: AsyncConnection, decision: Decision, now: datetime, *, card_waiting: bool
-) -> None:
+def _store(conn: Connection, decision: Decision, now: datetime, *, card_waiting: bool) -> None:
     before = decision.before
     assert before is not None
     old = before.steps
@@ -278,18 +285,18 @@ async def _store(
         for s in changed
         if s.index <= len(old)
     ]
-    await store.update_steps(conn, before.id, updates)
+    store.update_steps(conn, before.id, updates)
     added = [_row(s, None, now) for s in changed if s.index > len(old)]
-    await store.insert_steps(conn, before.id, added)
-    await _write_plan_and_effects(conn, decision, now, card_waiting=card_waiting)
+    store.insert_steps(conn, before.id, added)
+    _write_plan_and_effects(conn, decision, now, card_waiting=card_waiting)
 
 
-async def _write_plan_and_effects(
-    conn: AsyncConnection, decision: Decision, now: datetime, *, card_waiting: bool
+def _write_plan_and_effects(
+    conn: Connection, decision: Decision, now: datetime, *, card_waiting: bool
 ) -> None:
     plan = decision.plan
     was = decision.before.version if decision.before is not None else 0
-    await store.update_plan(
+    store.update_plan(
         conn, plan.id, status=plan.status, version=plan.version, was_version=was, now=now
     )
     rows = [
@@ -297,7 +304,7 @@ async def _write_plan_and_effects(
         for e in decision.effects
         if not (card_waiting and e.kind == "update_plan_card")
     ]
-    await store.enqueue_effects(conn, rows, now)
+    store.enqueue_effects(conn, rows, now)
 
 
 def _effect_row(effect: Effect) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from agents.ports import Effect  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
 from storage import repository as repo  # noqa: E402
 from storage.db import Database  # noqa: E402
+from storage.locks import sqlite_engine  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
 from storage.plans import conversations_t, plans_t, steps_t  # noqa: E402
 
@@ -54,13 +55,18 @@ class RecordingPort:
 
 
 class RoundTrips:
-    """Counts statements and commits sent to the database (each one a thread hop)."""
+    """Counts statements (and commits) sent to the database, and thread hops.
+
+    Statements are counted on both engines of the database: the async one (aiosqlite,
+    where each statement is a hop to the driver's thread) and the synchronous one that
+    the reconciler's transactions run on (one hop to a worker thread per transaction).
+    """
 
     def __init__(self, db: Database) -> None:
         self.count = 0
-        sync = db.engine.sync_engine
-        event.listen(sync, "before_cursor_execute", self._bump)
-        event.listen(sync, "commit", self._bump)
+        for engine in (db.engine.sync_engine, sqlite_engine(db)):
+            event.listen(engine, "before_cursor_execute", self._bump)
+            event.listen(engine, "commit", self._bump)
 
     def _bump(self, *_: Any) -> None:
         self.count += 1
@@ -196,11 +202,11 @@ async def main(quick: bool) -> None:
         d_med = statistics.median(d_times)
         print(
             f"{chain_n}-step chain:     median {us(chain_med)} per step, "
-            f"{chain_trips:.1f} round trips per step, outbox delivery {us(chain_delivery)}"
+            f"{chain_trips:.1f} statements per step, outbox delivery {us(chain_delivery)}"
         )
         print(
             f"{layers}-layer diamond ({len(d_steps)} steps): median {us(d_med)} per step, "
-            f"{d_trips:.1f} round trips per step, outbox delivery {us(d_delivery)}"
+            f"{d_trips:.1f} statements per step, outbox delivery {us(d_delivery)}"
         )
         print(f"ratio diamond / chain: {d_med / chain_med:.2f}")
 

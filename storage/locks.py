@@ -1,14 +1,17 @@
 """The per-conversation lock: every state-changing path of one conversation runs under it.
 
-It is a write transaction that first takes the lock and is released by commit/rollback:
-- SQLite: the transaction starts with `BEGIN IMMEDIATE` (see `storage/db.py`), i.e. the
-  database's single write lock, which holds across processes. An in-process
-  `asyncio.Lock` per conversation in front of it avoids pointless contention on the
-  file lock (and the busy-timeout polling it causes).
-- PostgreSQL: `SELECT … FOR UPDATE` on the conversation's row, or
-  `pg_advisory_xact_lock(hashtext(key))` for a conversation that has no row yet.
-  Both are transaction scoped: released on commit, rollback or a dropped connection,
-  and fine behind pgbouncer's transaction pooling.
+`ConversationLocks.run(db, conversation, work)` runs `work(conn)` – a synchronous
+function holding the whole unit of work – in a write transaction that first takes the
+conversation's lock, which commit or rollback releases:
+- SQLite: the transaction starts with `BEGIN IMMEDIATE`, the database's single write
+  lock, which holds across processes (busy timeout for waiting). The transaction runs on
+  a worker thread through the stdlib driver, so it costs one thread hop in all instead
+  of one per statement (aiosqlite's way). An `asyncio.Lock` per conversation in front
+  keeps this process's own callers from contending for the file lock.
+- PostgreSQL: `SELECT … FOR UPDATE` on the conversation's row, or, for a thread with no
+  row yet, `pg_advisory_xact_lock(hashtext(key))`. Both are transaction scoped (released
+  on commit, rollback or a dropped connection) and work behind pgbouncer's transaction
+  pooling. `work` runs through `run_sync` on the async connection.
 Never hold it across a Slack or model call: decide inside, act after commit.
 """
 
@@ -16,20 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from sqlalchemy import Table, func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Table, create_engine, event, func, select
+from sqlalchemy.engine import Connection, Engine
 
-from storage.db import Database
+from storage.db import SQLITE_BUSY_TIMEOUT_MS, Database
 from storage.tables import Conversation
 
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
+T = TypeVar("T")
+Work = Callable[[Connection], T]
 
 
 class ConversationLocks:
-    """Hands out locked write transactions, one conversation at a time."""
+    """Runs units of work under a conversation's lock (one per conversation at a time)."""
 
     def __init__(self) -> None:
         # weak values: a lock lives while someone holds or waits for it
@@ -44,36 +49,65 @@ class ConversationLocks:
             self._local[key] = lock
         return lock
 
-    @asynccontextmanager
-    async def conversation(
-        self, db: Database, conversation_id: int
-    ) -> AsyncIterator[AsyncConnection]:
-        """A write transaction holding the lock of an existing conversation."""
-        async with self._lock_for(conversation_id), db.write() as conn:
-            await lock_conversation(conn, conversation_id)
-            yield conn
+    async def run(self, db: Database, conversation: int | str, work: Work[T]) -> T:
+        """`work(conn)` in a write transaction holding the lock of `conversation`.
 
-    @asynccontextmanager
-    async def key(self, db: Database, key: str) -> AsyncIterator[AsyncConnection]:
-        """A write transaction holding the lock named `key` (a thread with no row yet)."""
-        async with self._lock_for(key), db.write() as conn:
-            await lock_key(conn, key)
-            yield conn
+        `conversation` is a conversation id, or a string key for a thread that has no
+        conversation row yet. Committed when `work` returns, rolled back if it raises.
+        """
+
+        def locked(conn: Connection) -> T:
+            lock(conn, conversation)
+            return work(conn)
+
+        async with self._lock_for(conversation):
+            if db.is_sqlite:
+                return await asyncio.to_thread(_in_transaction, sqlite_engine(db), locked)
+            async with db.write() as conn:
+                return await conn.run_sync(locked)
 
 
-async def lock_conversation(conn: AsyncConnection, conversation_id: int) -> None:
+def lock(conn: Connection, conversation: int | str) -> None:
     """Take the conversation's lock inside the current transaction."""
-    if conn.dialect.name == "postgresql":
-        stmt = (
-            select(conversations_t.c.id)
-            .where(conversations_t.c.id == conversation_id)
-            .with_for_update()
-        )
-        await conn.execute(stmt)
-    # SQLite: BEGIN IMMEDIATE already holds the database's write lock
+    if conn.dialect.name != "postgresql":
+        return  # SQLite: BEGIN IMMEDIATE already holds the database's write lock
+    if isinstance(conversation, str):
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(conversation))))
+        return
+    conn.execute(
+        select(conversations_t.c.id).where(conversations_t.c.id == conversation).with_for_update()
+    )
 
 
-async def lock_key(conn: AsyncConnection, key: str) -> None:
-    """Take a named lock inside the current transaction (PostgreSQL advisory lock)."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+def _in_transaction(engine: Engine, work: Work[T]) -> T:
+    with engine.begin() as conn:
+        return work(conn)
+
+
+_sqlite_engines: weakref.WeakKeyDictionary[Database, Engine] = weakref.WeakKeyDictionary()
+
+
+def sqlite_engine(db: Database) -> Engine:
+    """A synchronous engine on `db`'s SQLite file, with the same settings as storage/db.py."""
+    engine = _sqlite_engines.get(db)
+    if engine is None:
+        engine = create_engine(db.url.replace("+aiosqlite", "", 1))
+        _configure(engine)
+        _sqlite_engines[db] = engine
+    return engine
+
+
+def _configure(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # BEGIN is issued by `_on_begin`
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,6 +1,9 @@
 """Plan and step persistence for the reconciler, in as few round trips as possible.
 
-Rows go in and out as plain dicts (the domain models live in `agents/`). Every write is
+Rows go in and out as plain dicts (the domain models live in `agents/`). The functions are
+synchronous, over a `Connection`: the reconciler runs a whole transaction as one function
+(`ConversationLocks.run`), which on SQLite is one hop to a worker thread instead of one
+hop per statement (see the cost note in orchestration.md). Every write is
 guarded by what the reconciler read: a step row is updated only `WHERE status = :was AND
 attempts = :was_attempts` (so "mark dispatched" is `… WHERE status = 'pending'`), the plan
 row only `WHERE version = :was`, and dispatch effects go to the outbox under a unique
@@ -29,14 +32,16 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 
-from storage.tables import Conversation, OutboxEntry, Plan, PlanStep
+from storage.tables import Conversation, OutboxEntry, Plan, PlanStep, ProcessedEvent
 
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
 steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
 outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
+events_t: Table = ProcessedEvent.__table__  # type: ignore[assignment]
 
 CARD_KIND = "update_plan_card"
 # step columns the reconciler reads and writes (besides plan_id and index)
@@ -159,8 +164,8 @@ def _loaded(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan
     return LoadedPlan(plan, None if unchanged else steps, bool(first["plan_card_waiting"]))
 
 
-async def load_latest_plan(
-    conn: AsyncConnection, conversation_id: int, *, known: tuple[int, int] | None = None
+def load_latest_plan(
+    conn: Connection, conversation_id: int, *, known: tuple[int, int] | None = None
 ) -> LoadedPlan | None:
     """The conversation's newest plan and its steps (by index), in one statement.
 
@@ -173,23 +178,50 @@ async def load_latest_plan(
         "known_id": known_id,
         "known_version": known_version,
     }
-    result = await conn.execute(_LOAD_LATEST, params)
+    result = conn.execute(_LOAD_LATEST, params)
     return _loaded(list(result.mappings()), known_version if known is not None else None)
 
 
-async def load_plan(conn: AsyncConnection, plan_id: int) -> LoadedPlan | None:
+def load_plan(conn: Connection, plan_id: int) -> LoadedPlan | None:
     """A plan and its steps by id, in one statement."""
-    result = await conn.execute(_LOAD_BY_ID, {"plan_id": plan_id})
+    result = conn.execute(_LOAD_BY_ID, {"plan_id": plan_id})
     return _loaded(list(result.mappings()))
 
 
-async def request_text(conn: AsyncConnection, conversation_id: int) -> str:
+_RECORD_EVENT_PG = postgresql.insert(events_t).on_conflict_do_nothing()
+_RECORD_EVENT_SQLITE = sqlite.insert(events_t).on_conflict_do_nothing()
+_INSERT_STEPS = insert(steps_t)
+_INSERT_OUTBOX = insert(outbox_t)
+_UPDATE_PLAN = (
+    update(plans_t)
+    .where(plans_t.c.id == bindparam("b_id"), plans_t.c.version == bindparam("b_was_version"))
+    .values(
+        status=bindparam("b_status"),
+        version=bindparam("b_version"),
+        updated_at=bindparam("b_updated_at"),
+    )
+)
+
+
+def record_event(conn: Connection, key: str, now: datetime) -> bool:
+    """Record an event key as applied, in the applying transaction. False: seen before."""
+    values = {"key": key, "processed_at": now}
+    stmt = (
+        postgresql.insert(events_t)
+        if conn.dialect.name == "postgresql"
+        else sqlite.insert(events_t)
+    )
+    result = conn.execute(stmt.values(**values).on_conflict_do_nothing())
+    return bool(result.rowcount)
+
+
+def request_text(conn: Connection, conversation_id: int) -> str:
     stmt = select(conversations_t.c.request_text).where(conversations_t.c.id == conversation_id)
-    return str(await conn.scalar(stmt) or "")
+    return str(conn.scalar(stmt) or "")
 
 
-async def insert_plan(
-    conn: AsyncConnection,
+def insert_plan(
+    conn: Connection,
     conversation_id: int,
     *,
     max_parallel: int,
@@ -210,14 +242,14 @@ async def insert_plan(
         )
         .returning(plans_t.c.id)
     )
-    return int((await conn.execute(stmt)).scalar_one())
+    return int((conn.execute(stmt)).scalar_one())
 
 
-async def insert_steps(conn: AsyncConnection, plan_id: int, rows: Sequence[dict[str, Any]]) -> None:
+def insert_steps(conn: Connection, plan_id: int, rows: Sequence[dict[str, Any]]) -> None:
     """New step rows (each with `index` and STEP_FIELDS, optionally started_at)."""
     if rows:
-        await conn.execute(
-            insert(steps_t),
+        conn.execute(
+            _INSERT_STEPS,
             [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows],
         )
 
@@ -238,8 +270,8 @@ _UPDATE_STEP = (
 )
 
 
-async def update_steps(
-    conn: AsyncConnection, plan_id: int, changes: Sequence[tuple[dict[str, Any], str, int]]
+def update_steps(
+    conn: Connection, plan_id: int, changes: Sequence[tuple[dict[str, Any], str, int]]
 ) -> None:
     """Write changed steps, each guarded by (status, attempts) as read: `(row, was, was_n)`.
 
@@ -253,14 +285,14 @@ async def update_steps(
         | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
         for row, was, was_attempts in changes
     ]
-    result = await conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params)
+    result = conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params)
     sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
     if sane and result.rowcount != len(params):
         raise ConcurrentPlanChange(f"plan {plan_id}: a step changed under the reconciler")
 
 
-async def update_plan(
-    conn: AsyncConnection,
+def update_plan(
+    conn: Connection,
     plan_id: int,
     *,
     status: str,
@@ -269,18 +301,19 @@ async def update_plan(
     now: datetime,
 ) -> None:
     """Write the plan's status and version, guarded by the version that was read."""
-    result = await conn.execute(
-        update(plans_t)
-        .where(plans_t.c.id == plan_id, plans_t.c.version == was_version)
-        .values(status=status, version=version, updated_at=now)
-    )
+    params = {
+        "b_id": plan_id,
+        "b_was_version": was_version,
+        "b_status": status,
+        "b_version": version,
+        "b_updated_at": now,
+    }
+    result = conn.execute(_UPDATE_PLAN, params)
     if result.rowcount != 1:
         raise ConcurrentPlanChange(f"plan {plan_id}: version {was_version} is gone")
 
 
-async def enqueue_effects(
-    conn: AsyncConnection, rows: Sequence[dict[str, Any]], now: datetime
-) -> None:
+def enqueue_effects(conn: Connection, rows: Sequence[dict[str, Any]], now: datetime) -> None:
     """Outbox rows (`idempotency_key`, `kind`, `conversation_id`, `payload`, `available_at`).
 
     A plain insert: a duplicate key is an integrity error that rolls the transaction back.
@@ -290,8 +323,8 @@ async def enqueue_effects(
     delivery, not one per change.
     """
     if rows:
-        await conn.execute(
-            insert(outbox_t),
+        conn.execute(
+            _INSERT_OUTBOX,
             [
                 {"state": "pending", "attempts": 0, "created_at": now}
                 | r

@@ -48,7 +48,7 @@ from pydantic_ai.toolsets import AbstractToolset
 
 from agents.errors import PermanentError, RunError, TransientError
 from agents.models import model_label
-from agents.plan import FormSpec
+from agents.plan import FormSpec, StepBlocked, StepFailed, StepSucceeded
 from agents.registry import AgentSpec
 from agents.session import (
     DEFAULT_LIMITS,
@@ -78,6 +78,7 @@ __all__ = [
     "drive",
     "resume_step",
     "run_step",
+    "step_outcome",
 ]
 
 SUMMARY_MAX_CHARS = 500
@@ -412,3 +413,24 @@ async def drive(
         )
     except Exception as exc:
         raise classify_error(exc) from exc
+
+
+def step_outcome(
+    result: StepRunResult | StepQuestion | RunError,
+    *,
+    index: int,
+    attempt: int,
+    message_ts: str | None = None,
+) -> StepSucceeded | StepBlocked | StepFailed:
+    """What the orchestrator records for a run's end (`message_ts` = the posted answer)."""
+    if isinstance(result, StepRunResult):
+        return StepSucceeded(
+            index=index,
+            attempt=attempt,
+            summary=result.summary,
+            files=result.files,
+            message_ts=message_ts,
+        )
+    if isinstance(result, StepQuestion):
+        return StepBlocked(index=index, attempt=attempt, question=result.question, form=result.form)
+    return StepFailed(index=index, attempt=attempt, reason=str(result), retryable=result.retryable)

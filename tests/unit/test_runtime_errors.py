@@ -78,3 +78,16 @@ def test_summaries_are_bounded_and_deterministic(summary: str, message: str) -> 
     assert out == bounded_summary(summary, message)
     if summary.strip():
         assert out.split()[0].rstrip("…") in summary
+
+
+def test_run_ends_map_to_plan_outcomes() -> None:
+    from agents.plan import FormField, FormSpec, StepBlocked, StepFailed, StepSucceeded
+    from agents.runtime import StepQuestion, StepRunResult, step_outcome
+
+    done = step_outcome(StepRunResult("m", "s", ["F1"]), index=2, attempt=1, message_ts="1.2")
+    assert done == StepSucceeded(index=2, attempt=1, summary="s", files=["F1"], message_ts="1.2")
+    form = FormSpec(fields=[FormField(name="tier", label="Which tier?")])
+    asked = step_outcome(StepQuestion("Which tier?", form, "call_1"), index=2, attempt=1)
+    assert asked == StepBlocked(index=2, attempt=1, question="Which tier?", form=form)
+    failed = step_outcome(TransientError("rate limited."), index=2, attempt=3)
+    assert failed == StepFailed(index=2, attempt=3, reason="rate limited.", retryable=True)

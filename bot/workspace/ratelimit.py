@@ -27,6 +27,11 @@ METHOD_TIERS = {
     "views.update": "t4",
     "views.push": "t4",
     "views.publish": "t4",
+    "chat.startStream": "t2",
+    "chat.appendStream": "t4",
+    "chat.stopStream": "t2",
+    "conversations.open": "t3",
+    "apps.connections.open": "t1",
 }
 
 

@@ -195,6 +195,7 @@ def build_app(ws: LocalWorkspace) -> web.Application:
         socket_mode,
         web_chat,
         web_conversations,
+        web_stream,
         web_views,
     )
 

@@ -107,6 +107,7 @@ class Message:
     deleted: bool = False
     replies: list[str] = field(default_factory=list)  # ts of replies when this is a parent
     client_msg_id: str | None = None
+    streaming: bool = False  # between chat.startStream and chat.stopStream
 
     @property
     def author(self) -> str:

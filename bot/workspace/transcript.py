@@ -128,6 +128,8 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
     head = f"{indent}{author(state, msg)}{app_tag}  {when}"
     if msg.edited:
         head += "  (edited)"
+    if msg.streaming:
+        head += "  (typing…)"
     lines = [head]
     if msg.blocks:
         for block in msg.blocks:

@@ -8,12 +8,13 @@ import secrets
 from bot.workspace.blocks import check_blocks
 from bot.workspace.server import ApiError, Call, method
 from bot.workspace.shapes import message_json
-from bot.workspace.state import Ephemeral, Json, Message
+from bot.workspace.state import Channel, Ephemeral, Json, Message
 
 TEXT_MAX = 40_000  # chat.postMessage truncates beyond this; update/postEphemeral refuse
+MARKDOWN_TEXT_MAX = 12_000
 
 
-def _blocks(call: Call) -> list[Json] | None:
+def parse_blocks(call: Call) -> list[Json] | None:
     blocks = call.json_arg("blocks", "invalid_blocks_format")
     if blocks is None:
         return None
@@ -30,7 +31,7 @@ def _blocks(call: Call) -> list[Json] | None:
     return list(out)
 
 
-def _metadata(call: Call) -> Json | None:
+def parse_metadata(call: Call) -> Json | None:
     meta = call.json_arg("metadata", "invalid_metadata_format")
     if meta is None:
         return None
@@ -55,7 +56,7 @@ def _text(call: Call, blocks: list[Json] | None, *, truncate: bool) -> str:
     return text
 
 
-def _persona(call: Call) -> tuple[str | None, Json | None]:
+def persona(call: Call) -> tuple[str | None, Json | None]:
     """username/icon_* apply only with chat:write.customize; otherwise Slack ignores them."""
     if "chat:write.customize" not in call.app.scopes:
         return None, None
@@ -79,8 +80,8 @@ def _thread_root(call: Call, channel: str) -> str | None:
     return thread_ts
 
 
-@method("chat.postMessage")
-async def post_message(call: Call) -> Json:
+def writable_channel(call: Call) -> Channel:
+    """The target channel of a post: a member, or any public channel with chat:write.public."""
     call.require_scope("chat:write")
     channel = call.channel()
     if call.app.bot_user_id not in channel.members and not (
@@ -89,10 +90,37 @@ async def post_message(call: Call) -> Json:
         raise ApiError("not_in_channel")
     if channel.is_archived:
         raise ApiError("is_archived")
-    blocks = _blocks(call)
-    text = _text(call, blocks, truncate=True)
-    metadata = _metadata(call)
-    username, icons = _persona(call)
+    return channel
+
+
+def _markdown_text(call: Call) -> tuple[list[Json] | None, str | None]:
+    """`markdown_text` becomes a markdown block; it excludes `text` and `blocks`."""
+    markdown = call.str_arg("markdown_text")
+    if markdown is None:
+        return None, None
+    if call.arg("text") or call.arg("blocks"):
+        raise ApiError("markdown_text_conflict")
+    if not markdown:
+        raise ApiError("no_text")
+    if len(markdown) > MARKDOWN_TEXT_MAX:
+        problem = "[ERROR] must be less than 12001 characters [json-pointer:/markdown_text]"
+        raise ApiError("invalid_arguments", response_metadata={"messages": [problem]})
+    return [markdown_block(markdown)], markdown
+
+
+def markdown_block(text: str) -> Json:
+    return {"type": "markdown", "text": text, "block_id": secrets.token_urlsafe(4)[:5]}
+
+
+@method("chat.postMessage")
+async def post_message(call: Call) -> Json:
+    channel = writable_channel(call)
+    blocks, text = _markdown_text(call)
+    if text is None:
+        blocks = parse_blocks(call)
+        text = _text(call, blocks, truncate=True)
+    metadata = parse_metadata(call)
+    username, icons = persona(call)
     thread_ts = _thread_root(call, channel.id)
     broadcast = bool(thread_ts) and call.bool_arg("reply_broadcast")
     msg = Message(
@@ -125,7 +153,7 @@ async def update(call: Call) -> Json:
     if msg.bot_id != call.app.bot_id:
         raise ApiError("cant_update_message")
     previous = message_json(call.state, msg)
-    blocks = _blocks(call) if "blocks" in call.args else msg.blocks
+    blocks = parse_blocks(call) if "blocks" in call.args else msg.blocks
     text = call.str_arg("text")
     if text is not None and len(text) > TEXT_MAX:
         raise ApiError("msg_too_long")
@@ -135,7 +163,7 @@ async def update(call: Call) -> Json:
         raise ApiError("no_text")
     msg.text, msg.blocks = text or "", blocks
     if "metadata" in call.args:
-        msg.metadata = _metadata(call)
+        msg.metadata = parse_metadata(call)
     msg.edited = {"user": call.app.bot_user_id, "ts": call.state.ts_clock.next()}
     call.state.changed()
     call.ws.events.message_changed(msg, previous)
@@ -180,7 +208,7 @@ async def post_ephemeral(call: Call) -> Json:
         raise ApiError("not_in_channel")
     if user not in channel.members:
         raise ApiError("user_not_in_channel")
-    blocks = _blocks(call)
+    blocks = parse_blocks(call)
     text = _text(call, blocks, truncate=False)
     ephemeral = Ephemeral(
         channel=channel.id,

@@ -8,9 +8,20 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from agents.errors import OperationRejected, PlanValidationError
+from agents.errors import OperationRejected, PermanentError, PlanValidationError, TransientError
 from agents.outbox import OutboxSender
-from agents.plan import StepFailed, StepSucceeded
+from agents.plan import (
+    AddSteps,
+    Question,
+    SkipStep,
+    StepAnswered,
+    StepBlocked,
+    StepFailed,
+    StepProposal,
+    StepSucceeded,
+)
+from agents.plan_operations import Operation
+from agents.ports import Effect
 from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.plans import outbox_t, steps_t
@@ -190,3 +201,97 @@ async def test_fifty_concurrent_reconciles_dispatch_each_ready_step_once(
         total = await conn.scalar(select(func.count()).select_from(outbox_t))
     assert in_progress == 5
     assert total == 6 + 1  # six dispatches; the change coalesced into the waiting card row
+
+
+async def test_blocked_step_and_user_form_survive_storage(db: Database) -> None:
+    cid = await new_conversation(db, "1.10")
+    reconciler = Reconciler(db, clock=Clock())
+    form = {
+        "fields": [
+            {"name": "region", "label": "Which region?", "kind": "select", "options": ["EU", "US"]}
+        ]
+    }
+    await reconciler.start_plan(
+        cid, proposal({}, {"assignee": "user", "form": form}), assignees=AGENTS
+    )
+    blocked = StepBlocked(index=1, attempt=1, question="Budget?")
+    await reconciler.reconcile(cid, outcomes=[blocked])
+    fresh = Reconciler(db)  # nothing cached: everything comes from the database
+    plan = await fresh.plan(cid)
+    assert plan is not None and plan.status == "paused"
+    assert plan.steps[0].question == Question(text="Budget?", round=1)
+    answer = StepAnswered(index=1, values={"answer": "10k"}, answered_by="U1")
+    decision = await fresh.reconcile(cid, outcomes=[answer])
+    assert decision is not None
+    assert [e.kind for e in decision.effects] == ["resume_step", "update_plan_card"]
+    decision = await fresh.reconcile(cid, outcomes=[StepSucceeded(index=1, attempt=1, summary="s")])
+    assert decision is not None
+    (show,) = [e for e in decision.effects if e.kind == "show_form"]
+    assert show.payload["form"]["fields"][0]["options"] == ["EU", "US"]
+    plan = await Reconciler(db).plan(cid)
+    assert plan is not None and plan.status == "paused"
+    assert plan.steps[0].question is not None and plan.steps[0].question.answer == {"answer": "10k"}
+    submitted = StepAnswered(index=2, values={"region": "EU"}, answered_by="U2")
+    await fresh.reconcile(cid, outcomes=[submitted])
+    plan = await Reconciler(db).plan(cid)
+    assert plan is not None and plan.status == "completed"
+    assert plan.steps[1].output_summary == "region: EU"
+
+
+async def test_commander_operations_are_stored(db: Database) -> None:
+    cid = await new_conversation(db, "1.11")
+    reconciler = Reconciler(db, clock=Clock())
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
+    failed = StepFailed(index=1, attempt=1, reason="no access", retryable=False)
+    decision = await reconciler.reconcile(cid, outcomes=[failed])
+    assert decision is not None
+    assert [e.payload.get("reason") for e in decision.effects][0] == "step_failed"
+    extra = StepProposal(index=3, title="use the archive", assignee="writer", wait_for=[])
+    skip = SkipStep(index=1, reason="route around")
+    ops: list[Operation] = [skip, AddSteps(steps=[extra])]
+    with pytest.raises(PlanValidationError):  # an unknown agent: nothing of the call is kept
+        bad = StepProposal(index=3, title="x", assignee="ghost")
+        await reconciler.reconcile(cid, operations=[skip, AddSteps(steps=[bad])], assignees=AGENTS)
+    plan = await Reconciler(db).plan(cid)
+    assert plan is not None and plan.steps[0].status == "failed"
+    await reconciler.reconcile(cid, operations=ops, assignees=AGENTS)
+    plan = await Reconciler(db).plan(cid)
+    assert plan is not None
+    assert [(s.index, s.status) for s in plan.steps] == [
+        (1, "skipped"),
+        (2, "in_progress"),
+        (3, "pending"),
+    ]
+
+
+class FlakyPort(RecordingPort):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error: Exception | None = error
+
+    async def perform(self, effect: Effect) -> None:
+        if self.error is not None:
+            raise self.error
+        await super().perform(effect)
+
+
+async def test_outbox_retries_transient_port_failures_and_gives_up_on_permanent(
+    db: Database,
+) -> None:
+    cid = await new_conversation(db, "1.12")
+    clock = Clock()
+    await Reconciler(db, clock=clock).start_plan(cid, chain(1), assignees=AGENTS)
+    port = FlakyPort(TransientError("Slack answered 503"))
+    sender = OutboxSender(db, port, clock=clock)
+    assert await sender.drain() == 2
+    assert await sender.drain() == 0  # both wait for their retry time
+    port.error = None
+    clock.advance(timedelta(minutes=1))
+    assert await sender.drain() == 2
+    assert len(port.performed) == 2
+    cid2 = await new_conversation(db, "1.13")
+    await Reconciler(db, clock=clock).start_plan(cid2, chain(1), assignees=AGENTS)
+    hopeless = FlakyPort(PermanentError("channel_not_found"))
+    assert await OutboxSender(db, hopeless, clock=clock).drain() == 2
+    clock.advance(timedelta(hours=1))
+    assert await OutboxSender(db, hopeless, clock=clock).drain() == 0

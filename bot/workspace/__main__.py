@@ -25,6 +25,9 @@ ALL_SCOPES = (
     "commands",
     "groups:history",
     "groups:read",
+    "im:history",
+    "im:read",
+    "im:write",
     "metadata.message:read",
     "users:read",
 )

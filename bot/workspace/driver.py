@@ -62,6 +62,13 @@ class Driver:
         self.ws.events.message_posted(msg)
         return msg
 
+    def dm(
+        self, who: Who, app: InstalledApp, text: str, *, thread_ts: str | None = None
+    ) -> Message:
+        """A person writes to an app in its Messages tab (the direct-message channel)."""
+        channel, _ = self.state.dm(self.person(who).id, app.bot_user_id)
+        return self.post(who, channel.id, text, thread_ts=thread_ts)
+
     def mention(
         self, who: Who, channel: str, app: InstalledApp, text: str, *, thread_ts: str | None = None
     ) -> Message:
@@ -140,8 +147,8 @@ class Driver:
                 )
         raise LookupError(f"no app provides {command}")
 
-    def open_app_home(self, who: Who, app: InstalledApp) -> None:
-        self.ws.events.app_home_opened(app, self.person(who).id)
+    def open_app_home(self, who: Who, app: InstalledApp, tab: str = "home") -> None:
+        self.ws.events.app_home_opened(app, self.person(who).id, tab)
 
     # ----- reading -------------------------------------------------------------------------
 

@@ -157,10 +157,11 @@ class EventDispatcher:
     def app_home_opened(self, app: InstalledApp, user_id: str, tab: str = "home") -> None:
         if "app_home_opened" not in app.bot_events:
             return
+        dm, _ = self.state.dm(user_id, app.bot_user_id)
         event: Json = {
             "type": "app_home_opened",
             "user": user_id,
-            "channel": "D" + app.bot_user_id[1:],
+            "channel": dm.id,
             "tab": tab,
             "event_ts": self.state.ts_clock.next(),
         }

@@ -321,6 +321,25 @@ class WorkspaceState:
         self.changed()
         return channel
 
+    def dm(self, user_id: str, bot_user_id: str) -> tuple[Channel, bool]:
+        """The direct-message channel between a person and a bot user; True when it is new."""
+        for channel in self.channels.values():
+            if channel.is_im and set(channel.members) == {user_id, bot_user_id}:
+                return channel, False
+        channel = Channel(
+            id=new_id("D"),
+            name=user_id,
+            is_private=True,
+            created=int(time.time()),
+            creator=bot_user_id,
+            members=[user_id, bot_user_id],
+            is_im=True,
+        )
+        self.channels[channel.id] = channel
+        self.messages[channel.id] = {}
+        self.changed()
+        return channel, True
+
     def join(self, channel_id: str, user_id: str) -> None:
         channel = self.channels[channel_id]
         if user_id not in channel.members:

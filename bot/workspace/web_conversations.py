@@ -158,6 +158,43 @@ async def info(call: Call) -> Json:
     return {"channel": channel_json(call, channel)}
 
 
+@method("conversations.open")
+async def conversations_open(call: Call) -> Json:
+    """Only direct messages with one person (multi-person DMs are not modelled)."""
+    if call.str_arg("channel"):
+        channel = call.channel()
+        return {"channel": {"id": channel.id}}
+    users = [u for u in (call.str_arg("users") or "").split(",") if u]
+    if not users:
+        raise ApiError("users_list_not_supplied")
+    call.require_scope("im:write")
+    if len(users) > 1:
+        raise ApiError("method_not_supported_for_channel_type")
+    person = call.state.people.get(users[0])
+    if person is None:
+        raise ApiError("user_not_found")
+    channel, created = call.state.dm(person.id, call.app.bot_user_id)
+    if not call.bool_arg("return_im"):
+        return {"channel": {"id": channel.id}}
+    return {
+        "no_op": not created,
+        "already_open": not created,
+        "channel": {
+            "id": channel.id,
+            "created": channel.created,
+            "is_im": True,
+            "is_org_shared": False,
+            "user": person.id,
+            "last_read": "0000000000.000000",
+            "latest": None,
+            "unread_count": 0,
+            "unread_count_display": 0,
+            "is_open": True,
+            "priority": 0,
+        },
+    }
+
+
 @method("conversations.members")
 async def members(call: Call) -> Json:
     channel = call.channel(scope_kind="read")

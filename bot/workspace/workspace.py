@@ -26,6 +26,9 @@ DEFAULT_SCOPES = (
     "commands",
     "groups:history",
     "groups:read",
+    "im:history",
+    "im:read",
+    "im:write",
     "users:read",
 )
 DEFAULT_EVENTS = ("app_mention", "message.channels", "app_home_opened")

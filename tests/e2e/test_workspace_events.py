@@ -201,3 +201,29 @@ async def test_edits_deletions_and_app_home_opened(
     assert changed["message"]["text"] == "v2" and changed["previous_message"]["text"] == "v1"
     home = events_of(receiver, "app_home_opened")[0]
     assert home["user"] == alice.id and home["tab"] == "home"
+
+
+async def test_direct_messages_reach_the_app_as_message_im(
+    workspace: LocalWorkspace, driver: Driver, receiver: Receiver
+) -> None:
+    app = workspace.install_app(
+        "Commander", request_url=receiver.url, bot_events=["message.im", "app_home_opened"]
+    )
+    alice = workspace.add_person("alice")
+    client = client_for(workspace, app.bot_token)
+    opened = await client.conversations_open(users=alice.id, return_im=True)
+    dm_id = opened["channel"]["id"]
+    assert dm_id.startswith("D") and opened["channel"]["is_im"] is True
+    assert (await client.conversations_open(users=alice.id))["channel"]["id"] == dm_id
+    msg = driver.dm("alice", app, "hello there")
+    driver.open_app_home("alice", app, tab="messages")
+    await driver.wait_for(lambda: len(receiver.requests) == 2, what="message.im and home")
+    message = events_of(receiver, "message")[0]
+    assert message["channel"] == dm_id and message["channel_type"] == "im"
+    assert message["ts"] == msg.ts
+    home = events_of(receiver, "app_home_opened")[0]
+    assert home["channel"] == dm_id and home["tab"] == "messages"
+    posted = await client.chat_postMessage(channel=dm_id, text="hi alice")
+    assert posted["channel"] == dm_id
+    info = await client.conversations_info(channel=dm_id)
+    assert info["channel"]["is_im"] is True

@@ -38,7 +38,8 @@ from agents.plan import (
     PlanProposal,
     RetryStep,
     SkipStep,
-    StepProposal,
+    Step,
+    parse_plan,
     validate_plan,
 )
 from agents.registry import AgentSpec
@@ -100,12 +101,16 @@ class CommanderTurn:
 @dataclass(slots=True)
 class CommanderDeps:
     assignees: tuple[str, ...]
+    disabled: tuple[str, ...] = ()
+    existing: tuple[Step, ...] = ()  # the running plan's steps, to check added steps against
     thread: list[Any] = field(default_factory=list)
 
 
 def commander_instructions(agents: Sequence[AgentSpec], *, woken: bool) -> str:
     """The commander's instructions, listing the enabled sub-agents with their descriptions."""
-    roster = "\n".join(f"- {a.name}: {a.description or a.display_name}" for a in agents)
+    roster = "\n".join(
+        f"- {a.name}: {a.description or a.display_name}" for a in agents if a.enabled
+    )
     lines = [
         "You are the commander of a team of agents working in a Slack thread. You decide what "
         "is done, in which order and by whom; you do not do all the work yourself.",
@@ -159,15 +164,29 @@ async def reply(ctx: RunContext[CommanderDeps], text: str) -> ToolReturn:
     return ToolReturn("Your reply will be posted.", metadata={"reply": text})
 
 
-async def create_plan(ctx: RunContext[CommanderDeps], steps: list[StepProposal]) -> ToolReturn:
-    """Write the plan: a small DAG of steps for the team (see your instructions)."""
+PLAN_SCHEMA = PlanProposal.model_json_schema()
+
+
+def _checked(ctx: RunContext[CommanderDeps], args: dict[str, Any], tool: str) -> PlanProposal:
+    """The model's raw steps parsed and validated; every problem goes back as one sentence."""
     try:
-        plan = validate_plan(PlanProposal(steps=steps), assignees=ctx.deps.assignees)
+        proposal = parse_plan(args)
+        return validate_plan(
+            proposal,
+            assignees=ctx.deps.assignees,
+            disabled=ctx.deps.disabled,
+            existing=ctx.deps.existing,
+        )
     except PlanValidationError as exc:
         raise ModelRetry(
-            "The plan was not accepted. Fix these problems and call create_plan again:\n"
+            f"Not accepted. Fix these problems and call {tool} again:\n"
             + "\n".join(f"- {p}" for p in exc.problems)
         ) from exc
+
+
+async def create_plan(ctx: RunContext[CommanderDeps], **args: Any) -> ToolReturn:
+    """Write the plan: a small DAG of steps for the team (see your instructions)."""
+    plan = _checked(ctx, args, "create_plan")
     return ToolReturn(
         f"Plan accepted with {len(plan.steps)} steps; the orchestrator runs it.",
         metadata={"plan": plan.model_dump(mode="json")},
@@ -193,9 +212,14 @@ async def skip_step(ctx: RunContext[CommanderDeps], index: int, reason: str) -> 
     return _proposed(SkipStep(index=index, reason=reason))
 
 
-async def add_steps(ctx: RunContext[CommanderDeps], steps: list[StepProposal]) -> ToolReturn:
+async def add_steps(ctx: RunContext[CommanderDeps], **args: Any) -> ToolReturn:
     """Append steps to the running plan (indexes continue after the last step)."""
-    return _proposed(AddSteps(steps=steps))
+    if ctx.deps.existing:
+        return _proposed(AddSteps(steps=_checked(ctx, args, "add_steps").steps))
+    try:
+        return _proposed(AddSteps(steps=parse_plan(args).steps))
+    except PlanValidationError as exc:
+        raise ModelRetry("Not accepted:\n" + "\n".join(f"- {p}" for p in exc.problems)) from exc
 
 
 async def edit_step(
@@ -221,10 +245,11 @@ def build_commander(
     """The commander's pydantic-ai agent for one turn."""
     tools: list[Tool[CommanderDeps]] = [Tool(reply, takes_ctx=True)]
     if woken:
-        for func in (retry_step, skip_step, add_steps, edit_step, abort_plan, cancel_plan):
+        for func in (retry_step, skip_step, edit_step, abort_plan, cancel_plan):
             tools.append(Tool(func, takes_ctx=True))
+        tools.append(_plan_tool(add_steps, plan_retries))
     else:
-        tools.append(Tool(create_plan, takes_ctx=True, max_retries=plan_retries))
+        tools.append(_plan_tool(create_plan, plan_retries))
     return Agent(
         deps_type=CommanderDeps,
         output_type=str,
@@ -234,6 +259,16 @@ def build_commander(
         retries=2,
         capabilities=[ProcessHistory(compact_history)],
     )
+
+
+def _plan_tool(func: Any, retries: int) -> Tool[CommanderDeps]:
+    """A tool taking raw steps under the plan's JSON schema, so `parse_plan` can explain
+    problems (e.g. runtime fields) in sentences instead of pydantic's generic errors."""
+    tool: Tool[CommanderDeps] = Tool.from_schema(
+        func, func.__name__, func.__doc__, PLAN_SCHEMA, takes_ctx=True
+    )
+    tool.max_retries = retries
+    return tool
 
 
 def turn_from_history(messages: Sequence[ModelMessage]) -> CommanderTurn:
@@ -289,7 +324,15 @@ async def commander_turn(
         return turn_from_history(history)
     assignees = tuple(a.name for a in agents if a.enabled)
     agent = build_commander(agents, woken=wake is not None, plan_retries=plan_retries)
-    deps = CommanderDeps(assignees=assignees, thread=list(thread))
+    views = tuple(wake.steps) if wake else ()
+    stored_steps = tuple(s for s in views if isinstance(s, Step))
+    deps = CommanderDeps(
+        assignees=assignees,
+        disabled=tuple(a.name for a in agents if not a.enabled),
+        # added steps are checked here only against real stored steps; else the orchestrator does
+        existing=stored_steps if len(stored_steps) == len(views) else (),
+        thread=list(thread),
+    )
     session = RunSession(db, job, COMMANDER, model_label(model), now, stored if history else None)
     prompt = None if history else commander_prompt(job, thread, wake)
     _output, messages = await drive(

@@ -203,3 +203,64 @@ async def test_a_finished_turn_run_again_returns_the_same_proposals_without_a_mo
 
     again = await commander_turn(db, job(), AGENTS, model=FunctionModel(never), now=clock)
     assert again == first
+
+
+async def test_runtime_fields_and_disabled_agents_are_explained_in_sentences(db: Database) -> None:
+    problems: list[str] = []
+    sneaky = [
+        step(1, "researcher", status="done", output_summary="all done already"),
+        step(2, "sleepy"),
+    ]
+    agents = [*AGENTS, AgentSpec("sleepy", "Sleepy", "naps", "zzz", enabled=False)]
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        assert "sleepy" not in (info.instructions or "")  # only enabled agents are listed
+        parts = returned(messages)
+        if not parts:
+            return ModelResponse(parts=[ToolCallPart("create_plan", {"steps": sneaky})])
+        if parts[0].outcome != "success":
+            problems.append(str(parts[0].content))
+            if len(problems) == 1:
+                clean = [step(1, "researcher"), step(2, "sleepy")]
+                return ModelResponse(parts=[ToolCallPart("create_plan", {"steps": clean})])
+            return ModelResponse(parts=[ToolCallPart("create_plan", {"steps": GOOD})])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    turn = await commander_turn(db, job(), agents, model=FunctionModel(script), now=clock)
+
+    assert turn.plan is not None and [s.assignee for s in turn.plan.steps] == [
+        "researcher",
+        "writer",
+    ]
+    assert "only the orchestrator writes" in problems[0]
+    assert "sleepy" in problems[1] and "disabled" in problems[1]
+
+
+async def test_added_steps_are_checked_against_the_stored_plan(db: Database) -> None:
+    from agents.plan import AddSteps, Step
+
+    stored = [
+        Step(index=1, title="a", assignee="researcher", status="done", output_summary="x"),
+        Step(index=2, title="b", assignee="writer", wait_for=(1,), status="failed"),
+    ]
+    problems: list[str] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = returned(messages)
+        if not parts:  # index 1 exists already
+            return ModelResponse(parts=[ToolCallPart("add_steps", {"steps": [step(1, "writer")]})])
+        if parts[0].outcome != "success":
+            problems.append(str(parts[0].content))
+            fixed = [step(3, "writer", wait_for=[1], input="{{step_1.output_summary}}")]
+            return ModelResponse(parts=[ToolCallPart("add_steps", {"steps": fixed})])
+        return ModelResponse(parts=[TextPart("added")])
+
+    wake = CommanderWake(event="Step 2 failed", steps=stored, failed_step=2)
+    turn = await commander_turn(
+        db, job(), AGENTS, model=FunctionModel(script), wake=wake, now=clock
+    )
+
+    assert problems and "step" in problems[0]
+    assert len(turn.operations) == 1
+    added = turn.operations[0]
+    assert isinstance(added, AddSteps) and [s.index for s in added.steps] == [3]

@@ -3,12 +3,14 @@ modals, run slash commands, open App Home) and await conditions on its state –
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from bot.workspace.events import Delivery
 from bot.workspace.interactivity import SubmissionOutcome
-from bot.workspace.state import Ephemeral, InstalledApp, Json, Message, Person, View, new_id
+from bot.workspace.shapes import message_json, rich_text_block
+from bot.workspace.state import Ephemeral, InstalledApp, Json, Message, Person, View
 from bot.workspace.transcript import render_thread
 from bot.workspace.workspace import LocalWorkspace
 
@@ -53,14 +55,33 @@ class Driver:
             ts=self.state.ts_clock.next(),
             text=text,
             user=person.id,
-            blocks=blocks,
+            blocks=blocks if blocks is not None else [rich_text_block(text)],
             thread_ts=thread_ts,
             subtype="thread_broadcast" if broadcast and thread_ts else None,
-            client_msg_id=new_id("").lower(),
+            client_msg_id=str(uuid.uuid4()),
         )
         self.state.add_message(msg)
         self.ws.events.message_posted(msg)
         return msg
+
+    def edit(self, who: Who, msg: Message, text: str) -> None:
+        """A person edits their own message; apps hear `message_changed`."""
+        if msg.user != self.person(who).id:
+            raise PermissionError("people can only edit their own messages")
+        previous = message_json(self.state, msg)
+        msg.text, msg.blocks = text, [rich_text_block(text)]
+        msg.edited = {"user": msg.user, "ts": self.state.ts_clock.next()}
+        self.state.changed()
+        self.ws.events.message_changed(msg, previous)
+
+    def delete(self, who: Who, msg: Message) -> None:
+        """A person deletes their own message; apps hear `message_deleted`."""
+        if msg.user != self.person(who).id:
+            raise PermissionError("people can only delete their own messages")
+        previous = message_json(self.state, msg)
+        msg.deleted = True
+        self.state.changed()
+        self.ws.events.message_deleted(msg, previous)
 
     def dm(
         self, who: Who, app: InstalledApp, text: str, *, thread_ts: str | None = None

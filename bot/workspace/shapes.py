@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import secrets
+
 from bot.workspace.state import Json, Message, WorkspaceState
 
 
@@ -60,3 +63,34 @@ def _bot_fields(state: WorkspaceState, msg: Message) -> Json:
     if app is not None:
         out["bot_profile"] = app.bot_profile(state.team_id)
     return out
+
+
+_TOKEN = re.compile(
+    r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|<#([CGD][A-Z0-9]+)(?:\|[^>]*)?>|<(https?://[^|>]+)(?:\|([^>]*))?>"
+)
+
+
+def rich_text_block(text: str) -> Json:
+    """The rich_text block Slack's clients attach to what a person types."""
+    elements: list[Json] = []
+    pos = 0
+    for m in _TOKEN.finditer(text):
+        if m.start() > pos:
+            elements.append({"type": "text", "text": text[pos : m.start()]})
+        if m.group(1):
+            elements.append({"type": "user", "user_id": m.group(1)})
+        elif m.group(2):
+            elements.append({"type": "channel", "channel_id": m.group(2)})
+        else:
+            link: Json = {"type": "link", "url": m.group(3)}
+            if m.group(4):
+                link["text"] = m.group(4)
+            elements.append(link)
+        pos = m.end()
+    if pos < len(text):
+        elements.append({"type": "text", "text": text[pos:]})
+    return {
+        "type": "rich_text",
+        "block_id": secrets.token_urlsafe(4)[:5],
+        "elements": [{"type": "rich_text_section", "elements": elements}],
+    }

@@ -53,13 +53,25 @@ def _rich_text(state: WorkspaceState, block: Json) -> str:
     parts: list[str] = []
 
     def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("type") == "text":
-                parts.append(str(node.get("text", "")))
-            elif node.get("type") == "user":
-                parts.append("@" + state.user_name(str(node.get("user_id"))))
-            for child in node.get("elements", []):
-                walk(child)
+        if not isinstance(node, dict):
+            return
+        kind = node.get("type")
+        if kind == "text":
+            parts.append(str(node.get("text", "")))
+        elif kind == "user":
+            parts.append("@" + state.user_name(str(node.get("user_id"))))
+        elif kind == "channel":
+            found = state.channels.get(str(node.get("channel_id")))
+            parts.append("#" + (found.name if found else str(node.get("channel_id"))))
+        elif kind == "link":
+            url = str(node.get("url", ""))
+            parts.append(f"{node['text']} ({url})" if node.get("text") else url)
+        elif kind == "emoji":
+            parts.append(f":{node.get('name', '')}:")
+        elif kind == "broadcast":
+            parts.append(f"@{node.get('range', 'here')}")
+        for child in node.get("elements", []):
+            walk(child)
 
     walk(block)
     return "".join(parts)

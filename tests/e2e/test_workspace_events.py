@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
@@ -227,3 +228,29 @@ async def test_direct_messages_reach_the_app_as_message_im(
     assert posted["channel"] == dm_id
     info = await client.conversations_info(channel=dm_id)
     assert info["channel"]["is_im"] is True
+
+
+async def test_people_edit_and_delete_their_messages(
+    workspace: LocalWorkspace, driver: Driver, receiver: Receiver
+) -> None:
+    app = workspace.install_app(
+        "Commander", request_url=receiver.url, bot_events=["message.channels"]
+    )
+    alice = workspace.add_person("alice")
+    workspace.create_channel("general", [alice, app])
+    msg = driver.post("alice", "general", f"hi <@{app.bot_user_id}>, see <https://example.com>")
+    driver.edit("alice", msg, "hello")
+    driver.delete("alice", msg)
+    await driver.wait_for(lambda: len(receiver.requests) == 3, what="posted, changed, deleted")
+    posted, changed, deleted = sorted(
+        events_of(receiver, "message"), key=lambda e: e.get("subtype") or ""
+    )
+    elements = posted["blocks"][0]["elements"][0]["elements"]
+    assert [e["type"] for e in elements] == ["text", "user", "text", "link"]
+    assert posted["client_msg_id"] and posted["user"] == alice.id
+    assert (
+        changed["message"]["text"] == "hello" and changed["message"]["edited"]["user"] == alice.id
+    )
+    assert deleted["deleted_ts"] == msg.ts
+    with pytest.raises(PermissionError):
+        driver.edit(workspace.add_person("bob"), msg, "hijack")

@@ -112,6 +112,7 @@ async def test_ts_is_strictly_increasing_and_slack_formatted(world: World) -> No
     assert len(set(seen)) == len(seen)
 
 
+@pytest.mark.filterwarnings("ignore:The top-level `text` argument is missing:UserWarning")
 async def test_post_message_errors(world: World) -> None:
     c = world.client
     bad_meta: Any = "{"  # not JSON: slack_sdk passes strings through

@@ -169,3 +169,39 @@ async def test_an_endpoint_can_be_chosen_by_base_url_in_the_model_string(
 
     assert isinstance(result, StepRunResult)
     assert json.loads(json.dumps(server.requests[0].body))["model"] == "llama3"
+
+
+@pytest.mark.parametrize(("model", "path"), APIS)
+async def test_the_commander_plans_over_the_wire(
+    db: Database, server: FakeOpenAI, model: str, path: str
+) -> None:
+    from agents.commander import commander_turn
+
+    steps = [
+        {"index": 1, "title": "Research", "assignee": "researcher", "input": "{{request}}"},
+        {
+            "index": 2,
+            "title": "Sum up",
+            "assignee": "commander",
+            "input": "{{step_1.output_summary}}",
+        },
+    ]
+
+    def chat(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][-1]["role"] == "user":
+            return tool_call_message("create_plan", {"steps": steps}, "call_plan")
+        return text_message("Planned.")
+
+    def responses(body: dict[str, Any]) -> list[dict[str, Any]]:
+        if body["input"][-1].get("role") == "user":
+            return [function_call_item("create_plan", {"steps": steps}, "call_plan")]
+        return [message_item("Planned.")]
+
+    server.respond, server.respond_responses = chat, responses
+    turn = await commander_turn(db, job("wire:commander"), [SPEC], model=model)
+
+    assert turn.plan is not None and [s.wait_for for s in turn.plan.steps] == [[], [1]]
+    assert turn.reply == "Planned."
+    sent = server.requests[0].body["tools"]
+    names = {t.get("name") or t["function"]["name"] for t in sent}
+    assert names == {"reply", "create_plan"}

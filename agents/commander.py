@@ -43,7 +43,7 @@ from agents.plan import (
     validate_plan,
 )
 from agents.registry import AgentSpec
-from agents.runtime import RunJob, drive, step_prompt
+from agents.runtime import RunJob, drive, load_session, step_prompt
 from agents.session import (
     DEFAULT_LIMITS,
     Clock,
@@ -53,7 +53,6 @@ from agents.session import (
     load_messages,
     utc_now,
 )
-from storage import repository
 from storage.db import Database
 
 COMMANDER = "commander"
@@ -312,13 +311,7 @@ async def commander_turn(
     Raises `TransientError` / `PermanentError` like any run – e.g. a plan still invalid
     after `plan_retries` corrections is a `PermanentError`.
     """
-    async with db.read() as conn:
-        stored = await repository.load_run(conn, job.run_key)
-        thread = (
-            await repository.thread_messages(conn, job.conversation_id)
-            if job.conversation_id is not None
-            else []
-        )
+    stored, thread = await load_session(db, job)
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return turn_from_history(history)

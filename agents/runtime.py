@@ -61,6 +61,8 @@ from agents.session import (
 )
 from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_thread
 from agents.tools.context import RunDeps, RunJob
+from agents.tools.http_fetch import http_fetch
+from agents.tools.mcp import mcp_toolsets
 from storage import repository
 from storage.db import Database
 from storage.records import AgentRunRecord
@@ -269,11 +271,7 @@ def build_step_agent(
     if spec.has_tool("read_thread"):
         tools.append(Tool(read_thread, takes_ctx=True))
     if spec.has_tool("http_fetch"):
-        from agents.tools.http_fetch import http_fetch
-
         tools.append(Tool(http_fetch, takes_ctx=True))
-    from agents.tools.mcp import mcp_toolsets
-
     toolsets = [*mcp_toolsets(spec), *toolsets]
     output: OutputSpec[StepReport | str | DeferredToolRequests] = [
         StepReport,
@@ -292,6 +290,18 @@ def build_step_agent(
     )
 
 
+async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None, list[Any]]:
+    """The stored session of `job.run_key` (if any) and the thread's stored messages."""
+    async with db.read() as conn:
+        stored = await repository.load_run(conn, job.run_key)
+        thread = (
+            await repository.thread_messages(conn, job.conversation_id)
+            if job.conversation_id is not None
+            else []
+        )
+    return stored, list(thread)
+
+
 async def run_step(
     db: Database,
     job: RunJob,
@@ -306,14 +316,10 @@ async def run_step(
 
     Returns the result, or the question when the agent called `ask_user` (then the run is
     suspended: answer it with `resume_step`). Raises `TransientError` or `PermanentError`.
+    A session stored as `running` or `failed` continues from its last stored turn; a
+    `finished` one returns its stored result and a `suspended` one its open question.
     """
-    async with db.read() as conn:
-        stored = await repository.load_run(conn, job.run_key)
-        thread = (
-            await repository.thread_messages(conn, job.conversation_id)
-            if job.conversation_id is not None
-            else []
-        )
+    stored, thread = await load_session(db, job)
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return result_from_history(history)
@@ -343,13 +349,7 @@ async def resume_step(
     now: Clock = utc_now,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question."""
-    async with db.read() as conn:
-        stored = await repository.load_run(conn, job.run_key)
-        thread = (
-            await repository.thread_messages(conn, job.conversation_id)
-            if job.conversation_id is not None
-            else []
-        )
+    stored, thread = await load_session(db, job)
     if stored is None or stored.status != "suspended":
         raise PermanentError("There is no suspended run waiting for this answer.")
     history = load_messages(stored.messages)

@@ -75,7 +75,8 @@ class Call:
 
     def channel(self, *, scope_kind: str | None = None) -> Channel:
         """The `channel` argument as a channel this app can see (private ones need membership)."""
-        channel_id = self.str_arg("channel", required=True) or ""
+        # Slack answers a missing channel argument like an unknown one.
+        channel_id = self.str_arg("channel") or ""
         channel = self.state.channels.get(channel_id)
         visible = channel is not None and (
             not (channel.is_private or channel.is_im) or self.app.bot_user_id in channel.members

@@ -9,7 +9,7 @@ duplicated or reordered deliveries) change nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -55,14 +55,18 @@ def ready_steps(plan: Plan, now: datetime) -> list[Step]:
 
     A step backing off after a transient failure is ready once `now` reaches `not_before`.
     """
+    return list(_ready(plan, now))
+
+
+def _ready(plan: Plan, now: datetime) -> Iterator[Step]:
     steps = plan.steps
-    return [
-        s
-        for s in steps
-        if s.status == "pending"
-        and (s.not_before is None or s.not_before <= now)
-        and all(steps[d - 1].status in SUCCESSFUL for d in s.wait_for)
-    ]
+    for s in steps:
+        if (
+            s.status == "pending"
+            and (s.not_before is None or s.not_before <= now)
+            and all(steps[d - 1].status in SUCCESSFUL for d in s.wait_for)
+        ):
+            yield s
 
 
 def is_paused(plan: Plan) -> bool:
@@ -79,12 +83,13 @@ def plan_status(plan: Plan) -> PlanStatus:
     if plan.status in ("aborted", "cancelled"):
         return plan.status
     finished = True
-    for step in plan.steps:  # one pass: this runs on every change of a long plan
-        if step.status in SUCCESSFUL:
+    for step in plan.steps:  # one inlined pass: this runs on every change of a long plan
+        status = step.status
+        if status == "done" or status == "skipped":
             continue
-        if _pauses(step):
-            return "paused"
         finished = False
+        if status == "blocked" or (status == "in_progress" and step.assignee == USER):
+            return "paused"
     return "completed" if finished else "running"
 
 
@@ -102,11 +107,11 @@ def next_dispatches(plan: Plan, now: datetime) -> list[Step]:
         return []
     slots = plan.max_parallel - in_flight(plan)
     chosen: list[Step] = []
-    for step in ready_steps(plan, now):
-        if len(chosen) >= slots:
-            break
+    if slots <= 0:
+        return chosen
+    for step in _ready(plan, now):  # lazily: a long plan is not scanned past the slots
         chosen.append(step)
-        if step.assignee == USER:
+        if len(chosen) >= slots or step.assignee == USER:
             break
     return chosen
 

@@ -206,12 +206,8 @@ _UPDATE_PLAN = (
 def record_event(conn: Connection, key: str, now: datetime) -> bool:
     """Record an event key as applied, in the applying transaction. False: seen before."""
     values = {"key": key, "processed_at": now}
-    stmt = (
-        postgresql.insert(events_t)
-        if conn.dialect.name == "postgresql"
-        else sqlite.insert(events_t)
-    )
-    result = conn.execute(stmt.values(**values).on_conflict_do_nothing())
+    stmt = _RECORD_EVENT_PG if conn.dialect.name == "postgresql" else _RECORD_EVENT_SQLITE
+    result = conn.execute(stmt, values)
     return bool(result.rowcount)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -85,7 +84,9 @@ class Interactivity:
 
     def response_url(self, app: InstalledApp, channel: str, user: str, **kw: Any) -> str:
         token = secrets.token_urlsafe(24)
-        self.response_targets[token] = ResponseTarget(app.app_id, channel, user, time.time(), **kw)
+        self.response_targets[token] = ResponseTarget(
+            app.app_id, channel, user, self.ws.clock(), **kw
+        )
         return f"{self.ws.base_url}respond/{token}"
 
     async def _send(
@@ -183,7 +184,7 @@ class Interactivity:
         if attempt is not None and attempt.status == 200 and attempt.body.strip().startswith("{"):
             answer = json.loads(attempt.body)
         action = answer.get("response_action")
-        problems = check_view(answer.get("view")) if action in ("update", "push") else []
+        problems = _answer_problems(view, action, answer)
         if attempt is None or attempt.status != 200 or problems:
             # Slack shows "We had some trouble connecting" and leaves the modal open.
             state.changed()
@@ -254,7 +255,7 @@ class Interactivity:
     def respond(self, token: str, body: Json) -> str | None:
         """Apply a response_url message; answer an error code, or None when applied."""
         target = self.response_targets.get(token)
-        if target is None or time.time() - target.issued_at > RESPONSE_URL_TTL_SECONDS:
+        if target is None or self.ws.clock() - target.issued_at > RESPONSE_URL_TTL_SECONDS:
             return "expired_url"
         if target.uses >= RESPONSE_URL_MAX_USES:
             return "used_url"
@@ -309,6 +310,17 @@ class Interactivity:
         original.blocks = body.get("blocks")
         original.edited = {"user": original.user or "", "ts": state.ts_clock.next()}
         self.ws.events.message_changed(original, previous)
+
+
+def _answer_problems(view: View, action: str | None, answer: Json) -> list[str]:
+    """Why Slack would refuse a view_submission answer (bad view, errors for unknown blocks)."""
+    if action in ("update", "push"):
+        return check_view(answer.get("view"))
+    if action == "errors":
+        blocks = view.spec.get("blocks", [])
+        inputs = {b.get("block_id") for b in blocks if b.get("type") == "input"}
+        return [f"no input block {k!r}" for k in answer.get("errors", {}) if k not in inputs]
+    return []
 
 
 def _command_answer(body: str) -> Json:

@@ -296,3 +296,24 @@ async def test_an_invalid_view_in_a_response_action_leaves_the_modal_as_it_was(
     outcome = await driver.submit("alice", {"name": "x"})
     assert outcome.problems and "title" in outcome.problems[0]
     assert driver.open_view("alice").spec["title"]["text"] == "Form"
+
+
+async def test_errors_for_a_block_that_is_not_an_input_are_refused(
+    setup: Setup, driver: Driver, receiver: Receiver
+) -> None:
+    await open_modal(setup, driver, modal())
+    receiver.answers = [json.dumps({"response_action": "errors", "errors": {"nope": "Bad"}})]
+    outcome = await driver.submit("alice", {"name": "x"})
+    assert outcome.problems == ["no input block 'nope'"]
+    assert driver.open_view("alice").errors == {}
+
+
+async def test_response_urls_expire_after_thirty_minutes(
+    setup: Setup, driver: Driver, receiver: Receiver
+) -> None:
+    await driver.slash_command("alice", "general", "/ticket", "x")
+    url = urllib.parse.parse_qs(receiver.requests[-1][1].decode())["response_url"][0]
+    setup.clock.now += 30 * 60 + 1
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json={"text": "late"}) as resp:
+            assert resp.status == 404 and (await resp.json())["error"] == "expired_url"

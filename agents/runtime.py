@@ -14,10 +14,8 @@ the orchestrator re-dispatches the first kind and applies `on_failure` to the se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import (
@@ -35,12 +33,7 @@ from pydantic_ai.exceptions import (
     UnexpectedModelBehavior,
     UsageLimitExceeded,
 )
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-)
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
@@ -48,8 +41,18 @@ from pydantic_ai.toolsets import AbstractToolset
 
 from agents.errors import PermanentError, RunError, TransientError
 from agents.models import model_label
-from agents.plan import FormSpec, StepBlocked, StepFailed, StepSucceeded
 from agents.registry import AgentSpec
+from agents.run_results import (
+    SUMMARY_MAX_CHARS,
+    StepQuestion,
+    StepReport,
+    StepRunResult,
+    bounded_summary,
+    pending_question,
+    result_from_history,
+    result_of,
+    step_outcome,
+)
 from agents.session import (
     DEFAULT_LIMITS,
     Clock,
@@ -73,9 +76,11 @@ __all__ = [
     "RunJob",
     "RunLimits",
     "RunSession",
+    "SUMMARY_MAX_CHARS",
     "StepQuestion",
     "StepReport",
     "StepRunResult",
+    "bounded_summary",
     "classify_error",
     "drive",
     "resume_step",
@@ -83,57 +88,8 @@ __all__ = [
     "step_outcome",
 ]
 
-SUMMARY_MAX_CHARS = 500
 THREAD_CONTEXT_MESSAGES = 20
 THREAD_CONTEXT_CHARS = 400
-FINAL_RESULT = "final_result"
-
-
-# --- what a run returns -------------------------------------------------------------------
-
-
-class StepReport(BaseModel):
-    """The structured answer a sub-agent finishes with (pydantic-ai's `final_result` tool)."""
-
-    message: str = Field(description="Your answer, posted in the thread. Markdown is fine.")
-    summary: str = Field(
-        default="",
-        description=(
-            "At most three sentences with what later steps need from your answer "
-            f"(max {SUMMARY_MAX_CHARS} characters)."
-        ),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class StepRunResult:
-    """A finished step: the thread message, its bounded summary, files it produced."""
-
-    message: str
-    summary: str
-    files: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class StepQuestion:
-    """The run called `ask_user`: it is suspended until `resume_step` gets the answer."""
-
-    question: str
-    form: FormSpec | None
-    tool_call_id: str
-
-
-def bounded_summary(summary: str, message: str, limit: int = SUMMARY_MAX_CHARS) -> str:
-    """The agent's summary cut to `limit`; without one, the start of its message (deterministic)."""
-    text = " ".join((summary or "").split()) or " ".join(message.split())
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    # end on a word boundary when one is reasonably close, so the summary reads as text
-    space = cut.rfind(" ")
-    if space > limit * 0.6:
-        cut = cut[:space]
-    return cut + "…"
 
 
 # --- error classification -----------------------------------------------------------------
@@ -179,50 +135,6 @@ def _status(exc: ModelAPIError) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-
-
-# --- message history ----------------------------------------------------------------------
-
-
-def pending_question(messages: Sequence[ModelMessage]) -> StepQuestion | None:
-    """The unanswered `ask_user` call that ends a suspended history, if any."""
-    if not messages or not isinstance(messages[-1], ModelResponse):
-        return None
-    for part in messages[-1].parts:
-        if isinstance(part, ToolCallPart) and part.tool_name == ASK_USER:
-            args = part.args_as_dict()
-            form = args.get("form")
-            return StepQuestion(
-                question=str(args.get("question", "")),
-                form=FormSpec.model_validate(form) if form else None,
-                tool_call_id=part.tool_call_id,
-            )
-    return None
-
-
-def result_from_history(messages: Sequence[ModelMessage]) -> StepRunResult:
-    """Rebuild a finished run's result from its stored history (no model call)."""
-    for message in reversed(messages):
-        if not isinstance(message, ModelResponse):
-            continue
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.tool_name == FINAL_RESULT:
-                report = StepReport.model_validate(part.args_as_dict())
-                return _result(report, [])
-        text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
-        if text:
-            return _result(text, [])
-    raise PermanentError("The stored run has no final answer.")
-
-
-def _result(output: StepReport | str, files: list[str]) -> StepRunResult:
-    if isinstance(output, StepReport):
-        return StepRunResult(
-            message=output.message,
-            summary=bounded_summary(output.summary, output.message),
-            files=list(files),
-        )
-    return StepRunResult(message=output, summary=bounded_summary("", output), files=list(files))
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -392,7 +304,7 @@ async def _drive_step(
         await session.close("suspended", messages)
         return question
     await session.close("finished", messages)
-    return _result(output, deps.files)
+    return result_of(output, deps.files)
 
 
 async def drive(
@@ -413,24 +325,3 @@ async def drive(
         )
     except Exception as exc:
         raise classify_error(exc) from exc
-
-
-def step_outcome(
-    result: StepRunResult | StepQuestion | RunError,
-    *,
-    index: int,
-    attempt: int,
-    message_ts: str | None = None,
-) -> StepSucceeded | StepBlocked | StepFailed:
-    """What the orchestrator records for a run's end (`message_ts` = the posted answer)."""
-    if isinstance(result, StepRunResult):
-        return StepSucceeded(
-            index=index,
-            attempt=attempt,
-            summary=result.summary,
-            files=result.files,
-            message_ts=message_ts,
-        )
-    if isinstance(result, StepQuestion):
-        return StepBlocked(index=index, attempt=attempt, question=result.question, form=result.form)
-    return StepFailed(index=index, attempt=attempt, reason=str(result), retryable=result.retryable)

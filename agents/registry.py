@@ -151,3 +151,8 @@ async def enabled_agents(conn: AsyncConnection, team_id: str) -> list[AgentSpec]
 async def get_agent_spec(conn: AsyncConnection, team_id: str, name: str) -> AgentSpec | None:
     record = await repository.get_agent(conn, team_id, name)
     return spec_from_record(record) if record else None
+
+
+async def enabled_agent_names(conn: AsyncConnection, team_id: str) -> list[str]:
+    """Names a plan may assign steps to (besides "user" and "commander")."""
+    return [a.name for a in await repository.list_agents(conn, team_id, enabled_only=True)]

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from agents.registry import (
     DEFAULT_AGENTS,
+    enabled_agent_names,
     enabled_agents,
     get_agent_spec,
     seed_default_agents,
@@ -24,6 +25,7 @@ async def test_first_start_seeds_the_defaults_once(db: Database) -> None:
         await repository.remove_agent(conn, "T1", "analyst")
         assert await seed_default_agents(conn, "T1", NOW) == []  # an admin's removal sticks
         names = [a.name for a in await enabled_agents(conn, "T1")]
+        assert await enabled_agent_names(conn, "T1") == names
     assert names == ["researcher", "writer"]
     assert len(DEFAULT_AGENTS) == 3
 

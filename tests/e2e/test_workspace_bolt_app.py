@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncSay
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond, AsyncSay
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -19,6 +19,7 @@ from bot.workspace.transcript import render_thread, render_view
 from tests.e2e.conftest import serve_bolt_app
 
 SCOPES = ["chat:write", "app_mentions:read", "channels:history", "commands", "users:read"]
+EVENTS = ["app_mention", "app_home_opened"]
 
 
 def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
@@ -68,6 +69,19 @@ def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
             channel=meta["channel"], thread_ts=meta["thread_ts"], text=f"Created ticket: {title}"
         )
 
+    @app.command("/ticket")
+    async def on_command(ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond) -> None:
+        await ack(f"Filing {command['text']}…")
+        await respond(response_type="in_channel", text=f"Ticket filed: {command['text']}")
+
+    @app.event("app_home_opened")
+    async def on_home(event: dict[str, Any], client: AsyncWebClient) -> None:
+        await client.views_publish(
+            user_id=event["user"],
+            view={"type": "home", "blocks": [{"type": "header", "text": {
+                "type": "plain_text", "text": "Your tickets"}}]},
+        )  # fmt: skip
+
     return app
 
 
@@ -80,7 +94,9 @@ class Running:
 
 @pytest.fixture
 async def running(workspace: LocalWorkspace) -> AsyncIterator[Running]:
-    installed = workspace.install_app("TinyBot", scopes=SCOPES, bot_events=["app_mention"])
+    installed = workspace.install_app(
+        "TinyBot", scopes=SCOPES, bot_events=EVENTS, commands={"/ticket": None}
+    )
     alice = workspace.add_person("alice")
     channel = workspace.create_channel("general", [alice, installed])
     client = AsyncWebClient(token=installed.bot_token, base_url=workspace.api_url)
@@ -136,3 +152,27 @@ async def test_bolt_app_survives_a_429_with_the_retry_handler(
     assert ("chat.postMessage", running.channel) in workspace.rate_limiter.limited
     texts = [m.text for m in driver.thread("general", msg.ts)[1:]]
     assert texts == ["Want a ticket?", "second"]
+
+
+async def test_bolt_app_answers_a_slash_command_through_its_response_url(
+    running: Running, driver: Driver
+) -> None:
+    delivery = await driver.slash_command("alice", "general", "/ticket", "printer on fire")
+    assert delivery.acked
+    assert [e.text for e in driver.ephemerals("alice")] == ["Filing printer on fire…"]
+    await driver.wait_for(
+        lambda: any(
+            m.text == "Ticket filed: printer on fire"
+            for m in driver.state.messages[running.channel].values()
+        ),
+        what="the in_channel response",
+    )
+
+
+async def test_bolt_app_publishes_its_home_tab_when_opened(
+    running: Running, driver: Driver
+) -> None:
+    driver.open_app_home("alice", running.installed)
+    await driver.wait_for(lambda: driver.home("alice", running.installed) is not None, what="home")
+    home = driver.home("alice", running.installed)
+    assert home is not None and "Your tickets" in render_view(driver.state, home)

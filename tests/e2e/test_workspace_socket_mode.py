@@ -12,13 +12,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.workspace import Driver, InstalledApp, LocalWorkspace
 from tests.e2e.conftest import client_for
-from tests.e2e.test_workspace_bolt_app import SCOPES, tiny_app
+from tests.e2e.test_workspace_bolt_app import EVENTS, SCOPES, tiny_app
 
 
 @pytest.fixture
 async def socket_app(workspace: LocalWorkspace, driver: Driver) -> AsyncIterator[InstalledApp]:
     installed = workspace.install_app(
-        "TinyBot", scopes=SCOPES, bot_events=["app_mention"], socket_mode=True
+        "TinyBot", scopes=SCOPES, bot_events=EVENTS, socket_mode=True, commands={"/ticket": None}
     )
     alice = workspace.add_person("alice")
     workspace.create_channel("general", [alice, installed])
@@ -62,3 +62,16 @@ async def test_app_tokens_only_open_connections(
     with pytest.raises(SlackApiError) as wrong_token:
         await bot.apps_connections_open(app_token=socket_app.bot_token)
     assert wrong_token.value.response.data["error"] == "not_allowed_token_type"
+
+
+async def test_slash_commands_over_socket_mode_ack_with_a_message(
+    socket_app: InstalledApp, driver: Driver
+) -> None:
+    delivery = await driver.slash_command("alice", "general", "/ticket", "vpn down")
+    assert delivery.acked
+    assert [e.text for e in driver.ephemerals("alice")] == ["Filing vpn down…"]
+    await driver.wait_for(
+        lambda: any(m.text == "Ticket filed: vpn down" for c in driver.state.messages.values()
+                    for m in c.values()),
+        what="the in_channel response",
+    )  # fmt: skip

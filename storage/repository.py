@@ -9,7 +9,7 @@ Plan and step persistence lives in `storage/plans.py`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Insert, Table, delete, func, insert, select, update
@@ -32,6 +32,7 @@ from storage.tables import (
     AuditEntry,
     Conversation,
     OutboxEntry,
+    Plan,
     ProcessedEvent,
     ThreadMessage,
     UsageEntry,
@@ -43,6 +44,7 @@ runs_t: Table = AgentRun.__table__  # type: ignore[assignment]
 audit_t: Table = AuditEntry.__table__  # type: ignore[assignment]
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
 outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
+plans_t: Table = Plan.__table__  # type: ignore[assignment]
 events_t: Table = ProcessedEvent.__table__  # type: ignore[assignment]
 messages_t: Table = ThreadMessage.__table__  # type: ignore[assignment]
 usage_t: Table = UsageEntry.__table__  # type: ignore[assignment]
@@ -419,6 +421,54 @@ async def pending_effect_count(conn: AsyncConnection) -> int:
         )
         or 0
     )
+
+
+async def next_effect_due(conn: AsyncConnection) -> datetime | None:
+    """When the earliest pending outbox row becomes due (None when nothing is pending)."""
+    due: datetime | None = await conn.scalar(
+        select(func.min(outbox_t.c.available_at)).where(outbox_t.c.state == "pending")
+    )
+    if due is not None and due.tzinfo is None:  # SQLite's MIN() bypasses the column type
+        due = due.replace(tzinfo=UTC)
+    return due
+
+
+# --- plan cards -------------------------------------------------------------------------
+
+
+async def plan_card_ts(conn: AsyncConnection, plan_id: int) -> str | None:
+    """The ts of the plan's card message, once posted."""
+    result: str | None = await conn.scalar(select(plans_t.c.card_ts).where(plans_t.c.id == plan_id))
+    return result
+
+
+async def claim_plan_card(conn: AsyncConnection, plan_id: int, ts: str) -> bool:
+    """Record the card's ts unless one was recorded already (then False: that one wins)."""
+    result = await conn.execute(
+        update(plans_t)
+        .where(plans_t.c.id == plan_id, plans_t.c.card_ts.is_(None))
+        .values(card_ts=ts)
+    )
+    return bool(result.rowcount)
+
+
+async def active_plans(conn: AsyncConnection, team_id: str) -> list[tuple[int, str, str, str]]:
+    """(plan id, status, channel, thread ts) of a workspace's plans that are not finished."""
+    rows = await conn.execute(
+        select(
+            plans_t.c.id,
+            plans_t.c.status,
+            conversations_t.c.channel_id,
+            conversations_t.c.thread_ts,
+        )
+        .join(conversations_t, conversations_t.c.id == plans_t.c.conversation_id)
+        .where(
+            conversations_t.c.team_id == team_id,
+            plans_t.c.status.in_(("running", "paused")),
+        )
+        .order_by(plans_t.c.id)
+    )
+    return [(int(i), str(s), str(c), str(t)) for i, s, c, t in rows]
 
 
 # --- agent runs (crash-safe sessions) ---------------------------------------------------

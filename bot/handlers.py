@@ -1,0 +1,246 @@
+"""What Flotilla does with each kind of Slack input, after the listener acked it.
+
+Handlers take parsed payloads, check who may do what, and hand work to the reconciler
+or a job. They return refusals as sentences (shown ephemerally by the listener).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agents.commander import CommanderWake
+from agents.plan import CancelPlan, StepAnswered, StepSucceeded
+from agents.run_results import result_from_history
+from agents.session import load_messages
+from bot import work
+from bot.listeners.payloads import (
+    DISPATCH_EVENT,
+    MAX_REQUEST_CHARS,
+    RESULT_EVENT,
+    SlackMessage,
+    StepMeta,
+    author_kind,
+    mentioned_users,
+    parse_message,
+    strip_mention,
+)
+from bot.views.forms import FormKey, answered_message
+from storage import repository as repo
+from storage.records import ConversationRecord, MessageRecord
+
+if TYPE_CHECKING:
+    from bot.service import Flotilla
+
+log = logging.getLogger(__name__)
+
+
+async def _claim(service: Flotilla, key: str) -> bool:
+    """De-duplicate an input before anything changes: False when it was seen already."""
+    async with service.db.write() as conn:
+        return await repo.mark_event_processed(conn, key, service.clock())
+
+
+async def _open(
+    service: Flotilla, message: SlackMessage, request: str
+) -> tuple[ConversationRecord, bool]:
+    """The message's conversation (created for a new request) and whether it is new here."""
+    async with service.db.write() as conn:
+        conversation = await repo.open_conversation(
+            conn,
+            team_id=service.team_id,
+            channel_id=message.channel,
+            thread_ts=message.root_ts,
+            requested_by=message.user,
+            request_text=request,
+            now=service.clock(),
+        )
+        stored = await repo.store_message(
+            conn, conversation.id, _record(message, request), service.clock()
+        )
+    return conversation, stored
+
+
+def _record(message: SlackMessage, text: str | None = None) -> MessageRecord:
+    return MessageRecord(
+        channel_id=message.channel,
+        ts=message.ts,
+        user_id=message.user,
+        bot_id=message.bot_id,
+        author_name=message.username,
+        text=text if text is not None else message.text,
+        metadata=message.metadata,
+    )
+
+
+async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str | None) -> None:
+    """A person mentioned the commander: a new request, or a message in a running plan."""
+    message = parse_message(event)
+    if message is None or message.bot_id or not message.user:
+        return  # bots never start work: no bot-to-bot loops
+    if not await _claim(service, f"msg:{message.channel}:{message.ts}"):
+        return
+    request = strip_mention(message.text, service.bot_user_id)
+    if len(request) > MAX_REQUEST_CHARS:
+        conversation, _ = await _open(service, message, request[:MAX_REQUEST_CHARS])
+        await service.say(
+            conversation,
+            f"That request is {len(request):,} characters long; I can take up to "
+            f"{MAX_REQUEST_CHARS:,}. Could you shorten it or attach the material as a file?",
+        )
+        return
+    conversation, _ = await _open(service, message, request)
+    await _talk_to_commander(service, conversation, message, request)
+
+
+async def _talk_to_commander(
+    service: Flotilla, conversation: ConversationRecord, message: SlackMessage, text: str
+) -> None:
+    plan = await service.reconciler.plan(conversation.id)
+    wake = None
+    if plan is not None and plan.status in ("running", "paused"):
+        wake = CommanderWake(event=f"<@{message.user}> wrote: {text}", steps=plan.steps)
+    key = f"{conversation.id}:{message.ts}"
+    service.jobs.start(
+        f"commander:{key}", lambda: work.commander(service, conversation.id, text, key, wake=wake)
+    )
+
+
+async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
+    """A message in a thread: a sub-agent's result, a person's interjection, or nothing."""
+    message = parse_message(event)
+    if message is None or not message.in_thread or message.thread_ts is None:
+        return
+    conversation = await service.find_conversation(message.channel, message.thread_ts)
+    if conversation is None:
+        return  # not a thread Flotilla works in
+    agents_by_bot = await service.agent_bot_ids()
+    author = author_kind(message, commander_bot_id=service.bot_id, agent_bot_ids=agents_by_bot)
+    if author == "person" and service.bot_user_id in mentioned_users(message.text):
+        return  # the app_mention event of the same message handles it
+    async with service.db.write() as conn:
+        stored = await repo.store_message(conn, conversation.id, _record(message), service.clock())
+    if not stored:
+        return  # seen already (a retried delivery)
+    if author == "agent" and message.bot_id is not None:
+        meta = message.step_meta(RESULT_EVENT)
+        if meta is not None:
+            await _agent_result(service, conversation, agents_by_bot[message.bot_id], meta)
+        return
+    if author != "person":
+        return  # other bots, and our own posts, change nothing
+    if message.step_meta(RESULT_EVENT) or message.step_meta(DISPATCH_EVENT):
+        log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
+        return
+    await _talk_to_commander(service, conversation, message, message.text)
+
+
+async def _agent_result(
+    service: Flotilla, conversation: ConversationRecord, agent: str, meta: StepMeta
+) -> None:
+    """An own-app agent's answer, seen as an event: accepted only from the assigned agent.
+
+    The process that ran the step normally recorded the outcome already (then this changes
+    nothing); after a crash between posting and recording, this records it.
+    """
+    plan = await service.reconciler.plan(conversation.id)
+    step = plan.step(meta.step) if plan is not None else None
+    if plan is None or step is None or plan.id != meta.plan_id:
+        return
+    if step.assignee != agent or step.attempts != meta.attempt or step.status != "in_progress":
+        return
+    async with service.db.read() as conn:
+        run = await repo.load_run(conn, work.run_key(plan.id, step.index, meta.attempt))
+    if run is None or run.status != "finished":
+        return
+    result = result_from_history(load_messages(run.messages))
+    outcome = StepSucceeded(
+        index=step.index, attempt=meta.attempt, summary=result.summary, files=result.files
+    )
+    await work.report(service, conversation.id, outcome)
+
+
+async def answer_form(
+    service: Flotilla,
+    *,
+    key: FormKey,
+    values: dict[str, str],
+    user: str,
+    channel: str,
+    thread_ts: str,
+    message_ts: str | None,
+) -> str | None:
+    """Record a form's answer. Returns a refusal sentence, or None when it was accepted."""
+    conversation = await service.find_conversation(channel, thread_ts)
+    plan = await service.reconciler.plan(conversation.id) if conversation else None
+    step = plan.step(key.step_index) if plan is not None else None
+    if conversation is None or plan is None or step is None or plan.id != key.plan_id:
+        return "This form belongs to a plan that no longer exists."
+    refusal = await _may_answer(service, conversation, user)
+    if refusal:
+        return refusal
+    question = step.question
+    open_now = step.attempts == key.attempt and (
+        (step.assignee == "user" and step.status == "in_progress")
+        or (step.status == "blocked" and question is not None and question.round == key.round)
+    )
+    if not open_now:
+        return _closed(step.status, question.answered_by if question else None)
+    decision = await service.reconciler.reconcile(
+        conversation.id,
+        event_key=f"{key.encode()}:answered",
+        outcomes=[StepAnswered(index=key.step_index, values=values, answered_by=user)],
+        assignees=await service.enabled_names(),
+    )
+    if decision is None or decision.before is None or not decision.changed:
+        return "This form was already answered."
+    if message_ts:
+        text, blocks = answered_message(
+            step_index=key.step_index,
+            title=step.title,
+            values=values,
+            form=question.form if question is not None else step.form,
+            user=user,
+        )
+        await service.poster.update(
+            channel=channel, ts=message_ts, text=text, blocks=[b.to_dict() for b in blocks]
+        )
+    return None
+
+
+def _closed(status: str, answered_by: str | None) -> str:
+    if answered_by:
+        return f"This form was already answered by <@{answered_by}>."
+    if status in ("done", "skipped", "failed"):
+        return "This form was already answered."
+    return "This form is no longer open: the plan has moved on."
+
+
+async def _may_answer(service: Flotilla, conversation: ConversationRecord, user: str) -> str | None:
+    if service.options.form_answerers == "anyone" or user == conversation.requested_by:
+        return None
+    if await service.is_admin(user):
+        return None
+    return f"Only <@{conversation.requested_by}>, who made the request, can answer this form."
+
+
+async def cancel_plan(
+    service: Flotilla, *, plan_id: int, user: str, channel: str, thread_ts: str
+) -> str | None:
+    """Cancel a plan from its card. Returns a refusal sentence, or None when cancelled."""
+    conversation = await service.find_conversation(channel, thread_ts)
+    plan = await service.reconciler.plan(conversation.id) if conversation else None
+    if conversation is None or plan is None or plan.id != plan_id:
+        return "This plan no longer exists."
+    if plan.status not in ("running", "paused"):
+        return f"This plan is already {plan.status}."
+    if user != conversation.requested_by and not await service.is_admin(user):
+        return f"Only <@{conversation.requested_by}> or a workspace admin can cancel this plan."
+    await service.reconciler.reconcile(
+        conversation.id,
+        operations=[CancelPlan(reason=f"cancelled by <@{user}>")],
+        assignees=await service.enabled_names(),
+    )
+    await service.say(conversation, f"Plan cancelled by <@{user}>. Nothing else will run.")
+    return None

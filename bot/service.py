@@ -1,0 +1,320 @@
+"""Flotilla's core service: storage, the reconciler, the outbox and the jobs, wired to Slack.
+
+One `Flotilla` per process. Listeners call its handlers (`bot/handlers.py`) after they
+acked; the reconciler decides; the outbox delivers the decided effects through
+`SlackPort` (`bot/port.py`); agent runs and commander turns run as jobs (`bot/work.py`)
+with no lock held, and report their outcomes back to the reconciler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agents.models import choose_model, resolve_model
+from agents.outbox import OutboxSender
+from agents.ports import Effect
+from agents.reconciler import Reconciler
+from agents.registry import seed_default_agents
+from bot.identities import COMMANDER_NAME, Identity, Poster
+from bot.secrets import TokenCipher
+from storage import repository as repo
+from storage.db import Database
+from storage.locks import ConversationLocks
+from storage.records import AgentRecord, ConversationRecord, MessageRecord
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+# Slack keeps a message's text up to 40,000 characters; stay clear of it.
+MESSAGE_TEXT_MAX = 39_000
+OUTBOX_POLL_SECONDS = 5.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def fit_text(text: str, limit: int = MESSAGE_TEXT_MAX) -> str:
+    """Text that Slack accepts: cut at the limit with a visible note."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 40].rstrip() + "\n… (cut: the full text was too long)"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the service needs from the settings (read once in bot/)."""
+
+    default_model: str = "offline"
+    max_parallel: int = 1
+    max_attempts: int = 3
+    admin_user_ids: frozenset[str] = frozenset()
+    # who may answer a form: the person who made the request (and admins), or anyone
+    form_answerers: Literal["requester", "anyone"] = "requester"
+    seed_agents: bool = True
+
+
+@dataclass(slots=True)
+class Jobs:
+    """Background work (agent runs, commander turns), one task per key at a time."""
+
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    def start(self, key: str, work: Callable[[], Awaitable[None]]) -> bool:
+        """Start `work` unless a job with this key is running here; True when started."""
+        running = self.tasks.get(key)
+        if running is not None and not running.done():
+            return False
+
+        async def guarded() -> None:
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a job's failure must not vanish silently
+                log.exception("job %s failed", key)
+            finally:
+                self.tasks.pop(key, None)
+
+        self.tasks[key] = asyncio.create_task(guarded(), name=key)
+        return True
+
+    async def idle(self) -> None:
+        """Wait until no job is running (jobs may start jobs)."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
+
+    async def cancel(self) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
+        self.tasks.clear()
+
+
+class Flotilla:
+    """The service behind the Slack app of one workspace."""
+
+    def __init__(
+        self,
+        db: Database,
+        client: AsyncWebClient,
+        *,
+        api_url: str,
+        cipher: TokenCipher,
+        options: Options | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        from bot.port import SlackPort  # the port calls back into this service
+
+        self.db = db
+        self.client = client
+        self.poster = Poster(client, api_url)
+        self.cipher = cipher
+        self.options = options or Options()
+        self.clock = clock
+        self.locks = ConversationLocks()
+        self.reconciler = Reconciler(
+            db, locks=self.locks, clock=clock, after_commit=self._after_commit
+        )
+        self.port = SlackPort(self)
+        self.outbox = OutboxSender(
+            db, self.port, clock=clock, on_retry_due=self._retry_due, locks=self.locks
+        )
+        self.jobs = Jobs()
+        self.team_id = ""
+        self.bot_user_id: str | None = None
+        self.bot_id: str | None = None
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._conversations: dict[int, ConversationRecord] = {}
+        self._admins: dict[str, bool] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Learn who we are, seed the default agents, start delivering, recover runs."""
+        auth = await self.client.auth_test()
+        self.team_id = str(auth["team_id"])
+        self.bot_user_id = auth.get("user_id")
+        self.bot_id = auth.get("bot_id")
+        async with self.db.write() as conn:
+            await repo.ensure_workspace(conn, self.team_id, self.clock(), name=auth.get("team", ""))
+            if self.options.seed_agents:
+                await seed_default_agents(conn, self.team_id, self.clock())
+        self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
+        from bot.work import recover_in_flight
+
+        await recover_in_flight(self)
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        await self.jobs.cancel()
+
+    async def settle(self) -> None:
+        """Deliver everything due and wait for every job (used by the demo and tests)."""
+        while True:
+            await self.outbox.drain()
+            if not self.jobs.tasks:
+                return
+            await self.jobs.idle()
+
+    async def _after_commit(self, effects: list[Effect]) -> None:
+        self._wake.set()
+
+    async def _retry_due(self, conversation_id: int) -> object:
+        return await self.reconciler.reconcile(
+            conversation_id, assignees=await self.enabled_names()
+        )
+
+    async def _deliver_forever(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.outbox.drain()
+                async with self.db.read() as conn:
+                    due = await repo.next_effect_due(conn)
+            except Exception:  # the loop must survive a database hiccup
+                log.exception("outbox delivery failed; retrying")
+                due = None
+            timeout = OUTBOX_POLL_SECONDS
+            if due is not None:
+                timeout = min(timeout, max(0.0, (due - self.clock()).total_seconds()))
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    # --- lookups ------------------------------------------------------------------------
+
+    async def conversation(self, conversation_id: int) -> ConversationRecord:
+        known = self._conversations.get(conversation_id)
+        if known is None:
+            async with self.db.read() as conn:
+                known = await repo.get_conversation(conn, conversation_id)
+            self._conversations[conversation_id] = known
+        return known
+
+    async def find_conversation(self, channel: str, thread_ts: str) -> ConversationRecord | None:
+        async with self.db.read() as conn:
+            return await repo.find_conversation(conn, self.team_id, channel, thread_ts)
+
+    async def agent(self, name: str) -> AgentRecord | None:
+        async with self.db.read() as conn:
+            return await repo.get_agent(conn, self.team_id, name)
+
+    async def enabled_names(self) -> list[str]:
+        async with self.db.read() as conn:
+            return [a.name for a in await repo.list_agents(conn, self.team_id, enabled_only=True)]
+
+    async def agent_bot_ids(self) -> dict[str, str]:
+        """bot id -> agent name, for agents with their own Slack app."""
+        async with self.db.read() as conn:
+            agents = await repo.list_agents(conn, self.team_id)
+        return {a.bot_id: a.name for a in agents if a.identity == "app" and a.bot_id}
+
+    def identity_of(self, agent: AgentRecord) -> Identity:
+        token = None
+        if agent.identity == "app" and agent.bot_token_encrypted:
+            from pydantic import SecretStr
+
+            token = SecretStr(self.cipher.decrypt(agent.bot_token_encrypted))
+        return Identity(
+            name=agent.name,
+            display_name=agent.display_name,
+            icon=agent.icon,
+            kind="app" if token is not None else "persona",
+            bot_user_id=agent.bot_user_id,
+            bot_id=agent.bot_id,
+            token=token,
+        )
+
+    async def identity(self, name: str) -> Identity:
+        """How to post as (and mention) an agent; a removed agent still gets a persona."""
+        agent = await self.agent(name)
+        if agent is None:
+            return Identity(name=name, display_name=name)
+        return self.identity_of(agent)
+
+    async def model_for(self, agent_model: str | None) -> Any:
+        async with self.db.read() as conn:
+            workspace_default = await repo.workspace_default_model(conn, self.team_id)
+        return resolve_model(
+            choose_model(agent_model, workspace_default, self.options.default_model)
+        )
+
+    async def is_admin(self, user_id: str) -> bool:
+        """Workspace admins and owners (users.info), or the configured allow-list."""
+        if user_id in self.options.admin_user_ids:
+            return True
+        if user_id not in self._admins:
+            try:
+                info = await self.client.users_info(user=user_id)
+            except SlackApiError:
+                return False
+            user = info.get("user") or {}
+            self._admins[user_id] = bool(user.get("is_admin") or user.get("is_owner"))
+        return self._admins[user_id]
+
+    # --- posting ------------------------------------------------------------------------
+
+    async def say(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        *,
+        identity: Identity | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Post in the conversation's thread and keep the message for later turns' context.
+
+        Our own posts do not come back as events to this app (Bolt drops self events),
+        so they are stored here.
+        """
+        text = fit_text(text)
+        ts = await self.poster.post(
+            channel=conversation.channel_id,
+            thread_ts=conversation.thread_ts,
+            text=text,
+            identity=identity,
+            blocks=blocks,
+            metadata=metadata,
+        )
+        author = identity.display_name if identity is not None else COMMANDER_NAME
+        record = MessageRecord(
+            channel_id=conversation.channel_id,
+            ts=ts,
+            user_id=identity.bot_user_id if identity is not None else self.bot_user_id,
+            bot_id=identity.bot_id if identity is not None else self.bot_id,
+            author_name=author,
+            text=text,
+            metadata=metadata,
+        )
+        async with self.db.write() as conn:
+            await repo.store_message(conn, conversation.id, record, self.clock())
+        return ts
+
+    async def thread_has_key(self, conversation: ConversationRecord, key: str) -> bool:
+        """Whether a message carrying this idempotency key is in the thread (recovery only)."""
+        response = await self.client.conversations_replies(
+            channel=conversation.channel_id,
+            ts=conversation.thread_ts,
+            include_all_metadata=True,
+            limit=1000,
+        )
+        for message in response.get("messages") or []:
+            payload = (message.get("metadata") or {}).get("event_payload") or {}
+            if payload.get("key") == key:
+                return True
+        return False

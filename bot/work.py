@@ -1,0 +1,299 @@
+"""The long work, run as jobs with no lock held: agent steps, resumed steps, commander turns.
+
+Each job ends by reporting an outcome (or commander operations) to the reconciler, which
+records it under the conversation's lock and decides what comes next. Runs are keyed by
+their step attempt, so a job started twice (a redelivery, a recovery) continues the same
+stored session instead of paying for the work again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agents.commander import CommanderWake, commander_step_spec, commander_turn
+from agents.errors import OperationRejected, PlanValidationError, RunError
+from agents.plan import (
+    COMMANDER,
+    Outcome,
+    StepBlocked,
+    StepFailed,
+    StepSucceeded,
+)
+from agents.ports import Effect
+from agents.registry import AgentSpec, enabled_agents, spec_from_record
+from agents.run_results import StepQuestion, StepRunResult
+from agents.runtime import RunJob, resume_step, run_step
+from agents.tools.mcp import mcp_toolsets
+from bot.identities import Identity
+from bot.listeners.payloads import result_metadata
+from storage import repository as repo
+from storage.records import ConversationRecord
+
+if TYPE_CHECKING:
+    from bot.service import Flotilla
+
+log = logging.getLogger(__name__)
+
+
+def run_key(plan_id: int, step: int, attempt: int) -> str:
+    return f"plan:{plan_id}:step:{step}:attempt:{attempt}"
+
+
+def _job(service: Flotilla, conversation: ConversationRecord, payload: dict[str, Any]) -> RunJob:
+    plan_id, step, attempt = int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"])
+    return RunJob(
+        run_key=run_key(plan_id, step, attempt),
+        team_id=service.team_id,
+        input=str(payload.get("text", "")),
+        request=conversation.request_text,
+        channel_id=conversation.channel_id,
+        conversation_id=conversation.id,
+        plan_id=plan_id,
+        step_index=step,
+    )
+
+
+# --- sub-agent steps ----------------------------------------------------------------------
+
+
+def start_step(service: Flotilla, effect: Effect) -> None:
+    """Run the dispatched step's agent in the background."""
+    payload = dict(effect.payload)
+    key = run_key(int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"]))
+    service.jobs.start(key, lambda: _run_step(service, effect.conversation_id, payload, None))
+
+
+def _recovering(service: Flotilla, conversation_id: int, payload: dict[str, Any]) -> Any:
+    return lambda: _run_step(service, conversation_id, payload, None, recovering=True)
+
+
+def start_resume(service: Flotilla, effect: Effect) -> None:
+    """Resume a blocked step's run with the person's answer."""
+    payload = dict(effect.payload)
+    answer = payload.get("answer") or {}
+    service.jobs.start(
+        effect.key, lambda: _run_step(service, effect.conversation_id, payload, answer)
+    )
+
+
+async def _run_step(
+    service: Flotilla,
+    conversation_id: int,
+    payload: dict[str, Any],
+    answer: dict[str, str] | None,
+    *,
+    recovering: bool = False,
+) -> None:
+    conversation = await service.conversation(conversation_id)
+    name = str(payload.get("agent") or COMMANDER)
+    spec, identity = await _assignee(service, name)
+    plan_id, step, attempt = int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"])
+    outcome: Outcome
+    if spec is None:
+        outcome = StepFailed(
+            index=step,
+            attempt=attempt,
+            reason=f"the agent {name} is not available (removed or disabled)",
+            retryable=False,
+        )
+    else:
+        outcome = await _execute(
+            service, conversation, payload, spec, identity, answer, recovering=recovering
+        )
+    await report(service, conversation_id, outcome)
+    log.debug("step %s of plan %s attempt %s: %s", step, plan_id, attempt, type(outcome).__name__)
+
+
+async def _assignee(service: Flotilla, name: str) -> tuple[AgentSpec | None, Identity | None]:
+    if name == COMMANDER:
+        return commander_step_spec(), None
+    record = await service.agent(name)
+    if record is None or not record.enabled:
+        return None, None
+    return spec_from_record(record), service.identity_of(record)
+
+
+async def _execute(
+    service: Flotilla,
+    conversation: ConversationRecord,
+    payload: dict[str, Any],
+    spec: AgentSpec,
+    identity: Identity | None,
+    answer: dict[str, str] | None,
+    *,
+    recovering: bool = False,
+) -> Outcome:
+    job = _job(service, conversation, payload)
+    step, attempt = int(payload["step"]), int(payload["attempt"])
+    try:
+        model = await service.model_for(spec.model)
+        toolsets = mcp_toolsets(spec)
+        if answer is None:
+            result = await run_step(service.db, job, spec, model=model, toolsets=toolsets)
+        else:
+            result = await resume_step(
+                service.db, job, spec, answer, model=model, toolsets=toolsets
+            )
+    except RunError as exc:
+        return StepFailed(index=step, attempt=attempt, reason=str(exc), retryable=exc.retryable)
+    except ValueError as exc:  # a model string that cannot be used
+        return StepFailed(index=step, attempt=attempt, reason=str(exc), retryable=False)
+    if isinstance(result, StepQuestion):
+        return StepBlocked(index=step, attempt=attempt, question=result.question, form=result.form)
+    ts = await _post_result(service, conversation, job, result, identity, recovering=recovering)
+    return StepSucceeded(
+        index=step, attempt=attempt, summary=result.summary, files=result.files, message_ts=ts
+    )
+
+
+async def _post_result(
+    service: Flotilla,
+    conversation: ConversationRecord,
+    job: RunJob,
+    result: StepRunResult,
+    identity: Identity | None,
+    *,
+    recovering: bool,
+) -> str | None:
+    """Post the step's answer under the agent's identity; after a crash, only if not there."""
+    key = f"{job.run_key}:result"
+    if recovering and await service.thread_has_key(conversation, key):
+        return None
+    metadata = result_metadata(job.plan_id or 0, job.step_index or 0, _attempt(job), key)
+    return await service.say(conversation, result.message, identity=identity, metadata=metadata)
+
+
+def _attempt(job: RunJob) -> int:
+    return int(job.run_key.rsplit(":", 1)[-1])
+
+
+async def report(service: Flotilla, conversation_id: int, outcome: Outcome) -> None:
+    """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing)."""
+    await service.reconciler.reconcile(
+        conversation_id, outcomes=[outcome], assignees=await service.enabled_names()
+    )
+
+
+# --- the commander --------------------------------------------------------------------------
+
+
+def start_commander_wake(service: Flotilla, effect: Effect) -> None:
+    """The commander's own step, a failed step to decide on, or the plan's end."""
+    reason = effect.payload.get("reason")
+    if reason == "step":
+        start_step(service, effect)
+    elif reason == "plan_finished":
+        service.jobs.start(effect.key, lambda: _plan_finished(service, effect))
+    else:
+        service.jobs.start(effect.key, lambda: _after_failure(service, effect))
+
+
+async def _plan_finished(service: Flotilla, effect: Effect) -> None:
+    plan = await service.reconciler.plan(effect.conversation_id)
+    if plan is None:
+        return
+    conversation = await service.conversation(effect.conversation_id)
+    if plan.status == "aborted":
+        failed = [s for s in plan.steps if s.status == "failed"]
+        why = f": step {failed[0].index} failed ({failed[0].failure_reason})" if failed else ""
+        await service.say(conversation, f"The plan was stopped{why}. Nothing else will run.")
+    elif plan.status == "completed" and plan.steps and plan.steps[-1].assignee != COMMANDER:
+        await service.say(conversation, "✅ All steps are done.")
+
+
+async def _after_failure(service: Flotilla, effect: Effect) -> None:
+    payload = effect.payload
+    plan = await service.reconciler.plan(effect.conversation_id)
+    event = (
+        f"Step {payload.get('step')} ({payload.get('assignee')}: {payload.get('title')}) "
+        f"failed: {payload.get('failure_reason')}. Steps waiting for it: "
+        f"{payload.get('waiting') or 'none'}."
+    )
+    wake = CommanderWake(
+        event=event, steps=plan.steps if plan else (), failed_step=int(payload["step"])
+    )
+    await commander(service, effect.conversation_id, event, effect.key, wake=wake)
+
+
+async def commander(
+    service: Flotilla,
+    conversation_id: int,
+    text: str,
+    turn_key: str,
+    *,
+    wake: CommanderWake | None = None,
+) -> None:
+    """One commander turn: answer, start a plan, or steer the running one."""
+    conversation = await service.conversation(conversation_id)
+    async with service.db.read() as conn:
+        agents = await enabled_agents(conn, service.team_id)
+    job = RunJob(
+        run_key=f"commander:{turn_key}",
+        team_id=service.team_id,
+        input=text,
+        request=conversation.request_text,
+        channel_id=conversation.channel_id,
+        conversation_id=conversation.id,
+    )
+    try:
+        model = await service.model_for(None)
+        turn = await commander_turn(service.db, job, agents, model=model, wake=wake)
+    except (RunError, ValueError) as exc:
+        await service.say(conversation, f"Sorry, I could not handle that: {exc}")
+        return
+    if turn.reply:
+        await service.say(conversation, turn.reply)
+    names = [a.name for a in agents]
+    try:
+        if turn.plan is not None:
+            await service.reconciler.start_plan(
+                conversation.id,
+                turn.plan,
+                assignees=names,
+                max_parallel=service.options.max_parallel,
+                max_attempts=service.options.max_attempts,
+            )
+        if turn.operations:
+            await service.reconciler.reconcile(
+                conversation.id, operations=turn.operations, assignees=names
+            )
+    except (PlanValidationError, OperationRejected) as exc:
+        await service.say(conversation, f"I could not change the plan: {exc}")
+
+
+# --- recovery -------------------------------------------------------------------------------
+
+
+async def recover_in_flight(service: Flotilla) -> None:
+    """After a restart: continue the runs of steps that were in progress.
+
+    A run continues its stored session (`run_key`), so finished model turns are not paid
+    for again; a step whose run had already finished reports its stored result.
+    """
+    async with service.db.read() as conn:
+        active = await repo.active_plans(conn, service.team_id)
+    for plan_id, _status, channel, thread_ts in active:
+        conversation = await service.find_conversation(channel, thread_ts)
+        if conversation is None:
+            continue
+        plan = await service.reconciler.plan(conversation.id)
+        if plan is None or plan.id != plan_id:
+            continue
+        for step in plan.steps:
+            if step.status != "in_progress" or step.assignee == "user":
+                continue
+            if step.question is not None and step.question.answer is not None:
+                continue  # a resumed run: its resume effect is redelivered by the outbox
+            from agents.plan_ops import render_input
+
+            payload = {
+                "plan_id": plan.id,
+                "step": step.index,
+                "attempt": step.attempts,
+                "agent": step.assignee,
+                "title": step.title,
+                "text": render_input(step, plan),
+            }
+            key = run_key(plan.id, step.index, step.attempts)
+            service.jobs.start(key, _recovering(service, conversation.id, payload))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -125,6 +126,39 @@ class LocalWorkspace:
         )
         self.state.add_app(app)
         return app
+
+    def install_manifest(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        request_url: str | None = None,
+        socket_mode: bool | None = None,
+    ) -> InstalledApp:
+        """Install an app as Slack would from its manifest (scopes, bot events, slash commands,
+        Socket Mode); `request_url` stands in for the manifest's URLs when given."""
+        features = manifest.get("features", {})
+        settings = manifest.get("settings", {})
+        subscriptions = settings.get("event_subscriptions", {})
+        name = (
+            features.get("bot_user", {}).get("display_name")
+            or manifest["display_information"]["name"]
+        )
+        commands = {
+            c["command"]: None if request_url else c.get("url")
+            for c in features.get("slash_commands", [])
+        }
+        interactivity_url = settings.get("interactivity", {}).get("request_url")
+        if socket_mode is None:
+            socket_mode = bool(settings.get("socket_mode_enabled", False))
+        return self.install_app(
+            name,
+            request_url=request_url or subscriptions.get("request_url"),
+            interactivity_url=None if request_url else interactivity_url,
+            scopes=manifest.get("oauth_config", {}).get("scopes", {}).get("bot", []),
+            bot_events=subscriptions.get("bot_events", []),
+            commands=commands,
+            socket_mode=socket_mode,
+        )
 
     def set_request_url(self, app: InstalledApp, url: str) -> None:
         """Point an installed app at the URL its process listens on (known only after it starts)."""

@@ -155,6 +155,10 @@ class StepAnswered(_Strict):
     index: int
     values: dict[str, str]
     answered_by: str
+    # Optional, from the form's metadata: when given, an answer to an older attempt or
+    # question round (a stale form submitted late) is ignored.
+    attempt: int | None = None
+    round: int | None = None
 
 
 class StepCancelled(_Strict):

@@ -213,6 +213,15 @@ def apply_outcome(plan: Plan, outcome: Outcome, now: datetime) -> Result:
 
 
 def _answered(plan: Plan, step: Step, outcome: StepAnswered) -> Result:
+    asked = step.question
+    stale_attempt = outcome.attempt is not None and outcome.attempt != step.attempts
+    stale_round = (
+        outcome.round is not None
+        and step.assignee != USER  # a user step's own form has no question rounds
+        and (asked is None or asked.round != outcome.round)
+    )
+    if stale_attempt or stale_round:
+        return plan, []
     if step.status == "blocked" and step.question is not None:
         question = step.question.model_copy(
             update={"answer": dict(outcome.values), "answered_by": outcome.answered_by}

@@ -278,3 +278,18 @@ def test_plan_status() -> None:
     plan, _ = finish(plan, 1)
     plan, _ = apply_outcome(plan, succeed(plan, 2), T0)
     assert plan_status(plan) == "completed"
+
+
+def test_an_answer_to_an_older_question_or_attempt_is_ignored() -> None:
+    plan, _ = dispatch(chain(1), T0)
+    plan, _ = apply_outcome(plan, StepBlocked(index=1, attempt=1, question="First?"), T0)
+    first = StepAnswered(index=1, values={"answer": "a"}, answered_by="U1", attempt=1, round=1)
+    plan, _ = apply_outcome(plan, first, T0)
+    plan, _ = apply_outcome(plan, StepBlocked(index=1, attempt=1, question="Second?"), T0)
+    assert plan.steps[0].question is not None and plan.steps[0].question.round == 2
+    assert apply_outcome(plan, first, T0)[0] is plan  # the first answer, delivered again
+    wrong_attempt = first.model_copy(update={"attempt": 2, "round": 2})
+    assert apply_outcome(plan, wrong_attempt, T0)[0] is plan
+    second = first.model_copy(update={"round": 2, "values": {"answer": "b"}})
+    plan, effects = apply_outcome(plan, second, T0)
+    assert [e.key for e in effects] == ["plan:7:step:1:attempt:1:answer:2"]

@@ -94,6 +94,7 @@ def plan_status(plan: Plan) -> PlanStatus:
 
 
 def in_flight(plan: Plan) -> int:
+    """Steps dispatched and not finished (in progress or blocked)."""
     return sum(1 for s in plan.steps if s.status in ("in_progress", "blocked"))
 
 
@@ -149,6 +150,7 @@ def replace_step(plan: Plan, step: Step) -> Plan:
 
 
 def with_status(plan: Plan) -> Plan:
+    """The plan with the status its steps imply (the same object when unchanged)."""
     status = plan_status(plan)
     return plan if status == plan.status else plan.model_copy(update={"status": status})
 

@@ -103,6 +103,7 @@ def start(plan: Plan, now: datetime) -> Decision:
 
 
 def utcnow() -> datetime:
+    """The default clock (tests and the benchmark pass their own)."""
     return datetime.now(UTC)
 
 

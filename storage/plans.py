@@ -212,6 +212,7 @@ def record_event(conn: Connection, key: str, now: datetime) -> bool:
 
 
 def request_text(conn: Connection, conversation_id: int) -> str:
+    """The user's original message of the conversation (for `{{request}}`)."""
     stmt = select(conversations_t.c.request_text).where(conversations_t.c.id == conversation_id)
     return str(conn.scalar(stmt) or "")
 

@@ -1,6 +1,7 @@
 """Run the local Slack-compatible workspace standalone.
 
     python -m bot.workspace --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
+    python -m bot.workspace --manifest manifest.yml        # Socket Mode, as the manifest says
 
 prints the Web API URL and each app's tokens, then lets you type as a person (see console.py).
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+from pathlib import Path
+
+import yaml
 
 from bot.workspace.console import Console
 from bot.workspace.driver import Driver
@@ -48,6 +52,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--command", action="append", default=[], help="slash command, e.g. /flotilla"
     )
     parser.add_argument(
+        "--manifest",
+        action="append",
+        default=[],
+        metavar="PATH[=REQUEST_URL]",
+        help="install an app from its manifest (YAML or JSON); with a URL it runs in HTTP mode",
+    )
+    parser.add_argument(
         "--people", default="alice,bob", help="comma-separated; the first is an admin"
     )
     parser.add_argument("--channel", default="general")
@@ -68,14 +79,22 @@ async def main(argv: list[str] | None = None) -> None:
         commands: dict[str, str | None] = {c: None for c in args.command}
         apps.append(ws.install_app(name, request_url=url or None, scopes=ALL_SCOPES,
                                    commands=commands))  # fmt: skip
+    for spec in args.manifest:
+        path, _, url = spec.partition("=")
+        manifest = yaml.safe_load(Path(path).read_text())
+        apps.append(ws.install_manifest(manifest, request_url=url or None,
+                                        socket_mode=False if url else None))  # fmt: skip
     channel = ws.create_channel(args.channel, [*people, *apps])
     print(f"Local Slack workspace {ws.state.team_name} ({ws.state.team_id})")
     print(f"  Web API base URL: {ws.api_url}")
     print(f"  #{channel.name} = {channel.id}; people: {', '.join(p.name for p in people)}")
     for app in apps:
-        print(f"  app {app.name} ({app.app_id}) -> {app.request_url}")
+        where = "Socket Mode" if app.socket_mode else app.request_url
+        print(f"  app {app.name} ({app.app_id}) -> {where}")
         print(f"    SLACK_BOT_TOKEN={app.bot_token}")
         print(f"    SLACK_SIGNING_SECRET={app.signing_secret}")
+        if app.app_token:
+            print(f"    SLACK_APP_TOKEN={app.app_token}  (Socket Mode)")
     try:
         if args.no_console:
             await asyncio.Event().wait()

@@ -122,8 +122,10 @@ class LocalWorkspace:
             commands={cmd: url or request_url or "" for cmd, url in (commands or {}).items()},
             created=int(time.time()),
             socket_mode=socket_mode,
-            app_token=_app_token() if socket_mode else None,
+            app_token=None,
         )
+        if socket_mode:
+            app.app_token = _app_token(app.app_id)
         self.state.add_app(app)
         return app
 
@@ -186,6 +188,5 @@ def _user_id(member: Person | InstalledApp | str) -> str:
     return member
 
 
-def _app_token() -> str:
-    app_part = "A" + secrets.token_hex(5).upper()
-    return f"xapp-1-{app_part}-{secrets.randbelow(10**13)}-{secrets.token_hex(32)}"
+def _app_token(app_id: str) -> str:
+    return f"xapp-1-{app_id}-{secrets.randbelow(10**13)}-{secrets.token_hex(32)}"

@@ -230,6 +230,8 @@ async def run_step(
     suspended: answer it with `resume_step`). Raises `TransientError` or `PermanentError`.
     A session stored as `running` or `failed` continues from its last stored turn; a
     `finished` one returns its stored result and a `suspended` one its open question.
+    `toolsets` are extra toolsets only: the agent's built-in tools and its MCP servers are
+    built here from `spec` (passing them again would duplicate their tool names).
     """
     stored, thread = await load_session(db, job)
     history = load_messages(stored.messages) if stored and stored.messages else None

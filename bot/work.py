@@ -24,7 +24,6 @@ from agents.ports import Effect
 from agents.registry import AgentSpec, enabled_agents, spec_from_record
 from agents.run_results import StepQuestion, StepRunResult
 from agents.runtime import RunJob, resume_step, run_step
-from agents.tools.mcp import mcp_toolsets
 from bot.identities import Identity
 from bot.listeners.payloads import result_metadata
 from storage import repository as repo
@@ -128,13 +127,12 @@ async def _execute(
     step, attempt = int(payload["step"]), int(payload["attempt"])
     try:
         model = await service.model_for(spec.model)
-        toolsets = mcp_toolsets(spec)
+        # the runtime builds the agent's own MCP toolsets from `spec` (passing them too
+        # would register every MCP tool twice: pydantic-ai refuses duplicate tool names)
         if answer is None:
-            result = await run_step(service.db, job, spec, model=model, toolsets=toolsets)
+            result = await run_step(service.db, job, spec, model=model)
         else:
-            result = await resume_step(
-                service.db, job, spec, answer, model=model, toolsets=toolsets
-            )
+            result = await resume_step(service.db, job, spec, answer, model=model)
     except RunError as exc:
         return StepFailed(index=step, attempt=attempt, reason=str(exc), retryable=exc.retryable)
     except ValueError as exc:  # a model string that cannot be used

@@ -49,7 +49,7 @@ def test_card_lists_steps_with_assignees_and_dependencies() -> None:
         ),
     )
     text, blocks = plan_card(plan, mentions={"researcher": "<@UR>"}, requester="UMAYA")
-    body = body_of((blocks))
+    body = body_of(blocks)
     assert text.startswith("Plan (4 steps) – running, 1/4 finished")
     assert "1 ✅ *Research*  ·  <@UR>" in body
     assert "2 ⏳ *Survey*  ·  @analyst  ·  (no deps)" in body
@@ -87,7 +87,7 @@ def test_card_explains_retries_failures_and_questions() -> None:
             Step(index=4, title="D", assignee="w", status="skipped", failure_reason="optional"),
         ),
     )
-    body = body_of((plan_card(plan)[1]))
+    body = body_of(plan_card(plan)[1])
     assert "retrying (2/3): the model provider was overloaded" in body
     assert 'failed: provider returned 400 \\"context too long\\"' in body
     assert "waiting for an answer: Which region?" in body
@@ -96,7 +96,7 @@ def test_card_explains_retries_failures_and_questions() -> None:
 
 def test_finished_plan_has_no_cancel_button() -> None:
     plan = Plan(id=1, conversation_id=1, status="completed", steps=steps(2))
-    assert CANCEL_ACTION not in body_of((plan_card(plan)[1]))
+    assert CANCEL_ACTION not in body_of(plan_card(plan)[1])
 
 
 def test_fifty_long_steps_stay_within_slack_limits() -> None:
@@ -116,7 +116,7 @@ def test_mrkdwn_in_titles_is_escaped() -> None:
     plan = Plan(
         id=1, conversation_id=1, steps=(Step(index=1, title="<!channel> & co", assignee="w"),)
     )
-    body = body_of((plan_card(plan)[1]))
+    body = body_of(plan_card(plan)[1])
     assert "<!channel>" not in body
     assert "&lt;!channel&gt; &amp; co" in body
 

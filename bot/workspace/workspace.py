@@ -33,6 +33,14 @@ DEFAULT_SCOPES = (
     "users:read",
 )
 DEFAULT_EVENTS = ("app_mention", "message.channels", "app_home_opened")
+# Slack refuses a bot event subscription without its scope (slack-api-ref events.json).
+EVENT_SCOPES = {
+    "app_mention": "app_mentions:read",
+    "message.channels": "channels:history",
+    "message.groups": "groups:history",
+    "message.im": "im:history",
+    "message.mpim": "mpim:history",
+}
 
 
 class LocalWorkspace:
@@ -97,15 +105,24 @@ class LocalWorkspace:
         request_url: str | None = None,
         interactivity_url: str | None = None,
         scopes: Iterable[str] = DEFAULT_SCOPES,
-        bot_events: Iterable[str] = DEFAULT_EVENTS,
+        bot_events: Iterable[str] | None = None,
         commands: dict[str, str | None] | None = None,
         signing_secret: str | None = None,
         socket_mode: bool = False,
     ) -> InstalledApp:
-        """Install an app with its own bot user and credentials.
+        """Install an app with its own bot user and credentials (ValueError, as Slack refuses it,
+        when a bot event's scope is missing).
 
         `commands` maps "/cmd" to the URL Slack posts it to (None = the request URL). With
         `socket_mode` the app gets an `app_token` and receives everything over its WebSocket."""
+        scopes = frozenset(scopes)
+        if bot_events is None:  # the default subscriptions these scopes allow
+            bot_events = [e for e in DEFAULT_EVENTS if EVENT_SCOPES.get(e, "") in scopes | {""}]
+        bot_events = frozenset(bot_events)
+        for event in sorted(bot_events):
+            needed = EVENT_SCOPES.get(event)
+            if needed and needed not in scopes:
+                raise ValueError(f"the {event} event needs the {needed} scope")
         app = InstalledApp(
             app_id=new_id("A"),
             name=name,
@@ -115,8 +132,8 @@ class LocalWorkspace:
             + secrets.token_urlsafe(18),
             signing_secret=signing_secret or secrets.token_hex(16),
             verification_token=secrets.token_urlsafe(18),
-            scopes=frozenset(scopes),
-            bot_events=frozenset(bot_events),
+            scopes=scopes,
+            bot_events=bot_events,
             request_url=request_url,
             interactivity_url=interactivity_url,
             commands={cmd: url or request_url or "" for cmd, url in (commands or {}).items()},

@@ -132,7 +132,7 @@ async def test_bot_messages_reach_members_with_bot_fields_and_metadata_by_scope(
     listener = workspace.install_app(
         "Listener",
         request_url=receiver.url,
-        scopes=["chat:write", "channels:history", "metadata.message:read"],
+        scopes=["chat:write", "channels:history", "app_mentions:read", "metadata.message:read"],
         bot_events=["message.channels", "app_mention"],
     )
     writer = workspace.install_app("Writer", scopes=["chat:write", "chat:write.customize"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bot.workspace import LocalWorkspace
@@ -31,3 +32,10 @@ async def test_install_flotillas_manifest_in_http_mode(workspace: LocalWorkspace
     assert not app.socket_mode and app.request_url == url
     assert "chat:write.customize" in app.scopes and "app_mention" in app.bot_events
     assert all(target == url for target in app.commands.values()) and app.commands
+
+
+async def test_an_event_subscription_needs_its_scope(workspace: LocalWorkspace) -> None:
+    with pytest.raises(ValueError, match="message.channels event needs the channels:history"):
+        workspace.install_app("Deaf", scopes=["chat:write"], bot_events=["message.channels"])
+    quiet = workspace.install_app("Quiet", scopes=["chat:write"])  # defaults follow the scopes
+    assert quiet.bot_events == {"app_home_opened"}

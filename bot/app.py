@@ -42,13 +42,17 @@ def build_app(service: Flotilla, *, signing_secret: str | None) -> AsyncApp:
         process_before_response=False,
     )
 
+    # Event work runs as a job, registered before the listener's first await, so that
+    # `Flotilla.settle()` sees it as soon as the event was acknowledged.
     @app.event("app_mention")
     async def on_mention(event: Body, body: Body) -> None:
-        await handlers.on_mention(service, event, body.get("event_id"))
+        key = f"event:{body.get('event_id') or event.get('ts')}"
+        service.jobs.start(key, lambda: handlers.on_mention(service, event, body.get("event_id")))
 
     @app.event("message")
-    async def on_message(event: Body) -> None:
-        await handlers.on_message(service, event)
+    async def on_message(event: Body, body: Body) -> None:
+        key = f"event:{body.get('event_id') or event.get('ts')}"
+        service.jobs.start(key, lambda: handlers.on_message(service, event))
 
     @app.action(INLINE_ACTION)
     async def on_inline_answer(

@@ -190,7 +190,15 @@ async def answer_form(
     decision = await service.reconciler.reconcile(
         conversation.id,
         event_key=f"{key.encode()}:answered",
-        outcomes=[StepAnswered(index=key.step_index, values=values, answered_by=user)],
+        outcomes=[
+            StepAnswered(
+                index=key.step_index,
+                values=values,
+                answered_by=user,
+                attempt=key.attempt,
+                round=key.round,
+            )
+        ],
         assignees=await service.enabled_names(),
     )
     if decision is None or decision.before is None or not decision.changed:

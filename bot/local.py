@@ -12,12 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from pydantic_ai.models import Model
 
 from bot.app import build_app, web_app
 from bot.identities import make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher
-from bot.service import Flotilla, Options
+from bot.service import Clock, Flotilla, Options, utcnow
 from bot.workspace import InstalledApp, LocalWorkspace, Person
 from bot.workspace.events import SLACK_RETRY_DELAYS
 from bot.workspace.state import Channel
@@ -67,6 +68,8 @@ async def start_local_stack(
     retry_delays: Sequence[float] = SLACK_RETRY_DELAYS,
     rate_limits: bool = False,
     workspace_port: int = 0,
+    clock: Clock = utcnow,
+    model: Model | None = None,
 ) -> LocalStack:
     """Start the workspace, install the apps, migrate the database and serve Flotilla.
 
@@ -88,7 +91,15 @@ async def start_local_stack(
     await migrate.upgrade(database)
     cipher = TokenCipher(TokenCipher.new_key())
     client = make_client(commander.bot_token, workspace.api_url)
-    service = Flotilla(database, client, api_url=workspace.api_url, cipher=cipher, options=options)
+    service = Flotilla(
+        database,
+        client,
+        api_url=workspace.api_url,
+        cipher=cipher,
+        options=options,
+        clock=clock,
+        model=model,
+    )
     await service.start()
     stack = LocalStack(workspace, commander, service, channel, members, owns_db=owns_db)
     for name in own_app_agents:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -111,7 +112,10 @@ class Flotilla:
         cipher: TokenCipher,
         options: Options | None = None,
         clock: Clock = utcnow,
+        model: Model | None = None,
     ) -> None:
+        """`model`, when given, runs every turn and step (tests script it); otherwise the
+        model string is chosen per agent, workspace default, then `options.default_model`."""
         from bot.port import SlackPort  # the port calls back into this service
 
         self.db = db
@@ -120,6 +124,7 @@ class Flotilla:
         self.cipher = cipher
         self.options = options or Options()
         self.clock = clock
+        self.model = model
         self.locks = ConversationLocks()
         self.reconciler = Reconciler(
             db, locks=self.locks, clock=clock, after_commit=self._after_commit
@@ -133,6 +138,7 @@ class Flotilla:
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self._wake = asyncio.Event()
+        self._draining = asyncio.Lock()  # one drain at a time in this process
         self._loop: asyncio.Task[None] | None = None
         self._conversations: dict[int, ConversationRecord] = {}
         self._admins: dict[str, bool] = {}
@@ -164,13 +170,22 @@ class Flotilla:
     async def settle(self) -> None:
         """Deliver everything due and wait for every job (used by the demo and tests)."""
         while True:
-            await self.outbox.drain()
+            await self.drain()
             if not self.jobs.tasks:
                 return
             await self.jobs.idle()
 
-    async def _after_commit(self, effects: list[Effect]) -> None:
+    async def drain(self) -> int:
+        """Deliver what is due now; waits for a delivery already under way here."""
+        async with self._draining:
+            return await self.outbox.drain()
+
+    def wake(self) -> None:
+        """Look at the outbox now (after a commit, or when a timer may have come due)."""
         self._wake.set()
+
+    async def _after_commit(self, effects: list[Effect]) -> None:
+        self.wake()
 
     async def _retry_due(self, conversation_id: int) -> object:
         return await self.reconciler.reconcile(
@@ -181,7 +196,7 @@ class Flotilla:
         while True:
             self._wake.clear()
             try:
-                await self.outbox.drain()
+                await self.drain()
                 async with self.db.read() as conn:
                     due = await repo.next_effect_due(conn)
             except Exception:  # the loop must survive a database hiccup
@@ -246,7 +261,9 @@ class Flotilla:
             return Identity(name=name, display_name=name)
         return self.identity_of(agent)
 
-    async def model_for(self, agent_model: str | None) -> Any:
+    async def model_for(self, agent_model: str | None) -> Model:
+        if self.model is not None:
+            return self.model
         async with self.db.read() as conn:
             workspace_default = await repo.workspace_default_model(conn, self.team_id)
         return resolve_model(

@@ -1,0 +1,127 @@
+"""The whole product end to end: the real Bolt app over HTTP against the local workspace,
+real storage, and the offline (or a scripted) model through pydantic-ai."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agents import offline
+from agents.plan import Plan
+from bot.local import LocalStack, start_local_stack
+from bot.service import Options
+from bot.workspace import Driver, Message
+
+FAST_RETRIES = (0.0, 0.05, 0.05)
+REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
+
+
+class FakeClock:
+    """The service's clock, moved by the test (backoffs without waiting)."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+Script = Callable[[list[ModelMessage], AgentInfo], ModelResponse | None]
+
+
+def scripted(script: Script) -> FunctionModel:
+    """The offline model, except where `script` answers (returns a response)."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return script(messages, info) or offline.respond(messages, info)
+
+    return FunctionModel(respond, model_name="scripted")
+
+
+@dataclass
+class Run:
+    stack: LocalStack
+    driver: Driver
+    clock: FakeClock
+
+    @property
+    def service(self) -> Any:
+        return self.stack.service
+
+    def ask(self, text: str, who: str = "maya") -> Message:
+        return self.driver.mention(who, "launch", self.stack.commander, text)
+
+    async def quiesce(self) -> None:
+        """Until no event is in flight, no job runs and nothing due is in the outbox."""
+        for _ in range(100):
+            await self.driver.deliveries_settled()
+            seen = len(self.stack.workspace.events.deliveries)
+            await self.service.settle()
+            await self.driver.deliveries_settled()
+            if len(self.stack.workspace.events.deliveries) == seen and not self.service.jobs.tasks:
+                return
+        raise AssertionError("the stack did not come to rest")
+
+    async def plan(self, root: Message) -> Plan:
+        conversation = await self.service.find_conversation(root.channel, root.ts)
+        assert conversation is not None, "no conversation for this thread"
+        plan = await self.service.reconciler.plan(conversation.id)
+        assert plan is not None, "no plan in this thread"
+        return plan
+
+    def transcript(self, root: Message) -> str:
+        return self.driver.transcript("launch", root.ts)
+
+    async def says(self, root: Message, text: str, *, from_: str | None = None) -> Message:
+        return await self.driver.thread_has_message("launch", root.ts, containing=text, from_=from_)
+
+    async def modal(self, who: str) -> None:
+        """Await the modal a click opened (views.open comes after the click's ack)."""
+        person = self.driver.person(who)
+        await self.driver.wait_for(
+            lambda: self.stack.workspace.state.top_modal(person.id), what=f"a modal for {who}"
+        )
+
+    def messages(self, root: Message) -> list[Message]:
+        return self.driver.thread("launch", root.ts)
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Callable[..., Any]:
+    """`async with start(...) as run:` – a local stack on a fresh SQLite file."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def starter(
+        *,
+        db: Any = None,
+        model: FunctionModel | None = None,
+        rate_limits: bool = False,
+        **options: Any,
+    ) -> AsyncIterator[Run]:
+        clock = FakeClock()
+        stack = await start_local_stack(
+            db or f"sqlite+aiosqlite:///{tmp_path / 'e2e.db'}",
+            options=Options(**options),
+            ack_timeout=2.0,
+            retry_delays=FAST_RETRIES,
+            clock=clock,
+            model=model,
+            rate_limits=rate_limits,
+        )
+        try:
+            yield Run(stack, Driver(stack.workspace, default_timeout=20.0), clock)
+        finally:
+            await stack.stop()
+
+    return starter

@@ -16,8 +16,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline
 from agents.plan import Plan
 from bot.local import LocalStack, start_local_stack
-from bot.service import Options
+from bot.service import Flotilla, Options
 from bot.workspace import Driver, Message
+from tests.e2e.slice.scripts import Script
 
 FAST_RETRIES = (0.0, 0.05, 0.05)
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
@@ -36,9 +37,6 @@ class FakeClock:
         self.now += timedelta(seconds=seconds)
 
 
-Script = Callable[[list[ModelMessage], AgentInfo], ModelResponse | None]
-
-
 def scripted(script: Script) -> FunctionModel:
     """The offline model, except where `script` answers (returns a response)."""
 
@@ -55,7 +53,7 @@ class Run:
     clock: FakeClock
 
     @property
-    def service(self) -> Any:
+    def service(self) -> Flotilla:
         return self.stack.service
 
     def ask(self, text: str, who: str = "maya") -> Message:

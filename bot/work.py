@@ -240,9 +240,9 @@ async def commander(
     except (RunError, ValueError) as exc:
         await service.say(conversation, f"Sorry, I could not handle that: {exc}")
         return
-    if turn.reply:
-        await service.say(conversation, turn.reply)
     names = [a.name for a in agents]
+    if turn.reply and turn.plan is not None:
+        await service.say(conversation, turn.reply)  # says what the plan is, before its card
     try:
         if turn.plan is not None:
             await service.reconciler.start_plan(
@@ -258,6 +258,9 @@ async def commander(
             )
     except (PlanValidationError, OperationRejected) as exc:
         await service.say(conversation, f"I could not change the plan: {exc}")
+        return
+    if turn.reply and turn.plan is None:
+        await service.say(conversation, turn.reply)  # after the change it announces is made
 
 
 # --- recovery -------------------------------------------------------------------------------

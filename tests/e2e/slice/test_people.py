@@ -1,0 +1,124 @@
+"""People in the thread: cancel from the card, interjections, who may answer a form."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bot.views.forms import INLINE_ACTION, OPEN_ACTION, FormKey
+from bot.views.plan_card import CANCEL_ACTION
+from tests.e2e.slice.conftest import REQUEST, Run, scripted
+from tests.e2e.slice.scripts import call, steer, text
+
+
+def card_of(run: Run, root: Any) -> Any:
+    return next(m for m in run.messages(root) if "Plan (" in m.text)
+
+
+async def test_cancel_from_the_card(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        root = run.ask(REQUEST)
+        form = await run.says(root, "needs your input")
+
+        await run.driver.click("dev", card_of(run, root), CANCEL_ACTION)  # not the requester
+        await run.driver.wait_for(lambda: run.driver.ephemerals("dev"), what="a refusal")
+        assert "Only <@" in run.driver.ephemerals("dev")[0].text
+        assert (await run.plan(root)).status == "paused"
+
+        await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)
+        await run.says(root, "Plan cancelled by")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "cancelled"
+        assert [s.status for s in plan.steps] == ["done", "done", "skipped", "skipped", "skipped"]
+        transcript = run.transcript(root)
+        assert "Cancel plan" not in transcript  # the card lost its button
+        assert "cancelled" in card_of(run, root).text
+
+        # the open form is stale now: answering it is refused, nothing runs
+        await run.driver.click("maya", form, OPEN_ACTION)
+        await run.modal("maya")
+        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.driver.wait_for(
+            lambda: any("no longer" in e.text or "already" in e.text
+                        for e in run.driver.ephemerals("maya")),
+            what="a stale-form refusal",
+        )  # fmt: skip
+        await run.quiesce()
+        assert not [m for m in run.messages(root) if m.text.startswith("@writer")]
+
+
+async def test_an_interjection_edits_a_pending_step(start: Callable[..., Any]) -> None:
+    def edit() -> list[Any]:
+        return [
+            call(
+                "edit_step", {"index": 4, "input": "Draft the sales note; mention the free trial."}
+            ),
+            text("Noted – added to the writer's step before it starts."),
+        ]
+
+    async with start(model=scripted(steer("free trial", edit))) as run:
+        root = run.ask(REQUEST)
+        form = await run.says(root, "needs your input")
+        run.driver.post("dev", "launch", "can we also mention the free trial?", thread_ts=root.ts)
+        await run.says(root, "Noted – added to the writer's step")
+        plan = await run.plan(root)
+        assert plan.steps[3].input == "Draft the sales note; mention the free trial."
+        assert plan.steps[3].status == "pending"
+
+        await run.driver.click("maya", form, OPEN_ACTION)
+        await run.modal("maya")
+        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        writer = await run.says(root, "mention the free trial", from_="Flotilla")
+        assert writer.text.startswith("@writer")
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        assert (await run.plan(root)).status == "completed"
+
+
+async def test_only_the_requester_answers_a_form(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        root = run.ask(REQUEST)
+        form = await run.says(root, "needs your input")
+        await run.driver.click("dev", form, OPEN_ACTION)
+        await run.modal("dev")
+        await run.driver.submit("dev", {"field:tiers": "Pro"})
+        await run.driver.wait_for(lambda: run.driver.ephemerals("dev"), what="a refusal")
+        assert "who made the request" in run.driver.ephemerals("dev")[0].text
+        plan = await run.plan(root)
+        assert plan.steps[2].status == "in_progress"
+
+        # a workspace admin may answer for them; a second answer is refused
+        await run.driver.click("alex", form, OPEN_ACTION)
+        await run.modal("alex")
+        await run.driver.submit("alex", {"field:tiers": "Enterprise"})
+        await run.says(root, "Answered by")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.steps[2].status == "done"
+        assert "Enterprise" in (plan.steps[2].output_summary or "")
+
+
+async def test_a_second_submission_is_refused(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        root = run.ask("[ask] research the history of our launch emails and write a short report")
+        question = await run.says(root, "asks:")
+        plan = await run.plan(root)
+        key = FormKey(plan.id, 1, 1, 1).encode()
+        await run.driver.click("maya", question, INLINE_ACTION, value="2024 only")
+        await run.says(root, "Answered by")
+        await run.quiesce()
+        # The message was replaced, so its input is gone; a client holding the old message
+        # (a double click, a second device) sends the same action again.
+        await run.driver.ws.interactivity.message_action(
+            run.driver.person("maya"),
+            run.stack.commander,
+            question,
+            {"type": "plain_text_input", "action_id": INLINE_ACTION, "block_id": key,
+             "value": "again", "action_ts": "1.0"},
+        )  # fmt: skip
+        await run.driver.wait_for(lambda: run.driver.ephemerals("maya"), what="a refusal")
+        assert "already answered" in run.driver.ephemerals("maya")[0].text
+        plan = await run.plan(root)
+        assert plan.steps[0].question is not None
+        assert plan.steps[0].question.answer == {"answer": "2024 only"}

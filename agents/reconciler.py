@@ -30,7 +30,7 @@ from agents.plan import (
     validate_plan,
 )
 from agents.plan_operations import Operation, apply_operation
-from agents.plan_ops import apply_outcome, dispatch, with_status
+from agents.plan_ops import apply_outcome, dispatch, fail_step, with_status
 from agents.ports import Effect
 from storage import plans as store
 from storage.db import Database
@@ -81,6 +81,23 @@ def decide(
     effects.extend(more)
     if current is plan:
         return Decision(plan, plan)
+    return _versioned(plan, current, effects)
+
+
+def decide_agent_gone(plan: Plan, now: datetime, agent: str, reason: str) -> Decision:
+    """Fail the pending steps assigned to `agent` (removed or disabled), each under its
+    `on_failure` policy, then dispatch what is ready. Pure; no change when none is pending."""
+    current = plan
+    effects: list[Effect] = []
+    for index in [s.index for s in plan.steps if s.assignee == agent and s.status == "pending"]:
+        step = current.steps[index - 1]
+        if step.status == "pending":  # an earlier failure may have aborted the plan
+            current, more = fail_step(current, step, reason)
+            effects.extend(more)
+    if current is plan:
+        return Decision(plan, plan)
+    current, more = dispatch(current, now)
+    effects.extend(more)
     return _versioned(plan, current, effects)
 
 
@@ -247,6 +264,27 @@ class Reconciler:
                 assignees=assignees,
                 disabled=disabled,
             )
+            if decision.changed:
+                _store(conn, decision, now, card_waiting=loaded.card_waiting)
+            return decision
+
+        decision = await self.locks.run(self.db, conversation_id, work)
+        if decision is None:
+            return None
+        self._remember(decision.plan)
+        await self._after(decision)
+        return decision
+
+    async def fail_steps_of(self, conversation_id: int, agent: str, reason: str) -> Decision | None:
+        """`decide_agent_gone` under the conversation's lock, stored like `reconcile`."""
+        now = self.clock()
+
+        def work(conn: Connection) -> Decision | None:
+            loaded = store.load_latest_plan(conn, conversation_id)
+            if loaded is None or loaded.plan["status"] in TERMINAL_PLAN:
+                return None
+            before = plan_from_rows(loaded.plan, loaded.steps or [])
+            decision = decide_agent_gone(before, now, agent, reason)
             if decision.changed:
                 _store(conn, decision, now, card_waiting=loaded.card_waiting)
             return decision

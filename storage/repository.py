@@ -33,6 +33,7 @@ from storage.tables import (
     Conversation,
     OutboxEntry,
     Plan,
+    PlanStep,
     ProcessedEvent,
     ThreadMessage,
     UsageEntry,
@@ -623,3 +624,28 @@ async def audit_trail(
         )
         for r in rows
     ]
+
+
+# --- administration ---------------------------------------------------------------------
+
+steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
+
+
+async def conversations_waiting_on_agent(
+    conn: AsyncConnection, team_id: str, agent_name: str
+) -> list[int]:
+    """Conversations whose unfinished plan has a pending step assigned to `agent_name`."""
+    rows = await conn.execute(
+        select(conversations_t.c.id)
+        .distinct()
+        .join(plans_t, plans_t.c.conversation_id == conversations_t.c.id)
+        .join(steps_t, steps_t.c.plan_id == plans_t.c.id)
+        .where(
+            conversations_t.c.team_id == team_id,
+            plans_t.c.status.in_(("running", "paused")),
+            steps_t.c.assignee == agent_name,
+            steps_t.c.status == "pending",
+        )
+        .order_by(conversations_t.c.id)
+    )
+    return [int(i) for (i,) in rows]

@@ -68,6 +68,11 @@ class Poster:
         self._base_url = base_url
         self._clients: dict[str, AsyncWebClient] = {}
 
+    @property
+    def base_url(self) -> str:
+        """The Web API's base URL (Slack's, or the local workspace's)."""
+        return self._base_url
+
     def client_for(self, identity: Identity | None) -> AsyncWebClient:
         if identity is None or identity.kind != "app" or identity.token is None:
             return self.commander

@@ -1,90 +1,158 @@
-"""The `/flotilla` command and the App Home tab (read-only views for now).
+"""The `/flotilla` command, the agent modal's submission, and the App Home tab.
 
-Every subcommand answers ephemerally; an unknown one answers with the help text.
+Every listener acks first. Answers to the command are ephemeral (through the
+`response_url`); an unknown or malformed subcommand answers with the help text. The
+agent modal opens at once with the command's `trigger_id` (valid for 3 seconds).
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp
-from slack_sdk.models.blocks import (
-    Block,
-    ContextBlock,
-    DividerBlock,
-    HeaderBlock,
-    MarkdownTextObject,
-    PlainTextObject,
-    SectionBlock,
-)
-from slack_sdk.models.views import View
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from storage import repository as repo
+from bot import admin
+from bot.views.admin import (
+    AGENT_CALLBACK,
+    HELP,
+    agent_modal,
+    agents_text,
+    audit_text,
+    home_view,
+    plans_text,
+    submitted_draft,
+    usage_text,
+)
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
 
-HELP = """*Flotilla* – mention me in a channel with a request; I plan it and hand the steps
-to my agents.
-`/flotilla help` – this text
-`/flotilla agents` – the agents and what they do
-`/flotilla plans` – plans that are running or waiting for someone"""
+log = logging.getLogger(__name__)
+AGENT_VERBS = ("add", "edit", "remove", "enable", "disable")
+ADMIN_ONLY = ("agent", "usage", "audit")
 
 
-async def agents_text(service: Flotilla) -> str:
-    async with service.db.read() as conn:
-        agents = await repo.list_agents(conn, service.team_id)
-    if not agents:
-        return "No agents are configured."
-    lines = []
-    for agent in agents:
-        state = "" if agent.enabled else " _(disabled)_"
-        kind = "own Slack app" if agent.identity == "app" else "persona"
-        lines.append(
-            f"• *{agent.name}*{state} – {agent.description or agent.display_name} ({kind})"
-        )
-    return "*Agents*\n" + "\n".join(lines)
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed `/flotilla` command; `problem` set when it was not understood."""
+
+    sub: str
+    verb: str = ""
+    name: str = ""
+    plan_id: int | None = None
+    problem: str = ""
 
 
-async def plans_text(service: Flotilla) -> str:
-    async with service.db.read() as conn:
-        plans = await repo.active_plans(conn, service.team_id)
-    if not plans:
-        return "No plans are running."
-    lines = [
-        f"• plan {pid} – {status} – <#{channel}> thread {ts}" for pid, status, channel, ts in plans
-    ]
-    return "*Active plans*\n" + "\n".join(lines)
-
-
-async def home_view(service: Flotilla) -> View:
-    blocks: list[Block] = [
-        HeaderBlock(text=PlainTextObject(text="Flotilla")),
-        SectionBlock(text=MarkdownTextObject(text=(await agents_text(service))[:3000])),
-        DividerBlock(),
-        SectionBlock(text=MarkdownTextObject(text=(await plans_text(service))[:3000])),
-        ContextBlock(
-            elements=[MarkdownTextObject(text="Mention @Flotilla in a channel to start.")]
-        ),
-    ]
-    return View(type="home", blocks=blocks)
+def parse_command(text: str) -> Command:
+    """`/flotilla …` text as a Command; anything unknown or malformed becomes help."""
+    words = text.split()
+    sub = words[0].lower() if words else "help"
+    rest = words[1:]
+    if sub in ("help", "agents", "plans", "usage", "audit") and not rest:
+        return Command(sub)
+    if sub == "cancel" and len(rest) <= 1:
+        if not rest:
+            return Command(sub)
+        if rest[0].isdigit():
+            return Command(sub, plan_id=int(rest[0]))
+        return Command("help", problem=f"`{rest[0]}` is not a plan number.")
+    if sub == "agent" and rest and rest[0].lower() in AGENT_VERBS:
+        verb, names = rest[0].lower(), rest[1:]
+        if len(names) == 1 or (verb == "add" and not names):
+            return Command(sub, verb=verb, name=names[0].lower() if names else "")
+        return Command("help", problem=f"Say which agent: `/flotilla agent {verb} NAME`.")
+    return Command("help", problem=f"I don't know `/flotilla {text.strip()}`." if words else "")
 
 
 def register_admin(app: AsyncApp, service: Flotilla) -> None:
+    workspace_url = admin.WorkspaceUrl()
+
     @app.command("/flotilla")
-    async def flotilla_command(ack: AsyncAck, command: dict[str, Any]) -> None:
-        words = (command.get("text") or "").split()
-        sub = words[0].lower() if words else "help"
-        if sub == "agents":
-            await ack(text=await agents_text(service))
-        elif sub == "plans":
-            await ack(text=await plans_text(service))
-        else:
-            await ack(text=HELP)
+    async def flotilla_command(
+        ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, client: AsyncWebClient
+    ) -> None:
+        await ack()
+        parsed = parse_command(command.get("text") or "")
+        user, channel = command["user_id"], command.get("channel_id", "")
+        if parsed.sub in ADMIN_ONLY:
+            refusal = await admin.refusal(service, user)
+            if refusal:
+                await respond(text=refusal, response_type="ephemeral")
+                return
+        if parsed.sub == "agent" and parsed.verb in ("add", "edit"):
+            problem = await _open_agent_modal(service, client, command, parsed)
+            if problem:
+                await respond(text=problem, response_type="ephemeral")
+            return
+        text = await _answer(service, parsed, user, channel, await workspace_url.get(service))
+        await respond(text=text, response_type="ephemeral")
+
+    @app.view(AGENT_CALLBACK)
+    async def on_agent_saved(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        mode, draft, channel = submitted_draft(view)
+        user = body["user"]["id"]
+        errors = await admin.save_agent(service, user, mode, draft)
+        if errors:
+            await ack(response_action="errors", errors=errors)
+            return
+        await ack()
+        verb = "added" if mode == "add" else "saved"
+        if channel:
+            try:
+                await client.chat_postEphemeral(
+                    channel=channel, user=user, text=f"*{draft.name}* is {verb}."
+                )
+            except SlackApiError as exc:  # e.g. not in that channel; the change is saved
+                log.info("could not confirm the agent change: %s", exc.response.get("error"))
 
     @app.event("app_home_opened")
     async def home_opened(event: dict[str, Any], client: AsyncWebClient) -> None:
         if event.get("tab", "home") != "home":
             return
-        await client.views_publish(user_id=event["user"], view=await home_view(service))
+        user = event["user"]
+        reports = await admin.reports(service, user)
+        view = home_view(reports, await workspace_url.get(service))
+        await client.views_publish(user_id=user, view=view)
+
+
+async def _open_agent_modal(
+    service: Flotilla, client: AsyncWebClient, command: dict[str, Any], parsed: Command
+) -> str | None:
+    """Open the add/edit modal; a sentence instead when it cannot be opened."""
+    agent = await service.agent(parsed.name) if parsed.name else None
+    if parsed.verb == "edit" and agent is None:
+        return f"There is no agent named {parsed.name}. `/flotilla agents` lists them."
+    if parsed.verb == "add" and agent is not None:
+        return f"An agent named {parsed.name} exists already: `/flotilla agent edit {parsed.name}`."
+    view = agent_modal(agent, name=parsed.name, channel=command.get("channel_id", ""))
+    try:
+        await client.views_open(trigger_id=command["trigger_id"], view=view)
+    except SlackApiError as exc:
+        log.warning("views.open failed: %s", exc.response.get("error"))
+        return "Slack did not open the form in time; please run the command again."
+    return None
+
+
+async def _answer(service: Flotilla, parsed: Command, user: str, channel: str, url: str) -> str:
+    """The ephemeral answer to every subcommand but the modal ones."""
+    if parsed.sub == "agents":
+        return agents_text(await admin.agents(service))
+    if parsed.sub == "plans":
+        return plans_text(await admin.active_plans(service), url)
+    if parsed.sub == "cancel":
+        return await admin.cancel(service, user, channel, parsed.plan_id)
+    if parsed.sub == "usage":
+        return usage_text(*await admin.usage(service))
+    if parsed.sub == "audit":
+        return audit_text(await admin.audit_trail(service))
+    if parsed.sub == "agent" and parsed.verb == "remove":
+        return await admin.remove_agent(service, user, parsed.name)
+    if parsed.sub == "agent" and parsed.verb in ("enable", "disable"):
+        return await admin.set_enabled(service, user, parsed.name, parsed.verb == "enable")
+    return f"{parsed.problem}\n{HELP}".strip()

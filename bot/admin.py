@@ -1,0 +1,435 @@
+"""Administration: who may configure Flotilla, agent changes (validated, audited), and the
+reports behind `/flotilla` and the App Home tab.
+
+Functions here take parsed input and return sentences or field errors; listeners
+(`bot/listeners/admin.py`) ack, parse, call them and render (`bot/views/admin.py`).
+Secrets (agent bot tokens) are encrypted before they are stored and never appear in an
+answer, a log line or the audit log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from slack_sdk.errors import SlackApiError
+
+from agents.models import ModelSpecError, resolve_model
+from agents.plan import COMMANDER, USER
+from agents.registry import HTTP_FETCH_PREFIX
+from bot import handlers
+from bot.identities import make_client
+from bot.secrets import SecretsError
+from storage import repository as repo
+from storage.records import AgentRecord, AuditRecord, UsageTotal
+
+if TYPE_CHECKING:
+    from bot.service import Flotilla
+
+log = logging.getLogger(__name__)
+
+NAME = re.compile(r"^[a-z][a-z0-9_-]{1,39}$")
+RESERVED_NAMES = frozenset({USER, COMMANDER, "flotilla", "here", "channel", "everyone"})
+EMOJI = re.compile(r"^:[a-z0-9_+'-]+:$")
+DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+CHOOSABLE_TOOLS = ("ask_user", "read_thread")
+REFUSAL = (
+    "Sorry, only workspace admins and owners (or people on Flotilla's admin list) can "
+    "change Flotilla's configuration."
+)
+Mode = Literal["add", "edit"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDraft:
+    """What an admin typed into the agent modal (not yet validated)."""
+
+    name: str
+    display_name: str = ""
+    icon: str = ""
+    description: str = ""
+    system_prompt: str = ""
+    model: str = ""
+    tools: tuple[str, ...] = ()
+    http_domains: str = ""
+    mcp_servers: str = ""
+    identity: str = "persona"
+    bot_token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Reports:
+    """Everything the App Home tab shows (admins see the audit trail too)."""
+
+    agents: list[AgentRecord]
+    plans: list[tuple[int, str, str, str]]
+    usage_by_agent: list[UsageTotal]
+    usage_by_channel: list[UsageTotal]
+    since: datetime
+    audit: list[AuditRecord] | None
+
+
+# --- authorization ------------------------------------------------------------------------
+
+
+async def refusal(service: Flotilla, user: str) -> str | None:
+    """None when `user` may administer Flotilla, else the sentence to show them."""
+    return None if await service.is_admin(user) else REFUSAL
+
+
+# --- validation (pure) --------------------------------------------------------------------
+
+
+def name_problem(name: str) -> str | None:
+    if not NAME.match(name):
+        return (
+            "Use 2–40 characters: lowercase letters, digits, - or _, starting with a letter "
+            "(e.g. researcher)."
+        )
+    if name in RESERVED_NAMES:
+        return f"“{name}” is reserved; choose another name."
+    return None
+
+
+def parse_mcp_servers(text: str) -> tuple[list[dict[str, Any]], str | None]:
+    """One server a line: `URL tool, tool` (or `URL *`); the config and a problem, if any."""
+    servers: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        url, _, rest = line.strip().partition(" ")
+        if not url:
+            continue
+        if not url.startswith(("http://", "https://")):
+            return [], f"Line {number}: start with the server's http(s) URL."
+        tools = [t for t in re.split(r"[,\s]+", rest) if t]
+        if not tools:
+            return [], f"Line {number}: after the URL, list the tools the agent may call (or *)."
+        servers.append({"url": url, "tools": tools})
+    return servers, None
+
+
+def domains(text: str) -> list[str]:
+    return [d.strip().lower() for d in re.split(r"[,\s]+", text) if d.strip()]
+
+
+def draft_problems(draft: AgentDraft, mode: Mode) -> dict[str, str]:
+    """Errors per modal block that need no I/O: formats, lengths, the model string."""
+    errors: dict[str, str] = {}
+    if mode == "add":
+        problem = name_problem(draft.name)
+        if problem:
+            errors["name"] = problem
+    if len(draft.display_name) > 80:
+        errors["display_name"] = "Keep the display name to 80 characters."
+    icon = draft.icon.strip()
+    if icon and not (EMOJI.match(icon) or icon.startswith(("https://", "http://"))):
+        errors["icon"] = "Use an emoji code like :mag: or an image URL (https://…)."
+    if not draft.description.strip():
+        errors["description"] = "Say what this agent does: the commander plans with it."
+    if not draft.system_prompt.strip():
+        errors["system_prompt"] = "Give the agent its instructions."
+    errors.update(_tool_problems(draft))
+    if draft.identity not in ("persona", "app"):
+        errors["identity"] = "Choose persona or own Slack app."
+    if draft.bot_token and not draft.bot_token.strip().startswith("xoxb-"):
+        errors["bot_token"] = "A bot token starts with xoxb-."
+    return errors
+
+
+def _tool_problems(draft: AgentDraft) -> dict[str, str]:
+    """The model string, web-fetch domains and MCP servers."""
+    errors: dict[str, str] = {}
+    if draft.model.strip():
+        try:
+            resolve_model(draft.model)
+        except ModelSpecError as exc:
+            errors["model"] = str(exc)[:300]
+    bad = [d for d in domains(draft.http_domains) if not DOMAIN.match(d)]
+    if bad:
+        errors["http_domains"] = f"Not a domain: {', '.join(bad)[:200]}"
+    _servers, problem = parse_mcp_servers(draft.mcp_servers)
+    if problem:
+        errors["mcp_servers"] = problem
+    return errors
+
+
+def agent_fields(draft: AgentDraft) -> dict[str, Any]:
+    """The agents-table columns a valid draft sets (identity columns excepted)."""
+    servers, _ = parse_mcp_servers(draft.mcp_servers)
+    tools = [t for t in CHOOSABLE_TOOLS if t in draft.tools]
+    tools += [f"{HTTP_FETCH_PREFIX}{d}" for d in domains(draft.http_domains)]
+    return {
+        "display_name": draft.display_name.strip() or draft.name,
+        "icon": draft.icon.strip(),
+        "description": draft.description.strip(),
+        "system_prompt": draft.system_prompt.strip(),
+        "model": draft.model.strip() or None,
+        "tools": tools,
+        "mcp_servers": servers,
+    }
+
+
+# --- saving an agent ----------------------------------------------------------------------
+
+
+async def save_agent(service: Flotilla, user: str, mode: Mode, draft: AgentDraft) -> dict[str, str]:
+    """Validate and store an added or edited agent, audited. Errors per block ({} = saved)."""
+    if await refusal(service, user):
+        return {"description": REFUSAL}
+    errors = draft_problems(draft, mode)
+    existing = await service.agent(draft.name)
+    if mode == "add" and existing is not None and "name" not in errors:
+        errors["name"] = f"An agent named {draft.name} exists already."
+    if mode == "edit" and existing is None:
+        return {"description": f"The agent {draft.name} no longer exists."}
+    if errors:
+        return errors
+    identity, problem = await _identity_fields(service, draft, existing)
+    if problem:
+        return {"bot_token": problem}
+    fields = agent_fields(draft) | identity
+    async with service.db.write() as conn:
+        if existing is None:
+            try:
+                await repo.create_agent(
+                    conn, service.team_id, draft.name, service.clock(), **fields
+                )
+            except repo.DuplicateError:
+                return {"name": f"An agent named {draft.name} exists already."}
+            details: dict[str, Any] = {"identity": fields["identity"], "model": fields["model"]}
+        else:
+            await repo.update_agent(conn, service.team_id, draft.name, service.clock(), **fields)
+            details = {"changed": _changed(existing, fields, bool(draft.bot_token.strip()))}
+        await repo.audit(
+            conn,
+            team_id=service.team_id,
+            actor=user,
+            action=f"agent.{mode}",
+            target=draft.name,
+            details=details,
+            now=service.clock(),
+        )
+    return {}
+
+
+def _changed(before: AgentRecord, fields: dict[str, Any], new_token: bool) -> list[str]:
+    """Names of the columns an edit changed; a new token shows as `bot_token`, never its value."""
+    changed = [
+        k
+        for k, v in fields.items()
+        if k not in ("bot_token_encrypted", "bot_user_id", "bot_id", "app_id")
+        and getattr(before, k) != v
+    ]
+    return changed + (["bot_token"] if new_token else [])
+
+
+async def _identity_fields(
+    service: Flotilla, draft: AgentDraft, existing: AgentRecord | None
+) -> tuple[dict[str, Any], str | None]:
+    """The identity columns to store, or why the token cannot be used."""
+    if draft.identity == "persona":
+        cleared = {"bot_token_encrypted": None, "bot_user_id": None, "bot_id": None, "app_id": None}
+        return {"identity": "persona", **cleared}, None
+    token = draft.bot_token.strip()
+    if not token:
+        if existing is not None and existing.bot_token_encrypted:
+            return {"identity": "app"}, None  # keep the stored token
+        return {}, "Paste the bot token (xoxb-…) of the agent's own Slack app."
+    try:
+        auth = await make_client(token, service.poster.base_url).auth_test()
+    except SlackApiError as exc:
+        return {}, f"Slack refused this token ({exc.response.get('error', 'error')})."
+    if auth.get("team_id") != service.team_id:
+        return {}, "This token belongs to another workspace."
+    if auth.get("bot_id") == service.bot_id:
+        return {}, "That is Flotilla's own token: give the agent a Slack app of its own."
+    taken = [
+        a.name
+        for a in await _agents(service)
+        if a.bot_id == auth.get("bot_id") and a.name != draft.name
+    ]
+    if taken:
+        return {}, f"The agent {taken[0]} uses this Slack app already."
+    try:
+        encrypted = service.cipher.encrypt(token)
+    except SecretsError as exc:
+        return {}, str(exc)
+    return {
+        "identity": "app",
+        "bot_token_encrypted": encrypted,
+        "bot_user_id": auth.get("user_id"),
+        "bot_id": auth.get("bot_id"),
+        "app_id": auth.get("app_id"),
+    }, None
+
+
+# --- enabling, disabling, removing ---------------------------------------------------------
+
+
+async def set_enabled(service: Flotilla, user: str, name: str, enabled: bool) -> str:
+    """Enable or disable an agent (audited); disabling fails its pending steps."""
+    verb = "enabled" if enabled else "disabled"
+    async with service.db.write() as conn:
+        try:
+            await repo.update_agent(conn, service.team_id, name, service.clock(), enabled=enabled)
+        except LookupError:
+            return f"There is no agent named {name}. `/flotilla agents` lists them."
+        await repo.audit(
+            conn,
+            team_id=service.team_id,
+            actor=user,
+            action=f"agent.{'enable' if enabled else 'disable'}",
+            target=name,
+            now=service.clock(),
+        )
+    answer = f"*{name}* is {verb}."
+    if not enabled:
+        answer += await _fail_pending(service, name, f"the agent {name} was disabled by <@{user}>")
+    return answer
+
+
+async def remove_agent(service: Flotilla, user: str, name: str) -> str:
+    """Remove an agent (audited); its pending steps fail."""
+    async with service.db.write() as conn:
+        if not await repo.remove_agent(conn, service.team_id, name):
+            return f"There is no agent named {name}. `/flotilla agents` lists them."
+        await repo.audit(
+            conn,
+            team_id=service.team_id,
+            actor=user,
+            action="agent.remove",
+            target=name,
+            now=service.clock(),
+        )
+    reason = f"the agent {name} was removed by <@{user}>"
+    return f"*{name}* is removed." + await _fail_pending(service, name, reason)
+
+
+async def _fail_pending(service: Flotilla, name: str, reason: str) -> str:
+    """Fail the agent's pending steps in every running plan; say so in each thread."""
+    async with service.db.read() as conn:
+        conversations = await repo.conversations_waiting_on_agent(conn, service.team_id, name)
+    failed = 0
+    for conversation_id in conversations:
+        decision = await service.reconciler.fail_steps_of(conversation_id, name, reason)
+        if decision is None or not decision.changed or decision.before is None:
+            continue
+        was = {s.index: s.status for s in decision.before.steps}
+        indexes = [
+            s.index for s in decision.plan.steps if s.assignee == name and was[s.index] == "pending"
+        ]
+        failed += len(indexes)
+        steps = ", ".join(str(i) for i in indexes)
+        await service.say(
+            await service.conversation(conversation_id),
+            f"⚠️ Step {steps} will not run: {reason}. The plan follows the step's failure policy.",
+        )
+    if not failed:
+        return ""
+    return f" {failed} pending step(s) in {len(conversations)} plan(s) failed with that reason."
+
+
+# --- cancelling a plan ----------------------------------------------------------------------
+
+
+async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None) -> str:
+    """Cancel a plan by id, or the one running in `channel` (requester or admin; audited)."""
+    async with service.db.read() as conn:
+        plans = await repo.active_plans(conn, service.team_id)
+    if plan_id is None:
+        here = [p for p in plans if p[2] == channel]
+        if not here:
+            return "No plan is running in this channel. `/flotilla plans` lists them all."
+        if len(here) > 1:
+            ids = ", ".join(str(p[0]) for p in here)
+            example = f"`/flotilla cancel {here[0][0]}`"
+            return f"Several plans are running here ({ids}): say which, e.g. {example}."
+        plan_id = here[0][0]
+    found = next((p for p in plans if p[0] == plan_id), None)
+    if found is None:
+        return f"Plan {plan_id} is not running. `/flotilla plans` lists the running ones."
+    _pid, _status, plan_channel, thread_ts = found
+    problem = await handlers.cancel_plan(
+        service, plan_id=plan_id, user=user, channel=plan_channel, thread_ts=thread_ts
+    )
+    if problem:
+        return problem
+    async with service.db.write() as conn:
+        await repo.audit(
+            conn,
+            team_id=service.team_id,
+            actor=user,
+            action="plan.cancel",
+            target=f"plan {plan_id}",
+            details={"channel": plan_channel, "thread_ts": thread_ts},
+            now=service.clock(),
+        )
+    return f"Plan {plan_id} is cancelled."
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+async def _agents(service: Flotilla) -> list[AgentRecord]:
+    async with service.db.read() as conn:
+        return await repo.list_agents(conn, service.team_id)
+
+
+async def agents(service: Flotilla) -> list[AgentRecord]:
+    return await _agents(service)
+
+
+async def active_plans(service: Flotilla) -> list[tuple[int, str, str, str]]:
+    async with service.db.read() as conn:
+        return await repo.active_plans(conn, service.team_id)
+
+
+def month_start(now: datetime) -> datetime:
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+async def usage(service: Flotilla) -> tuple[datetime, list[UsageTotal], list[UsageTotal]]:
+    """This month's token totals per agent and per channel."""
+    since = month_start(service.clock())
+    async with service.db.read() as conn:
+        by_agent = await repo.usage_since(conn, service.team_id, since, by="agent_name")
+        by_channel = await repo.usage_since(conn, service.team_id, since, by="channel_id")
+    return since, by_agent, by_channel
+
+
+async def audit_trail(service: Flotilla, limit: int = 20) -> list[AuditRecord]:
+    async with service.db.read() as conn:
+        return list(await repo.audit_trail(conn, service.team_id, limit=limit))
+
+
+async def reports(service: Flotilla, user: str) -> Reports:
+    """What the App Home shows `user` (the audit trail only to admins)."""
+    since, by_agent, by_channel = await usage(service)
+    trail = await audit_trail(service, limit=10) if await service.is_admin(user) else None
+    return Reports(
+        agents=await _agents(service),
+        plans=await active_plans(service),
+        usage_by_agent=by_agent,
+        usage_by_channel=by_channel,
+        since=since,
+        audit=trail,
+    )
+
+
+class WorkspaceUrl:
+    """The workspace's base URL (from auth.test, asked once) for links to threads."""
+
+    def __init__(self) -> None:
+        self._url: str | None = None
+
+    async def get(self, service: Flotilla) -> str:
+        if self._url is None:
+            try:
+                auth = await service.client.auth_test()
+                self._url = str(auth.get("url") or "")
+            except SlackApiError:
+                log.warning("auth.test failed; thread links are left out")
+                return ""
+        return self._url

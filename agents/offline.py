@@ -27,7 +27,9 @@ inside a quoted request, e.g. from `{{request}}` on a later line, does not).
 
 Woken after a failure, the offline commander retries the failed step without its failure
 marker when it had one, and skips it otherwise; woken by a person's message containing
-"cancel" or "stop" it cancels the plan, otherwise it acknowledges with `reply`.
+"cancel" or "stop" it cancels the plan; any other message is added to the first pending
+sub-agent step's input (`edit_step`, as the walkthrough shows), or acknowledged with `reply`
+when no such step is left.
 Sub-agents answer with content derived from their input (its first line, its key terms,
 the upstream material it was given).
 """
@@ -309,7 +311,11 @@ def _chain(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]:
 
 
 def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
-    if _returns(messages):
+    returns = _returns(messages)
+    if returns:
+        edited = next((r for r in returns if r.tool_name == "edit_step"), None)
+        if edited is not None and edited.outcome == "success":
+            return _text("Noted – added to the next step's instructions before it starts.")
         return _text("Noted.")
     prompt = _prompt(messages)
     failed = re.search(r"^Failed step: (\d+)$", prompt, re.MULTILINE)
@@ -322,9 +328,22 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
         if any(m in step_input for m in MARKERS):
             return _call("retry_step", {"index": index, "input": _without_markers(step_input)})
         return _call("skip_step", {"index": index, "reason": f"{PREFIX} skipped after it failed"})
-    event = prompt.split("What happened:", 1)[-1].lower()
-    if _wants(event, "cancel", "stop"):
+    happened = prompt.split("What happened:", 1)[-1].split("\n\nThe plan now:", 1)[0].strip()
+    if _wants(happened.lower(), "cancel", "stop"):
         return _call("cancel_plan", {"reason": f"{PREFIX} cancelled as asked in the thread"})
+    said = happened.split(" wrote: ", 1)[-1].strip()
+    pending = re.search(
+        r"^- step (\d+) \[pending\] \((?!user\)|commander\))([^)]+)\) .*?\| input: "
+        r'("(?:[^"\\]|\\.)*")',
+        prompt,
+        re.M,
+    )
+    if pending and said:
+        index, old_input = int(pending.group(1)), json.loads(pending.group(3))
+        return _call(
+            "edit_step",
+            {"index": index, "input": f"{old_input}\nAlso, as asked in the thread: {said}"},
+        )
     return _call("reply", {"text": f"{PREFIX} Noted; the plan continues."})
 
 

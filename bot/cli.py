@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 
 from bot.manifest import agent_manifest, commander_manifest, to_yaml
@@ -15,6 +17,7 @@ from storage import migrate
 from storage.db import Database
 
 log = logging.getLogger("flotilla")
+DEV_DATABASE = "sqlite+aiosqlite:///flotilla-dev.db"
 
 
 def _db_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -48,6 +51,41 @@ def _secrets_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _run_command(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.serve import ConfigurationError, run
+
+    try:
+        asyncio.run(run(settings))
+    except ConfigurationError as exc:
+        print(f"flotilla: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _dev_command(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.serve import options_from
+    from bot.trial import dev
+
+    url = settings.database_url if "FLOTILLA_DATABASE_URL" in os.environ else DEV_DATABASE
+    try:
+        asyncio.run(dev(url, options_from(settings)))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _demo_command(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.serve import options_from
+    from bot.trial import demo
+
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite+aiosqlite:///{folder}/demo.db"
+        print(asyncio.run(demo(url, options_from(settings))))
+    return 0
+
+
 Handler = Callable[[argparse.Namespace, Settings], int]
 
 
@@ -56,6 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flotilla", description="Flotilla: one assistant, a whole team, in Slack."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="connect to Slack (Socket Mode with SLACK_APP_TOKEN, else HTTP)"
+    )
+    run.set_defaults(handler=_run_command)
+
+    dev = commands.add_parser(
+        "dev", help="try Flotilla in a local Slack workspace from this terminal"
+    )
+    dev.set_defaults(handler=_dev_command)
+
+    demo = commands.add_parser("demo", help="play a scripted scenario and print the thread")
+    demo.set_defaults(handler=_demo_command)
 
     db = commands.add_parser("db", help="database schema: upgrade | downgrade | current")
     db.add_argument("action", choices=["upgrade", "downgrade", "current"])
@@ -81,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations are not news
     handler: Handler = args.handler
     return handler(args, settings)
 

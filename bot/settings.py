@@ -9,7 +9,7 @@ Every field is documented in the README's configuration table.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -73,6 +73,13 @@ class Settings(BaseSettings):
     admin_user_ids: Annotated[list[str], NoDecode] = Field(
         default_factory=list, validation_alias=AliasChoices("FLOTILLA_ADMIN_USER_IDS")
     )
+    form_answerers: Literal["requester", "anyone"] = Field(
+        default="requester",
+        validation_alias=AliasChoices("FLOTILLA_FORM_ANSWERERS"),
+        description="Who may answer a form: the person who made the request (and admins), "
+        "or anyone in the channel.",
+    )
+    http_host: str = Field(default="0.0.0.0", validation_alias=AliasChoices("FLOTILLA_HTTP_HOST"))
     http_port: int = Field(default=3000, validation_alias=AliasChoices("FLOTILLA_HTTP_PORT"))
     log_level: str = Field(default="INFO", validation_alias=AliasChoices("FLOTILLA_LOG_LEVEL"))
 

@@ -145,7 +145,9 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
     lines = [head]
     if msg.blocks:
         for block in msg.blocks:
-            lines += [indent + "  " + line for line in render_block(state, block)]
+            for rendered in render_block(state, block):
+                # a block's text may span lines: keep every line under its message
+                lines += [indent + "  " + line for line in rendered.splitlines() or [""]]
     elif msg.text:
         lines += [indent + "  " + line for line in resolve_mentions(state, msg.text).splitlines()]
     return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""The ways to run Flotilla: `flotilla run` (HTTP and Socket Mode), `dev` and `demo`."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.cli import main
+from bot.local import _manifest_scopes_and_events
+from bot.serve import run as serve
+from bot.service import Options
+from bot.settings import Settings
+from bot.trial import TrialConsole, demo
+from bot.workspace import Driver, LocalWorkspace
+from tests.e2e.slice.conftest import FAST_RETRIES, REQUEST
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[None]:
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(settings, ready=ready))
+    done, _ = await asyncio.wait(
+        [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
+    )
+    if task in done:
+        task.result()  # raises what stopped it
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize("mode", ["http", "socket"])
+async def test_flotilla_run_answers_in_a_thread(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = LocalWorkspace(ack_timeout=2.0, retry_delays=FAST_RETRIES)
+    await workspace.start()
+    try:
+        scopes, events = _manifest_scopes_and_events()
+        app = workspace.install_app(
+            "Flotilla", scopes=scopes, bot_events=events, socket_mode=mode == "socket"
+        )
+        maya = workspace.add_person("maya")
+        workspace.create_channel("launch", [maya, app])
+        port = free_port()
+        env = {
+            "SLACK_BOT_TOKEN": app.bot_token,
+            "SLACK_API_URL": workspace.api_url,
+            "FLOTILLA_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'run.db'}",
+            "FLOTILLA_HTTP_HOST": "127.0.0.1",
+            "FLOTILLA_HTTP_PORT": str(port),
+        }
+        if mode == "socket":
+            env["SLACK_APP_TOKEN"] = app.app_token or ""
+        else:
+            env["SLACK_SIGNING_SECRET"] = app.signing_secret
+            workspace.set_request_url(app, f"http://127.0.0.1:{port}/slack/events")
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.chdir(tmp_path)
+        async with running(Settings()):
+            driver = Driver(workspace, default_timeout=20)
+            root = driver.mention("maya", "launch", app, REQUEST)
+            await driver.thread_has_message("launch", root.ts, containing="needs your input")
+            assert "Plan (5 steps)" in driver.transcript("launch", root.ts)
+    finally:
+        await workspace.stop()
+
+
+def test_run_refuses_to_start_without_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["run"]) == 2
+    assert "SLACK_BOT_TOKEN is not set" in capsys.readouterr().err
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
+    assert main(["run"]) == 2
+    assert "HTTP mode needs SLACK_SIGNING_SECRET" in capsys.readouterr().err
+
+
+async def test_demo_plays_the_walkthrough(tmp_path: Path) -> None:
+    transcript = await demo(f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}", Options())
+    assert "5 ✅ *Review and post the synthesis*" in transcript
+    assert "✅ Answered by @maya" in transcript
+    assert "Also, as asked in the thread: can we also mention the free trial?" in transcript
+    assert transcript.rstrip().splitlines()[-3].strip().startswith("[offline model] commander:")
+
+
+async def test_dev_console_drives_a_plan(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        shown: list[str] = []
+        console = TrialConsole(run.stack, out=shown.append)
+        await console.handle(":answer Pro")
+        assert shown[-1] == "(no open form in this thread)"
+        await console.handle(
+            "@Flotilla compare our pricing with the top three competitors and draft a note"
+        )
+        assert console.thread_ts is not None
+        root = run.driver.state.thread(run.stack.channel.id, console.thread_ts)[0]
+        await run.says(root, "needs your input")
+        await console.handle(":answer tiers=Pro; notes=annual discount")
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        console.show_new()
+        await console.handle(":thread")
+        assert "5 ✅" in shown[-1]
+        assert any(line.startswith("(plan card updated)") for line in shown)
+        assert await console.handle(":quit") is False

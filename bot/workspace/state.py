@@ -374,6 +374,7 @@ class WorkspaceState:
             spec=spec,
             hash=new_view_hash(),
             root_view_id=root or view_id,
+            state_values=initial_values(spec),
         )
         self.views[view_id] = view
         return view
@@ -388,6 +389,24 @@ class WorkspaceState:
             if uid == user_id and stack:
                 return self.views[stack[-1]]
         return None
+
+
+def initial_values(spec: Json) -> Json:
+    """What Slack reports in `state.values` for a new view: its inputs' initial values."""
+    values: Json = {}
+    for block in spec.get("blocks", []):
+        element = block.get("element")
+        if block.get("type") != "input" or not isinstance(element, dict):
+            continue
+        for key, name in (
+            ("initial_value", "value"),
+            ("initial_option", "selected_option"),
+            ("initial_options", "selected_options"),
+        ):
+            if key in element:
+                entry = {"type": element.get("type"), name: element[key]}
+                values.setdefault(block.get("block_id"), {})[element.get("action_id")] = entry
+    return values
 
 
 def new_view_hash() -> str:

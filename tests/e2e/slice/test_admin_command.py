@@ -26,7 +26,7 @@ async def command(run: Run, who: str, text: str) -> str:
 def channel_texts(run: Run) -> list[str]:
     """What everyone in #launch sees (top-level messages and thread replies)."""
     channel = run.stack.channel.id
-    return [m.text for m in run.stack.workspace.state.messages.get(channel, [])]
+    return [m.text for m in run.stack.workspace.state.messages.get(channel, {}).values()]
 
 
 def user_id(run: Run, who: str) -> str:

@@ -27,9 +27,9 @@ inside a quoted request, e.g. from `{{request}}` on a later line, does not).
 
 Woken after a failure, the offline commander retries the failed step without its failure
 marker when it had one, and skips it otherwise; woken by a person's message containing
-"cancel" or "stop" it cancels the plan; any other message is added to the first pending
-sub-agent step's input (`edit_step`, as the walkthrough shows), or acknowledged with `reply`
-when no such step is left.
+"cancel" or "stop" it cancels the plan; a message asking for more ("also", "add", "mention",
+"include", "make sure", "instead") is added to the first pending sub-agent step's input
+(`edit_step`, as the walkthrough shows); anything else is acknowledged with `reply`.
 Sub-agents answer with content derived from their input (its first line, its key terms,
 the upstream material it was given).
 """
@@ -338,7 +338,9 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
         prompt,
         re.M,
     )
-    if pending and said:
+    if pending and _wants(
+        said.lower(), "also", "add", "mention", "include", "make sure", "instead"
+    ):
         index, old_input = int(pending.group(1)), json.loads(pending.group(3))
         return _call(
             "edit_step",

@@ -322,10 +322,14 @@ async def _fail_pending(service: Flotilla, name: str, reason: str) -> str:
         ]
         failed += len(indexes)
         steps = ", ".join(str(i) for i in indexes)
-        await service.say(
-            await service.conversation(conversation_id),
-            f"⚠️ Step {steps} will not run: {reason}. The plan follows the step's failure policy.",
-        )
+        try:
+            await service.say(
+                await service.conversation(conversation_id),
+                f"⚠️ Step {steps} will not run: {reason}. "
+                "The plan follows the step's failure policy.",
+            )
+        except SlackApiError as exc:  # the plan changed already; the card shows the reason
+            log.warning("could not post the note in the thread: %s", exc.response.get("error"))
     if not failed:
         return ""
     return f" {failed} pending step(s) in {len(conversations)} plan(s) failed with that reason."

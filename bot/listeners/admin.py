@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 AGENT_VERBS = ("add", "edit", "remove", "enable", "disable")
-ADMIN_ONLY = ("agent", "usage", "audit")
+ADMIN_ONLY = ("agent", "audit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +76,7 @@ def register_admin(app: AsyncApp, service: Flotilla) -> None:
         ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, client: AsyncWebClient
     ) -> None:
         await ack()
-        parsed = parse_command(command.get("text") or "")
-        user, channel = command["user_id"], command.get("channel_id", "")
-        if parsed.sub in ADMIN_ONLY:
-            refusal = await admin.refusal(service, user)
-            if refusal:
-                await respond(text=refusal, response_type="ephemeral")
-                return
-        if parsed.sub == "agent" and parsed.verb in ("add", "edit"):
-            problem = await _open_agent_modal(service, client, command, parsed)
-            if problem:
-                await respond(text=problem, response_type="ephemeral")
-            return
-        text = await _answer(service, parsed, user, channel, await workspace_url.get(service))
-        await respond(text=text, response_type="ephemeral")
+        await _command(service, workspace_url, command, respond, client)
 
     @app.view(AGENT_CALLBACK)
     async def on_agent_saved(
@@ -119,6 +106,34 @@ def register_admin(app: AsyncApp, service: Flotilla) -> None:
         reports = await admin.reports(service, user)
         view = home_view(reports, await workspace_url.get(service))
         await client.views_publish(user_id=user, view=view)
+
+
+async def _command(
+    service: Flotilla,
+    workspace_url: admin.WorkspaceUrl,
+    command: dict[str, Any],
+    respond: AsyncRespond,
+    client: AsyncWebClient,
+) -> None:
+    """After the ack: authorize, then open the agent modal or answer ephemerally."""
+    parsed = parse_command(command.get("text") or "")
+    user, channel = command["user_id"], command.get("channel_id", "")
+    if parsed.sub in ADMIN_ONLY:
+        refusal = await admin.refusal(service, user)
+        if refusal:
+            await respond(text=refusal, response_type="ephemeral")
+            return
+    if parsed.sub == "agent" and parsed.verb in ("add", "edit"):
+        problem = await _open_agent_modal(service, client, command, parsed)
+        if problem:
+            await respond(text=problem, response_type="ephemeral")
+        return
+    try:
+        text = await _answer(service, parsed, user, channel, await workspace_url.get(service))
+    except Exception:  # people see a sentence; the traceback goes to the log
+        log.exception("/flotilla %s failed", parsed.sub)
+        text = "Sorry, that did not work; the error is in Flotilla's log. Please try again."
+    await respond(text=text, response_type="ephemeral")
 
 
 async def _open_agent_modal(

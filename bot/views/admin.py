@@ -42,10 +42,10 @@ to my agents.
 `/flotilla agents` – the agents and what they do
 `/flotilla plans` – plans that are running or waiting for someone
 `/flotilla cancel [plan]` – cancel a plan (the one in this channel, or by number)
+`/flotilla usage` – tokens used this month, per agent and per channel
 Admins:
 `/flotilla agent add NAME` · `agent edit NAME` – configure an agent in a form
 `/flotilla agent enable NAME` · `agent disable NAME` · `agent remove NAME`
-`/flotilla usage` – tokens used this month, per agent and per channel
 `/flotilla audit` – who changed what, and when"""
 
 TOOL_OPTIONS = {
@@ -207,8 +207,9 @@ def agents_text(agents: Sequence[AgentRecord]) -> str:
         state = "" if agent.enabled else " _(disabled)_"
         kind = "own Slack app" if agent.identity == "app" else "persona"
         model = f", model {agent.model}" if agent.model else ""
-        about = agent.description or agent.display_name
-        icon = f"{agent.icon} " if agent.icon else ""
+        about = escape(agent.description or agent.display_name)
+        model = escape(model)
+        icon = f"{escape(agent.icon)} " if agent.icon else ""
         lines.append(f"• {icon}*{agent.name}*{state} – {about} ({kind}{model})")
     return _fit("*Agents*\n" + "\n".join(lines))
 
@@ -273,8 +274,13 @@ def _details(details: Mapping[str, Any]) -> str:
     parts = []
     for key, value in details.items():
         shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-        parts.append(f"{key}: {shown}")
+        parts.append(f"{key}: {escape(shown)}")
     return "; ".join(parts)
+
+
+def escape(text: str) -> str:
+    """Typed text shown as mrkdwn: &, < and > escaped, so it cannot mention or link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _fit(text: str) -> str:

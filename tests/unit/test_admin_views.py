@@ -167,3 +167,8 @@ def test_texts_and_home_fit_slack_limits_with_many_agents() -> None:
     assert "no channel" in usage_text(NOW, [], [UsageTotal("None", 1, 1)])
     assert "<@U1> agent.edit writer (changed: model)" in audit_text(trail[:1])
     assert "`/flotilla agent add NAME`" in HELP
+
+
+def test_typed_text_cannot_mention_or_link() -> None:
+    text = agents_text([record(description="Pings <!channel> & <https://x|y>")])
+    assert "&lt;!channel&gt; &amp; &lt;https://x|y&gt;" in text and "<!channel>" not in text

@@ -67,7 +67,7 @@ async def test_agents_and_plans_are_listed_for_everyone(start: Callable[..., Any
 async def test_people_who_are_not_admins_are_refused(start: Callable[..., Any]) -> None:
     async with start() as run:
         for text in ("agent add scout", "agent edit writer", "agent disable writer",
-                     "agent remove writer", "agent enable writer", "usage", "audit"):  # fmt: skip
+                     "agent remove writer", "agent enable writer", "audit"):  # fmt: skip
             answer = await command(run, "maya", text)
             assert answer.startswith("Sorry, only workspace admins"), (text, answer)
         assert run.stack.workspace.state.top_modal(user_id(run, "maya")) is None
@@ -138,7 +138,7 @@ async def test_usage_this_month_per_agent_and_channel(start: Callable[..., Any])
         root = run.ask("research the history of our launch emails and write a short report")
         await run.says(root, "[offline model]", from_="Writer")
         await run.quiesce()
-        usage = await command(run, "alex", "usage")
+        usage = await command(run, "maya", "usage")  # not a change: everyone may see it
         head, rest = usage.split("\n", 1)
         assert head == f"*Usage since {run.clock():%Y-%m}-01*"
         per_agent, per_channel = rest.split("*Per channel*")

@@ -8,6 +8,7 @@ from typing import Any
 
 from bot.views.forms import OPEN_ACTION
 from storage import repository as repo
+from storage.db import Database
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import plans
 from tests.e2e.slice.test_admin_command import command, user_id
@@ -25,8 +26,10 @@ async def answer_the_form(run: Run, root: Any) -> None:
     await run.says(root, "Answered by")
 
 
-async def test_disabling_the_writer_mid_plan_fails_its_step(start: Callable[..., Any]) -> None:
-    async with start() as run:
+async def test_disabling_the_writer_mid_plan_fails_its_step(
+    start: Callable[..., Any], empty_db: Database
+) -> None:
+    async with start(db=empty_db) as run:  # on a SQLite file and on PostgreSQL
         root = run.ask(REQUEST)
         await run.says(root, "needs your input")
         answer = await command(run, "alex", "agent disable writer")

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from storage.db import Database
 from storage.repository import agents_t, audit_t
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_admin_command import command, user_id
@@ -123,8 +124,10 @@ async def test_edit_shows_the_stored_agent_and_records_what_changed(
         assert "agent.edit writer (changed: description, model, tools)" in trail
 
 
-async def test_own_app_token_checked_encrypted_and_never_shown(start: Callable[..., Any]) -> None:
-    async with start() as run:
+async def test_own_app_token_checked_encrypted_and_never_shown(
+    start: Callable[..., Any], empty_db: Database
+) -> None:
+    async with start(db=empty_db) as run:  # on a SQLite file and on PostgreSQL
         scout_app = run.stack.workspace.install_app("Scout", scopes=["chat:write"], bot_events=[])
         token = scout_app.bot_token
         await open_modal(run, "alex", "agent add scout")

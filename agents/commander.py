@@ -27,7 +27,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolRetu
 from pydantic_ai.models import Model
 from pydantic_ai.tools import Tool
 
-from agents.errors import PlanValidationError
+from agents.errors import PermanentError, PlanValidationError
 from agents.models import model_label
 from agents.plan import (
     AbortPlan,
@@ -103,6 +103,7 @@ class CommanderDeps:
     disabled: tuple[str, ...] = ()
     existing: tuple[Step, ...] = ()  # the running plan's steps, to check added steps against
     thread: list[Any] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # the last plan's validation problems
 
 
 def commander_instructions(agents: Sequence[AgentSpec], *, woken: bool) -> str:
@@ -177,6 +178,7 @@ def _checked(ctx: RunContext[CommanderDeps], args: dict[str, Any], tool: str) ->
             existing=ctx.deps.existing,
         )
     except PlanValidationError as exc:
+        ctx.deps.problems = list(exc.problems)
         raise ModelRetry(
             f"Not accepted. Fix these problems and call {tool} again:\n"
             + "\n".join(f"- {p}" for p in exc.problems)
@@ -218,6 +220,7 @@ async def add_steps(ctx: RunContext[CommanderDeps], **args: Any) -> ToolReturn:
     try:
         return _proposed(AddSteps(steps=parse_plan(args).steps))
     except PlanValidationError as exc:
+        ctx.deps.problems = list(exc.problems)
         raise ModelRetry("Not accepted:\n" + "\n".join(f"- {p}" for p in exc.problems)) from exc
 
 
@@ -328,9 +331,18 @@ async def commander_turn(
     )
     session = RunSession(db, job, COMMANDER, model_label(model), now, stored if history else None)
     prompt = None if history else commander_prompt(job, thread, wake)
-    _output, messages = await drive(
-        session, agent, model, deps, limits, prompt=prompt, history=history, deferred=None
-    )
+    try:
+        _output, messages = await drive(
+            session, agent, model, deps, limits, prompt=prompt, history=history, deferred=None
+        )
+    except PermanentError as exc:
+        if not deps.problems:
+            raise
+        # the model gave up correcting its plan: say what was still wrong, in sentences
+        raise PermanentError(
+            "I could not write a valid plan. What was still wrong:\n"
+            + "\n".join(f"- {p}" for p in deps.problems)
+        ) from exc
     await session.close("finished", messages)
     return turn_from_history(messages)
 

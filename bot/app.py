@@ -167,7 +167,10 @@ def web_app(app: AsyncApp, service: Flotilla) -> web.Application:
     from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
     async def slack_events(request: web.Request) -> web.Response:
-        bolt_request = await to_bolt_request(request)
+        try:
+            bolt_request = await to_bolt_request(request)
+        except ValueError:  # a body that is neither JSON nor a form Slack would send
+            return web.json_response({"error": "invalid request body"}, status=400)
         bolt_response = await app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
 

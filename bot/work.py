@@ -237,8 +237,12 @@ async def commander(
     try:
         model = await service.model_for(None)
         turn = await commander_turn(service.db, job, agents, model=model, wake=wake)
-    except (RunError, ValueError) as exc:
-        await service.say(conversation, f"Sorry, I could not handle that: {exc}")
+    except RunError as exc:
+        retry = " Please try again in a moment." if exc.retryable else ""
+        await service.say(conversation, f"⚠️ {exc}{retry}")
+        return
+    except ValueError as exc:  # a configured model string that cannot be used
+        await service.say(conversation, f"⚠️ I cannot reach my model: {exc}")
         return
     names = [a.name for a in agents]
     if turn.reply and turn.plan is not None:

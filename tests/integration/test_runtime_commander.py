@@ -111,11 +111,14 @@ async def test_a_plan_still_invalid_after_the_bounded_retries_is_a_real_failure(
         calls.append(1)
         return ModelResponse(parts=[ToolCallPart("create_plan", {"steps": [step(1, "ghost")]})])
 
-    with pytest.raises(PermanentError):
+    with pytest.raises(PermanentError) as failure:
         await commander_turn(
             db, job(), AGENTS, model=FunctionModel(script), plan_retries=2, now=clock
         )
     assert len(calls) == 3  # first try + 2 corrections
+    # people are told what was still wrong, not pydantic-ai's retry internals
+    assert str(failure.value).startswith("I could not write a valid plan.")
+    assert "ghost" in str(failure.value) and "max retries" not in str(failure.value)
     async with db.read() as conn:
         run = await repository.load_run(conn, "commander:1:100.1")
     assert run is not None and run.status == "failed"

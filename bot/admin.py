@@ -71,6 +71,10 @@ class Reports:
     since: datetime
     audit: list[AuditRecord] | None
 
+    @property
+    def for_admin(self) -> bool:
+        return self.audit is not None
+
 
 # --- authorization ------------------------------------------------------------------------
 

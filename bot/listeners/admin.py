@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import admin
 from bot.views.admin import (
+    ADD_AGENT_ACTION,
     AGENT_CALLBACK,
     HELP,
     agent_modal,
@@ -89,14 +90,24 @@ def register_admin(app: AsyncApp, service: Flotilla) -> None:
             await ack(response_action="errors", errors=errors)
             return
         await ack()
-        verb = "added" if mode == "add" else "saved"
+        text = f"*{draft.name}* is {'added' if mode == 'add' else 'saved'}."
+        if draft.identity == "app":
+            text += " Invite its Slack app to the channels it works in (`/invite @…`)."
         if channel:
             try:
-                await client.chat_postEphemeral(
-                    channel=channel, user=user, text=f"*{draft.name}* is {verb}."
-                )
+                await client.chat_postEphemeral(channel=channel, user=user, text=text)
             except SlackApiError as exc:  # e.g. not in that channel; the change is saved
                 log.info("could not confirm the agent change: %s", exc.response.get("error"))
+
+    @app.action(ADD_AGENT_ACTION)
+    async def on_add_from_home(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        if await admin.refusal(service, body["user"]["id"]):
+            return  # the button is shown to admins only; a forged click opens nothing
+        try:
+            await client.views_open(trigger_id=body["trigger_id"], view=agent_modal(None))
+        except SlackApiError as exc:
+            log.warning("views.open failed: %s", exc.response.get("error"))
 
     @app.event("app_home_opened")
     async def home_opened(event: dict[str, Any], client: AsyncWebClient) -> None:

@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
+    ButtonElement,
     CheckboxesElement,
     ContextBlock,
     DividerBlock,
@@ -33,6 +35,7 @@ from bot.admin import AgentDraft, Mode, Reports
 from storage.records import AgentRecord, AuditRecord, UsageTotal
 
 AGENT_CALLBACK = "flotilla_agent_save"
+ADD_AGENT_ACTION = "flotilla_agent_add"
 SECTION_MAX = 3000
 INPUT_MAX = 3000  # Slack's cap on a plain_text_input's max_length
 
@@ -149,7 +152,8 @@ def agent_modal(agent: AgentRecord | None, *, name: str = "", channel: str = "")
         _text_input(
             "bot_token", "Bot token of the agent's own app", optional=True, max_length=200,
             hint=("A token is set – leave empty to keep it." if has_token
-                  else "Only for an own Slack app: xoxb-… (stored encrypted, never shown again)"),
+                  else "Only for an own Slack app (`flotilla manifest --agent NAME` makes its "
+                  "manifest): xoxb-… (stored encrypted, never shown again)"),
         ),
     ]  # fmt: skip
     metadata = {"mode": mode, "name": agent.name if agent else "", "channel": channel}
@@ -301,6 +305,11 @@ def home_view(reports: Reports, base_url: str = "") -> View:
             elements=[MarkdownTextObject(text="Mention @Flotilla in a channel to start.")]
         ),
         SectionBlock(text=MarkdownTextObject(text=agents_text(reports.agents))),
+    ]
+    if reports.for_admin:
+        button = ButtonElement(text="Add an agent", action_id=ADD_AGENT_ACTION, style="primary")
+        blocks.append(ActionsBlock(elements=[button]))
+    blocks += [
         DividerBlock(),
         SectionBlock(text=MarkdownTextObject(text=plans_text(reports.plans, base_url))),
         DividerBlock(),

@@ -7,8 +7,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from bot.views.admin import ADD_AGENT_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.test_admin_command import command
+from tests.e2e.slice.test_admin_modal import GOOD
 
 
 async def home_text(run: Run, who: str) -> str:
@@ -81,3 +83,44 @@ async def test_home_is_refreshed_when_opened_again(start: Callable[..., Any]) ->
         run.driver.open_app_home("maya", run.stack.commander, tab="messages")
         await run.quiesce()
         assert view.hash == published
+
+
+async def test_admins_add_an_agent_from_home(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        app = run.stack.commander
+        await home_text(run, "maya")
+        maya_home = run.driver.home("maya", app)
+        assert maya_home is not None and ADD_AGENT_ACTION not in json.dumps(maya_home.spec)
+        # a forged click from someone who is not an admin opens nothing
+        maya = run.driver.person("maya")
+        click = {
+            "type": "button",
+            "action_id": ADD_AGENT_ACTION,
+            "block_id": "b",
+            "text": {"type": "plain_text", "text": "Add an agent"},
+            "action_ts": "1.0",
+        }
+        await run.stack.workspace.interactivity.view_action(maya, app, maya_home, click)
+
+        await home_text(run, "alex")
+        alex_home = run.driver.home("alex", app)
+        assert alex_home is not None
+        element, block_id = next(
+            (e, b["block_id"])
+            for b in alex_home.spec["blocks"]
+            if b["type"] == "actions"
+            for e in b["elements"]
+        )
+        assert element["action_id"] == ADD_AGENT_ACTION
+        alex = run.driver.person("alex")
+        await run.stack.workspace.interactivity.view_action(
+            alex, app, alex_home, click | {"block_id": block_id}
+        )
+        await run.modal("alex")
+        assert run.driver.open_view("alex").spec["callback_id"] == "flotilla_agent_save"
+        # maya clicked first, and alex's modal is open: hers was refused, not just slower
+        assert run.stack.workspace.state.top_modal(maya.id) is None
+        outcome = await run.driver.submit("alex", GOOD)
+        assert outcome.view is None, outcome.errors
+        assert await run.service.agent("scout") is not None
+        assert "*scout*" in await home_text(run, "alex")  # the home shows it when opened again

@@ -50,6 +50,35 @@ class LocalStack:
         if self.owns_db:
             await self.service.db.dispose()
 
+    async def restart(self, model: Model | None = None) -> Flotilla:
+        """Stop Flotilla's process (its jobs die mid-run) and start a new one on the same
+        database and workspace, as after a crash or a deploy."""
+        old = self.service
+        await old.stop()
+        if self.runner is not None:
+            await self.runner.cleanup()
+        self.service = Flotilla(
+            old.db,
+            old.client,
+            api_url=self.workspace.api_url,
+            cipher=old.cipher,
+            options=old.options,
+            clock=old.clock,
+            model=model if model is not None else old.model,
+        )
+        await self.service.start()
+        await self._serve()
+        return self.service
+
+    async def _serve(self) -> None:
+        app = build_app(self.service, signing_secret=self.commander.signing_secret)
+        self.runner = web.AppRunner(web_app(app, self.service), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        self.workspace.set_request_url(self.commander, f"http://127.0.0.1:{port}/slack/events")
+
 
 def _manifest_scopes_and_events() -> tuple[list[str], list[str]]:
     manifest = commander_manifest()
@@ -105,13 +134,7 @@ async def start_local_stack(
     for name in own_app_agents:
         await give_own_app(stack, name)
 
-    app = build_app(service, signing_secret=commander.signing_secret)
-    stack.runner = web.AppRunner(web_app(app, service), access_log=None)
-    await stack.runner.setup()
-    site = web.TCPSite(stack.runner, "127.0.0.1", 0)
-    await site.start()
-    port = stack.runner.addresses[0][1]
-    workspace.set_request_url(commander, f"http://127.0.0.1:{port}/slack/events")
+    await stack._serve()
     return stack
 
 

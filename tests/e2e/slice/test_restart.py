@@ -1,0 +1,47 @@
+"""A restart in the middle of a step: the run continues; nothing finished runs again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agents import offline
+from tests.e2e.slice.conftest import Run
+from tests.e2e.slice.scripts import first_prompt, tools_of
+from tests.e2e.slice.test_robustness import dispatches
+
+
+async def test_a_step_in_flight_resumes_after_a_restart(start: Callable[..., Any]) -> None:
+    started = asyncio.Event()
+
+    async def hangs_in_the_writer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if "create_plan" not in tools_of(info) and first_prompt(messages).startswith(
+            "Write up the findings"
+        ):
+            started.set()
+            await asyncio.Event().wait()  # the process dies while the model thinks
+        return offline.respond(messages, info)
+
+    async with start(model=FunctionModel(hangs_in_the_writer)) as run:
+        root = run.ask("research the history of our launch emails and write a short report")
+        await run.says(root, "@writer")
+        await asyncio.wait_for(started.wait(), 20)
+        before = await run.plan(root)
+        assert [s.status for s in before.steps] == ["done", "in_progress", "pending"]
+
+        await run.stack.restart(model=offline.offline_model())
+        resumed = Run(run.stack, run.driver, run.clock)
+        await resumed.says(root, "[offline model] commander:")
+        await resumed.quiesce()
+
+        plan = await resumed.plan(root)
+        assert plan.status == "completed", resumed.transcript(root)
+        assert [s.attempts for s in plan.steps] == [1, 1, 1]  # nothing re-dispatched
+        assert dispatches(resumed, root) == [(1, 1), (2, 1)]
+        texts = [m.text for m in resumed.messages(root)]
+        assert sum(t.startswith("[offline model] researcher:") for t in texts) == 1
+        assert sum(t.startswith("[offline model] writer:") for t in texts) == 1

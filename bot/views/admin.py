@@ -31,7 +31,8 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from agents.registry import HTTP_FETCH_PREFIX
-from bot.admin import AgentDraft, Mode, Reports
+from bot.admin import Reports
+from bot.agent_form import AgentDraft, Mode
 from storage.records import AgentRecord, AuditRecord, UsageTotal
 
 AGENT_CALLBACK = "flotilla_agent_save"

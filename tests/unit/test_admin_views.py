@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.admin import AgentDraft, Reports, agent_fields, draft_problems, parse_mcp_servers
+from bot.admin import Reports
+from bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
 from bot.listeners.admin import Command, parse_command
 from bot.views.admin import (
     HELP,

@@ -173,3 +173,14 @@ def test_texts_and_home_fit_slack_limits_with_many_agents() -> None:
 def test_typed_text_cannot_mention_or_link() -> None:
     text = agents_text([record(description="Pings <!channel> & <https://x|y>")])
     assert "&lt;!channel&gt; &amp; &lt;https://x|y&gt;" in text and "<!channel>" not in text
+
+
+def test_a_provider_model_needs_its_key_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    openai = replace(DRAFT, model="openai:gpt-4o")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    problems = draft_problems(openai, "add")
+    assert set(problems) == {"model"} and "OPENAI_API_KEY" in problems["model"]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    assert draft_problems(openai, "add") == {}
+    local = replace(DRAFT, model="openai-chat:llama3.1@http://127.0.0.1:11434/v1")
+    assert draft_problems(local, "add") == {}

@@ -109,6 +109,7 @@ class OutboxSender:
             conversation_id=record.conversation_id or 0,
             payload=record.payload,
             plan=plan,
+            created_at=record.created_at,
         )
 
     async def _failed(self, record: OutboxRecord, exc: Exception) -> None:

@@ -43,6 +43,7 @@ class Effect:
     payload: dict[str, Any]
     available_at: datetime | None = None  # not before this time (timers); None = at once
     plan: Plan | None = field(default=None, compare=False)  # fresh snapshot, for the card
+    created_at: datetime | None = field(default=None, compare=False)  # decided at (metrics)
 
 
 class SideEffectPort(Protocol):

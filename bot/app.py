@@ -162,8 +162,8 @@ async def _single_field(service: Flotilla, body: Body, key: FormKey) -> str:
     return form.fields[0].name if form and form.fields else "answer"
 
 
-def web_app(app: AsyncApp, service: Flotilla) -> web.Application:
-    """HTTP mode: `/slack/events` (signed requests from Slack) and `/healthz`."""
+def web_app(app: AsyncApp, service: Flotilla, *, events: bool = True) -> web.Application:
+    """`/slack/events` (signed requests from Slack; HTTP mode only), `/healthz`, `/metrics`."""
     from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
     async def slack_events(request: web.Request) -> web.Response:
@@ -177,7 +177,15 @@ def web_app(app: AsyncApp, service: Flotilla) -> web.Application:
     async def healthz(_request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "team": service.team_id})
 
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(
+            body=service.metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
     server = web.Application()
-    server.router.add_post("/slack/events", slack_events)
+    if events:
+        server.router.add_post("/slack/events", slack_events)
     server.router.add_get("/healthz", healthz)
+    server.router.add_get("/metrics", metrics)
     return server

@@ -87,6 +87,7 @@ class SlackPort:
             f"{identity.mention} {payload['text']}".strip(),
             metadata=_metadata(effect),
         )
+        service.metrics.dispatches.labels("agent").inc()
         work.start_step(service, effect)
 
     async def _post_form(self, effect: Effect) -> None:
@@ -121,6 +122,8 @@ class SlackPort:
             blocks=[b.to_dict() for b in blocks],
             metadata=_metadata(effect),
         )
+        if effect.kind == "show_form":
+            service.metrics.dispatches.labels("user").inc()
 
     async def _update_card(self, effect: Effect) -> None:
         plan = effect.plan or await self.service.reconciler.plan(effect.conversation_id)

@@ -77,11 +77,12 @@ async def run(settings: Settings, *, ready: asyncio.Event | None = None) -> None
             )
             await handler.connect_async()  # type: ignore[no-untyped-call]
             log.info("connected to Slack in Socket Mode as %s", service.bot_user_id)
-        else:
-            runner = web.AppRunner(web_app(app, service), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, settings.http_host, settings.http_port).start()
-            log.info("serving /slack/events on %s:%s", settings.http_host, settings.http_port)
+        # HTTP mode takes Slack's requests here; both modes serve /healthz and /metrics
+        server = web_app(app, service, events=not settings.socket_mode)
+        runner = web.AppRunner(server, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+        log.info("serving HTTP on %s:%s", settings.http_host, settings.http_port)
         if ready is not None:
             ready.set()
         await asyncio.Event().wait()  # until cancelled (Ctrl-C)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from prometheus_client import Gauge
 from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -25,6 +26,7 @@ from agents.ports import Effect
 from agents.reconciler import Reconciler
 from agents.registry import seed_default_agents
 from bot.identities import COMMANDER_NAME, Identity, Poster
+from bot.metrics import Metrics
 from bot.secrets import TokenCipher
 from storage import repository as repo
 from storage.db import Database
@@ -68,6 +70,7 @@ class Jobs:
     """Background work (agent runs, commander turns), one task per key at a time."""
 
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    running: Gauge | None = None
 
     def start(self, key: str, work: Callable[[], Awaitable[None]]) -> bool:
         """Start `work` unless a job with this key is running here; True when started."""
@@ -76,6 +79,8 @@ class Jobs:
             return False
 
         async def guarded() -> None:
+            if self.running is not None:
+                self.running.inc()
             try:
                 await work()
             except asyncio.CancelledError:
@@ -84,6 +89,8 @@ class Jobs:
                 log.exception("job %s failed", key)
             finally:
                 self.tasks.pop(key, None)
+                if self.running is not None:
+                    self.running.dec()
 
         self.tasks[key] = asyncio.create_task(guarded(), name=key)
         return True
@@ -133,7 +140,8 @@ class Flotilla:
         self.outbox = OutboxSender(
             db, self.port, clock=clock, on_retry_due=self._retry_due, locks=self.locks
         )
-        self.jobs = Jobs()
+        self.metrics = Metrics()
+        self.jobs = Jobs(running=self.metrics.jobs)
         self.team_id = ""
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None

@@ -9,6 +9,7 @@ stored session instead of paying for the work again.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from agents.commander import CommanderWake, commander_step_spec, commander_turn
@@ -60,6 +61,11 @@ def start_step(service: Flotilla, effect: Effect) -> None:
     """Run the dispatched step's agent in the background."""
     payload = dict(effect.payload)
     key = run_key(int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"]))
+    if effect.created_at is not None:  # time in queue, apart from time in inference
+        waited = (service.clock() - effect.created_at).total_seconds()
+        service.metrics.queue_seconds.observe(max(0.0, waited))
+    if payload.get("reason") == "step":
+        service.metrics.dispatches.labels("commander").inc()
     service.jobs.start(key, lambda: _run_step(service, effect.conversation_id, payload, None))
 
 
@@ -97,9 +103,11 @@ async def _run_step(
             retryable=False,
         )
     else:
+        began = time.perf_counter()
         outcome = await _execute(
             service, conversation, payload, spec, identity, answer, recovering=recovering
         )
+        service.metrics.run_seconds.labels(spec.name).observe(time.perf_counter() - began)
     await report(service, conversation_id, outcome)
     log.debug("step %s of plan %s attempt %s: %s", step, plan_id, attempt, type(outcome).__name__)
 
@@ -168,6 +176,7 @@ def _attempt(job: RunJob) -> int:
 
 async def report(service: Flotilla, conversation_id: int, outcome: Outcome) -> None:
     """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing)."""
+    service.metrics.outcomes.labels(type(outcome).__name__).inc()
     await service.reconciler.reconcile(
         conversation_id, outcomes=[outcome], assignees=await service.enabled_names()
     )
@@ -238,12 +247,15 @@ async def commander(
         model = await service.model_for(None)
         turn = await commander_turn(service.db, job, agents, model=model, wake=wake)
     except RunError as exc:
+        service.metrics.commander_turns.labels("error").inc()
         retry = " Please try again in a moment." if exc.retryable else ""
         await service.say(conversation, f"⚠️ {exc}{retry}")
         return
     except ValueError as exc:  # a configured model string that cannot be used
         await service.say(conversation, f"⚠️ I cannot reach my model: {exc}")
         return
+    result = "plan" if turn.plan else "operations" if turn.operations else "reply"
+    service.metrics.commander_turns.labels(result).inc()
     names = [a.name for a in agents]
     if turn.reply and turn.plan is not None:
         await service.say(conversation, turn.reply)  # says what the plan is, before its card

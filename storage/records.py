@@ -58,6 +58,7 @@ class OutboxRecord:
     kind: str
     payload: dict[str, Any]
     attempts: int
+    created_at: datetime | None = None  # when the effect was decided (queue time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,6 +386,7 @@ async def claim_effects(
             kind=r["kind"],
             payload=r["payload"],
             attempts=r["attempts"] + 1,
+            created_at=r["created_at"],
         )
         for r in rows
     ]

@@ -40,6 +40,17 @@ def block_ids(spec: dict[str, Any]) -> list[str]:
     return [b["block_id"] for b in spec["blocks"] if b["type"] == "input"]
 
 
+async def save(run: Run, who: str, values: dict[str, Any], confirmation: str) -> None:
+    """Submit the agent modal; it closes and the confirmation arrives (ephemerally)."""
+    seen = sum(e.text.startswith(confirmation) for e in run.driver.ephemerals(who))
+    outcome = await run.driver.submit(who, values)
+    assert outcome.response_action is None and outcome.view is None, outcome.errors  # closed
+    await run.driver.wait_for(
+        lambda: sum(e.text.startswith(confirmation) for e in run.driver.ephemerals(who)) > seen,
+        what=f"the confirmation {confirmation!r}",
+    )
+
+
 async def raw_rows(run: Run, table: Any) -> list[str]:
     """Every row of a table as text, to look for secrets in clear."""
     async with run.service.db.read() as conn:
@@ -77,8 +88,7 @@ async def test_add_an_agent_errors_inline_then_saved(start: Callable[..., Any]) 
         assert "list the tools" in outcome.errors["mcp_servers"]
         assert await run.service.agent("scout") is None
 
-        outcome = await run.driver.submit("alex", GOOD)
-        assert outcome.response_action is None and outcome.view is None  # closed
+        await save(run, "alex", GOOD, "*scout* is added.")
         scout = await run.service.agent("scout")
         assert scout is not None and scout.enabled and scout.identity == "persona"
         assert scout.display_name == "Scout" and scout.icon == ":telescope:"
@@ -87,10 +97,6 @@ async def test_add_an_agent_errors_inline_then_saved(start: Callable[..., Any]) 
         assert scout.mcp_servers == [
             {"url": "http://127.0.0.1:9/mcp", "tools": ["search", "fetch"]}
         ]
-        await run.driver.wait_for(
-            lambda: any(e.text == "*scout* is added." for e in run.driver.ephemerals("alex")),
-            what="the confirmation",
-        )
         assert "*scout* – Finds leads" in await command(run, "maya", "agents")
         trail = await command(run, "alex", "audit")
         assert (
@@ -112,10 +118,8 @@ async def test_edit_shows_the_stored_agent_and_records_what_changed(
         outcome = await run.driver.submit("alex", {"model": "nonsense", "description": "  "})
         assert set(outcome.errors) == {"model", "description"}
 
-        outcome = await run.driver.submit(
-            "alex", {"model": "offline", "description": "Writes notes.", "tools": ["read_thread"]}
-        )
-        assert outcome.view is None, outcome.errors
+        edit = {"model": "offline", "description": "Writes notes.", "tools": ["read_thread"]}
+        await save(run, "alex", edit, "*writer* is saved.")
         writer = await run.service.agent("writer")
         assert writer is not None and writer.model == "offline"
         assert writer.description == "Writes notes." and writer.tools == ["read_thread"]
@@ -145,8 +149,7 @@ async def test_own_app_token_checked_encrypted_and_never_shown(
         outcome = await run.driver.submit("alex", own | {"bot_token": researcher})
         assert "researcher uses this Slack app already" in outcome.errors["bot_token"]
 
-        outcome = await run.driver.submit("alex", own | {"bot_token": token})
-        assert outcome.view is None, outcome.errors
+        await save(run, "alex", own | {"bot_token": token}, "*scout* is added. Invite its")
         scout = await run.service.agent("scout")
         assert scout is not None and scout.identity == "app"
         assert scout.bot_id == scout_app.bot_id and scout.bot_user_id == scout_app.bot_user_id
@@ -161,8 +164,7 @@ async def test_own_app_token_checked_encrypted_and_never_shown(
         field = next(b for b in spec["blocks"] if b["block_id"] == "bot_token")
         assert field["hint"]["text"].startswith("A token is set – leave empty to keep it")
         assert "initial_value" not in field["element"]
-        outcome = await run.driver.submit("alex", {"display_name": "Scout 2"})
-        assert outcome.view is None, outcome.errors
+        await save(run, "alex", {"display_name": "Scout 2"}, "*scout* is saved. Invite its")
         scout = await run.service.agent("scout")
         assert scout is not None and scout.display_name == "Scout 2"
         assert scout.bot_token_encrypted is not None
@@ -174,10 +176,17 @@ async def test_own_app_token_checked_encrypted_and_never_shown(
 
         # back to a persona: the token is dropped
         await open_modal(run, "alex", "agent edit scout")
-        assert (await run.driver.submit("alex", {"identity": "persona"})).view is None
+        await save(run, "alex", {"identity": "persona"}, "*scout* is saved.")
         scout = await run.service.agent("scout")
         assert scout is not None and scout.identity == "persona"
         assert scout.bot_token_encrypted is None and scout.bot_id is None
+
+        # a new token through the edit form: audited as changed, never its value
+        await open_modal(run, "alex", "agent edit scout")
+        await save(run, "alex", {"identity": "app", "bot_token": token}, "*scout* is saved.")
+        assert "(changed: identity, bot_token)" in await command(run, "alex", "audit")
+        for row in await raw_rows(run, agents_t) + await raw_rows(run, audit_t):
+            assert token not in row and token[-24:] not in row
 
 
 async def test_a_forged_submission_from_a_non_admin_is_refused(start: Callable[..., Any]) -> None:

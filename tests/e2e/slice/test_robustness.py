@@ -130,3 +130,20 @@ async def test_the_diamond_on_postgresql(start: Callable[..., Any]) -> None:
     finally:
         await db.dispose()
         await schema.drop()
+
+
+async def test_metrics_count_what_happened(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        await run_diamond(run)
+        exposition = run.service.metrics.exposition().decode()
+        for line in (
+            'flotilla_dispatches_total{kind="agent"} 3.0',
+            'flotilla_dispatches_total{kind="user"} 1.0',
+            'flotilla_dispatches_total{kind="commander"} 1.0',
+            'flotilla_step_outcomes_total{outcome="StepSucceeded"} 4.0',
+            'flotilla_commander_turns_total{result="plan"} 1.0',
+            "flotilla_step_queue_seconds_count 4.0",  # every run: 3 agents and the synthesis
+            'flotilla_step_run_seconds_count{agent="researcher"} 1.0',
+            "flotilla_jobs_running 0.0",
+        ):
+            assert line in exposition, line

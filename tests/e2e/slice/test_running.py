@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from bot.cli import main
@@ -77,6 +78,13 @@ async def test_flotilla_run_answers_in_a_thread(
             root = driver.mention("maya", "launch", app, REQUEST)
             await driver.thread_has_message("launch", root.ts, containing="needs your input")
             assert "Plan (5 steps)" in driver.transcript("launch", root.ts)
+            async with aiohttp.ClientSession() as http:
+                base = f"http://127.0.0.1:{port}"
+                async with http.get(f"{base}/metrics") as response:
+                    assert 'flotilla_dispatches_total{kind="agent"} 2.0' in await response.text()
+                async with http.post(f"{base}/slack/events", data="{}") as response:
+                    # HTTP mode verifies signatures; Socket Mode takes no requests here at all
+                    assert response.status == (401 if mode == "http" else 404)
     finally:
         await workspace.stop()
 

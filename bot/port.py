@@ -144,10 +144,7 @@ class SlackPort:
         if card_ts is not None and post_only:
             return
         conversation = await service.conversation(conversation_id)
-        mentions: dict[str, str] = {}
-        for step in plan.steps:
-            if step.assignee not in mentions:
-                mentions[step.assignee] = (await service.identity(step.assignee)).mention
+        mentions = {name: who.mention for name, who in (await service.identities()).items()}
         text, blocks = plan_card(plan, mentions=mentions, requester=conversation.requested_by)
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:

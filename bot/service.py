@@ -262,6 +262,12 @@ class Flotilla:
             token=token,
         )
 
+    async def identities(self) -> dict[str, Identity]:
+        """Every agent's identity, in one query (for the plan card)."""
+        async with self.db.read() as conn:
+            agents = await repo.list_agents(conn, self.team_id)
+        return {agent.name: self.identity_of(agent) for agent in agents}
+
     async def identity(self, name: str) -> Identity:
         """How to post as (and mention) an agent; a removed agent still gets a persona."""
         agent = await self.agent(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,6 +40,8 @@ Clock = Callable[[], datetime]
 # Slack keeps a message's text up to 40,000 characters; stay clear of it.
 MESSAGE_TEXT_MAX = 39_000
 OUTBOX_POLL_SECONDS = 5.0
+# a demoted admin loses admin rights within this many seconds
+ADMIN_CACHE_SECONDS = 300.0
 
 
 def utcnow() -> datetime:
@@ -149,7 +152,7 @@ class Flotilla:
         self._draining = asyncio.Lock()  # one drain at a time in this process
         self._loop: asyncio.Task[None] | None = None
         self._conversations: dict[int, ConversationRecord] = {}
-        self._admins: dict[str, bool] = {}
+        self._admins: dict[str, tuple[bool, float]] = {}  # user -> (is admin, checked at)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -160,8 +163,11 @@ class Flotilla:
         self.bot_user_id = auth.get("user_id")
         self.bot_id = auth.get("bot_id")
         async with self.db.write() as conn:
-            await repo.ensure_workspace(conn, self.team_id, self.clock(), name=auth.get("team", ""))
-            if self.options.seed_agents:
+            first = await repo.ensure_workspace(
+                conn, self.team_id, self.clock(), name=auth.get("team", "")
+            )
+            if first and self.options.seed_agents:
+                # only on first contact: agents an admin removed later never come back
                 await seed_default_agents(conn, self.team_id, self.clock())
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
         from bot.work import recover_in_flight
@@ -288,14 +294,17 @@ class Flotilla:
         """Workspace admins and owners (users.info), or the configured allow-list."""
         if user_id in self.options.admin_user_ids:
             return True
-        if user_id not in self._admins:
-            try:
-                info = await self.client.users_info(user=user_id)
-            except SlackApiError:
-                return False
-            user = info.get("user") or {}
-            self._admins[user_id] = bool(user.get("is_admin") or user.get("is_owner"))
-        return self._admins[user_id]
+        known = self._admins.get(user_id)
+        if known is not None and time.monotonic() - known[1] < ADMIN_CACHE_SECONDS:
+            return known[0]
+        try:
+            info = await self.client.users_info(user=user_id)
+        except SlackApiError:
+            return False
+        user = info.get("user") or {}
+        is_admin = bool(user.get("is_admin") or user.get("is_owner"))
+        self._admins[user_id] = (is_admin, time.monotonic())
+        return is_admin
 
     # --- posting ------------------------------------------------------------------------
 

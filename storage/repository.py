@@ -68,12 +68,12 @@ def insert_ignoring_conflict(conn: AsyncConnection, table: Table, **values: Any)
 
 async def ensure_workspace(
     conn: AsyncConnection, team_id: str, now: datetime, name: str = ""
-) -> None:
-    """Create the workspace row on first contact; an existing one is left as it is."""
+) -> bool:
+    """Create the workspace row on first contact (True); an existing one is left as it is."""
     stmt = insert_ignoring_conflict(
         conn, workspaces_t, team_id=team_id, name=name, settings={}, created_at=now
     )
-    await conn.execute(stmt)
+    return bool((await conn.execute(stmt)).rowcount)
 
 
 async def workspace_default_model(conn: AsyncConnection, team_id: str) -> str | None:

@@ -19,8 +19,8 @@ TEAM = "T0001"
 
 async def test_workspace_is_created_once(db: Database) -> None:
     async with db.write() as conn:
-        await repo.ensure_workspace(conn, TEAM, NOW, name="Acme")
-        await repo.ensure_workspace(conn, TEAM, NOW, name="ignored")
+        assert await repo.ensure_workspace(conn, TEAM, NOW, name="Acme") is True
+        assert await repo.ensure_workspace(conn, TEAM, NOW, name="ignored") is False
         await repo.set_workspace_default_model(conn, TEAM, "openai:gpt-4.1")
     async with db.read() as conn:
         assert await repo.workspace_default_model(conn, TEAM) == "openai:gpt-4.1"

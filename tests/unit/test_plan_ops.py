@@ -293,3 +293,22 @@ def test_an_answer_to_an_older_question_or_attempt_is_ignored() -> None:
     second = first.model_copy(update={"round": 2, "values": {"answer": "b"}})
     plan, effects = apply_outcome(plan, second, T0)
     assert [e.key for e in effects] == ["plan:7:step:1:attempt:1:answer:2"]
+
+
+def test_abort_closes_an_open_form_but_lets_runs_in_flight_finish() -> None:
+    from agents.plan import Plan, Step
+    from agents.plan_ops import abort_plan
+
+    plan = Plan(
+        id=1,
+        conversation_id=1,
+        steps=(
+            Step(index=1, title="ask", assignee="user", status="in_progress", attempts=1),
+            Step(index=2, title="run", assignee="writer", status="in_progress", attempts=1),
+            Step(index=3, title="later", assignee="writer", wait_for=(1, 2)),
+        ),
+    )
+    aborted = abort_plan(plan, "step 4 failed")
+    assert aborted.status == "aborted"
+    assert [s.status for s in aborted.steps] == ["skipped", "in_progress", "skipped"]
+    assert "aborted" in (aborted.steps[0].failure_reason or "")

@@ -45,3 +45,19 @@ async def test_a_step_in_flight_resumes_after_a_restart(start: Callable[..., Any
         texts = [m.text for m in resumed.messages(root)]
         assert sum(t.startswith("[offline model] researcher:") for t in texts) == 1
         assert sum(t.startswith("[offline model] writer:") for t in texts) == 1
+
+
+async def test_default_agents_are_seeded_once(start: Callable[..., Any]) -> None:
+    from storage import repository as repo
+
+    async with start() as run:
+        service = run.service
+        async with service.db.read() as conn:
+            names = [a.name for a in await repo.list_agents(conn, service.team_id)]
+        assert names == ["analyst", "researcher", "writer"]
+        async with service.db.write() as conn:
+            for name in names:
+                await repo.remove_agent(conn, service.team_id, name)
+        service = await run.stack.restart()
+        async with service.db.read() as conn:
+            assert await repo.list_agents(conn, service.team_id) == []  # removed stays removed

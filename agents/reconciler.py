@@ -219,9 +219,8 @@ class Reconciler:
             _write_plan_and_effects(conn, decision, now, card_waiting=False)
             return decision
 
-        decision = await self.locks.run(self.db, conversation_id, work)
-        self._remember(decision.plan)
-        await self._after(decision)
+        decision = await self._locked(conversation_id, work)
+        assert decision is not None  # a started plan always has a decision
         return decision
 
     async def reconcile(
@@ -268,12 +267,7 @@ class Reconciler:
                 _store(conn, decision, now, card_waiting=loaded.card_waiting)
             return decision
 
-        decision = await self.locks.run(self.db, conversation_id, work)
-        if decision is None:
-            return None
-        self._remember(decision.plan)
-        await self._after(decision)
-        return decision
+        return await self._locked(conversation_id, work)
 
     async def fail_steps_of(self, conversation_id: int, agent: str, reason: str) -> Decision | None:
         """`decide_agent_gone` under the conversation's lock, stored like `reconcile`."""
@@ -289,6 +283,13 @@ class Reconciler:
                 _store(conn, decision, now, card_waiting=loaded.card_waiting)
             return decision
 
+        return await self._locked(conversation_id, work)
+
+    async def _locked(
+        self, conversation_id: int, work: Callable[[Connection], Decision | None]
+    ) -> Decision | None:
+        """Run `work` in one transaction under the conversation's lock; remember and
+        announce what it committed."""
         decision = await self.locks.run(self.db, conversation_id, work)
         if decision is None:
             return None

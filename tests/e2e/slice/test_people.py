@@ -8,7 +8,7 @@ from typing import Any
 from bot.views.forms import INLINE_ACTION, OPEN_ACTION, FormKey
 from bot.views.plan_card import CANCEL_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
-from tests.e2e.slice.scripts import call, steer, text
+from tests.e2e.slice.scripts import call, plans, steer, text
 
 
 def card_of(run: Run, root: Any) -> Any:
@@ -122,3 +122,39 @@ async def test_a_second_submission_is_refused(start: Callable[..., Any]) -> None
         plan = await run.plan(root)
         assert plan.steps[0].question is not None
         assert plan.steps[0].question.answer == {"answer": "2024 only"}
+
+
+async def test_a_blank_answer_keeps_the_modal_open_with_an_error(
+    start: Callable[..., Any],
+) -> None:
+    form = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]}
+    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": form},
+             {"index": 2, "title": "Write", "assignee": "writer",
+              "input": "Plan with {{step_1.output_summary}}"}]  # fmt: skip
+    async with start(model=scripted(plans({"BUDGET": steps}))) as run:
+        root = run.ask("BUDGET please")
+        message = await run.says(root, "needs your input")
+        await run.driver.click("maya", message, OPEN_ACTION)
+        await run.modal("maya")
+        outcome = await run.driver.submit("maya", {"field:budget": "   ", "field:owner": "Dev"})
+        assert outcome.response_action == "errors"
+        assert outcome.errors == {"field:budget": "Budget is required."}
+        assert outcome.view is not None  # the modal stays open, the error under the field
+        assert (await run.plan(root)).steps[0].status == "in_progress"
+
+        await run.driver.submit("maya", {"field:budget": "10k", "field:owner": "Dev"})
+        await run.says(root, "Answered by")
+        await run.says(root, "[offline model] writer:")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.steps[0].output_summary == "budget: 10k\nowner: Dev"
+
+
+async def test_an_empty_inline_answer_gets_a_hint(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        root = run.ask("[ask] research the history of our launch emails and write it up")
+        question = await run.says(root, "asks:")
+        await run.driver.click("maya", question, INLINE_ACTION, value="   ")
+        await run.driver.wait_for(lambda: run.driver.ephemerals("maya"), what="a hint")
+        assert "type an answer" in run.driver.ephemerals("maya")[0].text
+        assert (await run.plan(root)).steps[0].status == "blocked"

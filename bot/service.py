@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from prometheus_client import Gauge
@@ -40,6 +44,10 @@ Clock = Callable[[], datetime]
 # Slack keeps a message's text up to 40,000 characters; stay clear of it.
 MESSAGE_TEXT_MAX = 39_000
 OUTBOX_POLL_SECONDS = 5.0
+# A run's lease: renewed every third of it while the run lives; after a crash another
+# replica takes the run over once it expired. Recovery looks for such runs this often.
+RUN_LEASE = timedelta(minutes=2)
+RECOVER_EVERY_SECONDS = 60.0
 # a demoted admin loses admin rights within this many seconds
 ADMIN_CACHE_SECONDS = 300.0
 
@@ -145,6 +153,7 @@ class Flotilla:
         )
         self.metrics = Metrics()
         self.jobs = Jobs(running=self.metrics.jobs)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.team_id = ""
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
@@ -207,9 +216,15 @@ class Flotilla:
         )
 
     async def _deliver_forever(self) -> None:
+        from bot.work import recover_in_flight
+
+        recovered = time.monotonic()
         while True:
             self._wake.clear()
             try:
+                if time.monotonic() - recovered > RECOVER_EVERY_SECONDS:
+                    recovered = time.monotonic()
+                    await recover_in_flight(self)  # runs whose process died, leases expired
                 await self.drain()
                 async with self.db.read() as conn:
                     due = await repo.next_effect_due(conn)
@@ -223,6 +238,33 @@ class Flotilla:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 pass
+
+    @asynccontextmanager
+    async def run_lease(self, run_key: str) -> AsyncIterator[bool]:
+        """Hold the run's lease while the block runs; yields False when another process
+        holds it (then the caller must not run it)."""
+        now = self.clock()
+        async with self.db.write() as conn:
+            held = await repo.claim_run(conn, run_key, self.owner, now=now, until=now + RUN_LEASE)
+        if not held:
+            yield False
+            return
+        heartbeat = asyncio.create_task(self._renew(run_key), name=f"lease:{run_key}")
+        try:
+            yield True
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            async with self.db.write() as conn:
+                await repo.release_run(conn, run_key, self.owner)
+
+    async def _renew(self, run_key: str) -> None:
+        while True:
+            await asyncio.sleep(RUN_LEASE.total_seconds() / 3)
+            async with self.db.write() as conn:
+                if not await repo.renew_run(conn, run_key, self.owner, self.clock() + RUN_LEASE):
+                    log.warning("lost the lease on %s (this process was too slow)", run_key)
+                    return
 
     # --- lookups ------------------------------------------------------------------------
 

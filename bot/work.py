@@ -90,6 +90,22 @@ async def _run_step(
     *,
     recovering: bool = False,
 ) -> None:
+    plan_id, step, attempt = int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"])
+    async with service.run_lease(run_key(plan_id, step, attempt)) as held:
+        if not held:
+            log.info("step %s of plan %s runs in another process", step, plan_id)
+            return
+        await _run_held(service, conversation_id, payload, answer, recovering=recovering)
+
+
+async def _run_held(
+    service: Flotilla,
+    conversation_id: int,
+    payload: dict[str, Any],
+    answer: dict[str, str] | None,
+    *,
+    recovering: bool,
+) -> None:
     conversation = await service.conversation(conversation_id)
     name = str(payload.get("agent") or COMMANDER)
     spec, identity = await _assignee(service, name)

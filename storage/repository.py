@@ -35,6 +35,7 @@ from storage.tables import (
     Plan,
     PlanStep,
     ProcessedEvent,
+    RunLease,
     ThreadMessage,
     UsageEntry,
     Workspace,
@@ -46,6 +47,7 @@ audit_t: Table = AuditEntry.__table__  # type: ignore[assignment]
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
 outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
+leases_t: Table = RunLease.__table__  # type: ignore[assignment]
 events_t: Table = ProcessedEvent.__table__  # type: ignore[assignment]
 messages_t: Table = ThreadMessage.__table__  # type: ignore[assignment]
 usage_t: Table = UsageEntry.__table__  # type: ignore[assignment]
@@ -528,6 +530,43 @@ async def load_run(conn: AsyncConnection, run_key: str) -> AgentRunRecord | None
         messages=list(row["messages"]),
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
+    )
+
+
+# --- run leases -------------------------------------------------------------------------
+
+
+async def claim_run(
+    conn: AsyncConnection, run_key: str, owner: str, *, now: datetime, until: datetime
+) -> bool:
+    """Take (or keep) the lease on a run: True when `owner` may run it until `until`.
+
+    Free, expired, or already `owner`'s: claimed. Held by another owner and not expired:
+    refused, so two replicas never run the same step at once.
+    """
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(leases_t).values(run_key=run_key, owner=owner, lease_until=until)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[leases_t.c.run_key],
+        set_={"owner": owner, "lease_until": until},
+        where=(leases_t.c.lease_until < now) | (leases_t.c.owner == owner),
+    )
+    return bool((await conn.execute(stmt)).rowcount)
+
+
+async def renew_run(conn: AsyncConnection, run_key: str, owner: str, until: datetime) -> bool:
+    """Extend `owner`'s lease; False when it lost the lease (it expired and was taken)."""
+    result = await conn.execute(
+        update(leases_t)
+        .where(leases_t.c.run_key == run_key, leases_t.c.owner == owner)
+        .values(lease_until=until)
+    )
+    return bool(result.rowcount)
+
+
+async def release_run(conn: AsyncConnection, run_key: str, owner: str) -> None:
+    await conn.execute(
+        delete(leases_t).where(leases_t.c.run_key == run_key, leases_t.c.owner == owner)
     )
 
 

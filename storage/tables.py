@@ -251,6 +251,17 @@ class AgentRun(Base):
     updated_at: Mapped[datetime] = mapped_column(Timestamp)
 
 
+class RunLease(Base):
+    """Which process runs an agent run now: a lease renewed while it runs, so that after a
+    crash another replica takes the run over once the lease expired, and never before."""
+
+    __tablename__ = "run_leases"
+
+    run_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(100))
+    lease_until: Mapped[datetime] = mapped_column(Timestamp)
+
+
 class UsageEntry(Base):
     """Tokens spent by one model request batch, for budgets and the App Home."""
 

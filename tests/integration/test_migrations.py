@@ -21,6 +21,7 @@ EXPECTED_TABLES = {
     "processed_events",
     "outbox",
     "agent_runs",
+    "run_leases",
     "usage_ledger",
     "audit_log",
 }

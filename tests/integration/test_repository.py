@@ -298,3 +298,27 @@ async def test_audit_trail(db: Database) -> None:
         trail = await repo.audit_trail(conn, TEAM)
     assert [(a.actor, a.action) for a in trail] == [("U2", "agent.disable"), ("U1", "agent.add")]
     assert trail[0].details == {"reason": "noisy"}
+
+
+async def test_run_leases(db: Database) -> None:
+    later = NOW + timedelta(minutes=2)
+    async with db.write() as conn:
+        assert await repo.claim_run(conn, "plan:1:step:1:attempt:1", "a", now=NOW, until=later)
+        # held by a, not expired: b is refused; a may claim again (a restart of its job)
+        assert not await repo.claim_run(conn, "plan:1:step:1:attempt:1", "b", now=NOW, until=later)
+        assert await repo.claim_run(conn, "plan:1:step:1:attempt:1", "a", now=NOW, until=later)
+        assert await repo.renew_run(conn, "plan:1:step:1:attempt:1", "a", later)
+        assert not await repo.renew_run(conn, "plan:1:step:1:attempt:1", "b", later)
+    expired = later + timedelta(seconds=1)
+    async with db.write() as conn:
+        # a's process died: once the lease expired, b takes the run over
+        assert await repo.claim_run(
+            conn, "plan:1:step:1:attempt:1", "b", now=expired, until=expired + timedelta(1)
+        )
+        assert not await repo.renew_run(conn, "plan:1:step:1:attempt:1", "a", expired)
+        await repo.release_run(conn, "plan:1:step:1:attempt:1", "a")  # not a's: kept
+        assert not await repo.claim_run(
+            conn, "plan:1:step:1:attempt:1", "c", now=expired, until=expired
+        )
+        await repo.release_run(conn, "plan:1:step:1:attempt:1", "b")
+        assert await repo.claim_run(conn, "plan:1:step:1:attempt:1", "c", now=expired, until=later)

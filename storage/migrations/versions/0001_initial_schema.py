@@ -44,6 +44,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("key", name=op.f("pk_processed_events")),
     )
     op.create_table(
+        "run_leases",
+        sa.Column("run_key", sa.String(length=200), nullable=False),
+        sa.Column("owner", sa.String(length=100), nullable=False),
+        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("run_key", name=op.f("pk_run_leases")),
+    )
+    op.create_table(
         "usage_ledger",
         sa.Column(
             "id",
@@ -327,6 +334,7 @@ def downgrade() -> None:
         batch_op.drop_index("ix_usage_team_created")
 
     op.drop_table("usage_ledger")
+    op.drop_table("run_leases")
     op.drop_table("processed_events")
     with op.batch_alter_table("audit_log", schema=None) as batch_op:
         batch_op.drop_index("ix_audit_team_created")

@@ -61,3 +61,43 @@ async def test_default_agents_are_seeded_once(start: Callable[..., Any]) -> None
         service = await run.stack.restart()
         async with service.db.read() as conn:
             assert await repo.list_agents(conn, service.team_id) == []  # removed stays removed
+
+
+async def test_a_second_replica_never_runs_a_step_another_is_running(
+    start: Callable[..., Any],
+) -> None:
+    from bot.service import Flotilla
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_writer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if "create_plan" not in tools_of(info) and first_prompt(messages).startswith(
+            "Write up the findings"
+        ):
+            started.set()
+            await release.wait()  # the first replica's model is still thinking
+        return offline.respond(messages, info)
+
+    async with start(model=FunctionModel(slow_writer)) as run:
+        root = run.ask("research the history of our launch emails and write a short report")
+        await asyncio.wait_for(started.wait(), 20)
+        first = run.service
+        second = Flotilla(
+            first.db, first.client, api_url=run.stack.workspace.api_url, cipher=first.cipher,
+            options=first.options, clock=run.clock, model=offline.offline_model(),
+        )  # fmt: skip
+        await second.start()  # its recovery finds the writer's step in progress...
+        await second.jobs.idle()
+        texts = [m.text for m in run.messages(root)]
+        assert not any(t.startswith("[offline model] writer:") for t in texts)  # ...leased
+
+        release.set()
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        await second.settle()
+        await second.stop()
+        plan = await run.plan(root)
+        assert plan.status == "completed"
+        assert [s.attempts for s in plan.steps] == [1, 1, 1]
+        texts = [m.text for m in run.messages(root)]
+        assert sum(t.startswith("[offline model] writer:") for t in texts) == 1

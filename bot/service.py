@@ -14,13 +14,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from prometheus_client import Gauge
 from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -31,6 +30,7 @@ from agents.ports import Effect
 from agents.reconciler import Reconciler
 from agents.registry import seed_default_agents
 from bot.identities import COMMANDER_NAME, Identity, Poster
+from bot.jobs import Jobs
 from bot.metrics import Metrics
 from bot.secrets import TokenCipher
 from storage import repository as repo
@@ -74,48 +74,6 @@ class Options:
     # who may answer a form: the person who made the request (and admins), or anyone
     form_answerers: Literal["requester", "anyone"] = "requester"
     seed_agents: bool = True
-
-
-@dataclass(slots=True)
-class Jobs:
-    """Background work (agent runs, commander turns), one task per key at a time."""
-
-    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    running: Gauge | None = None
-
-    def start(self, key: str, work: Callable[[], Awaitable[None]]) -> bool:
-        """Start `work` unless a job with this key is running here; True when started."""
-        running = self.tasks.get(key)
-        if running is not None and not running.done():
-            return False
-
-        async def guarded() -> None:
-            if self.running is not None:
-                self.running.inc()
-            try:
-                await work()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a job's failure must not vanish silently
-                log.exception("job %s failed", key)
-            finally:
-                self.tasks.pop(key, None)
-                if self.running is not None:
-                    self.running.dec()
-
-        self.tasks[key] = asyncio.create_task(guarded(), name=key)
-        return True
-
-    async def idle(self) -> None:
-        """Wait until no job is running (jobs may start jobs)."""
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
-
-    async def cancel(self) -> None:
-        for task in list(self.tasks.values()):
-            task.cancel()
-        await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
-        self.tasks.clear()
 
 
 class Flotilla:

@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # pydantic-ai greets interactive terminals with a banner; Flotilla's output is the thread
+    os.environ.setdefault("PYDANTIC_AI_NO_BANNER", "1")
     args = build_parser().parse_args(argv)
     settings = Settings()
     logging.basicConfig(

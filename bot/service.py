@@ -351,10 +351,11 @@ class Flotilla:
             channel=conversation.channel_id,
             ts=conversation.thread_ts,
             include_all_metadata=True,
-            limit=1000,
+            limit=200,
         )
-        for message in response.get("messages") or []:
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if payload.get("key") == key:
-                return True
+        async for page in response:  # slack_sdk follows next_cursor page by page
+            for message in page.get("messages") or []:
+                payload = (message.get("metadata") or {}).get("event_payload") or {}
+                if payload.get("key") == key:
+                    return True
         return False

@@ -147,3 +147,27 @@ async def test_metrics_count_what_happened(start: Callable[..., Any]) -> None:
             "flotilla_jobs_running 0.0",
         ):
             assert line in exposition, line
+
+
+async def test_redelivery_check_reads_past_the_first_page(start: Callable[..., Any]) -> None:
+    """`thread_has_key` (asked on redelivery) follows conversations.replies' cursor."""
+    from bot.listeners.payloads import dispatch_metadata
+
+    async with start() as run:
+        root = run.ask("what time zone is the launch in?")
+        await run.says(root, "[offline model]", from_="Flotilla")
+        await run.quiesce()
+        conversation = await run.service.find_conversation(root.channel, root.ts)
+        assert conversation is not None
+        state = run.stack.workspace.state
+        for i in range(450):  # people talking in the thread (stored, no events needed)
+            state.add_message(
+                Message(channel=root.channel, ts=state.ts_clock.next(), text=f"chat {i}",
+                        user=run.driver.person("dev").id, thread_ts=root.ts)
+            )  # fmt: skip
+        await run.service.say(conversation, "late", metadata=dispatch_metadata(1, 1, 1, "needle"))
+        calls_before = len(run.stack.workspace.api_log)
+        assert await run.service.thread_has_key(conversation, "needle")
+        assert not await run.service.thread_has_key(conversation, "plan:9:step:9:attempt:9")
+        pages = [m for m, _ in run.stack.workspace.api_log[calls_before:]]
+        assert pages.count("conversations.replies") >= 6  # 3 pages each, 200 per page

@@ -34,23 +34,30 @@ def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine
     return engine
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Take transaction control away from the driver; `_on_begin` issues BEGIN itself.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        # NORMAL is crash-safe in WAL mode (a power loss may drop the last commits only).
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
+def prepare_sqlite_connection(dbapi_connection: Any) -> None:
+    """Flotilla's SQLite settings on a new DBAPI connection (sync or aiosqlite)."""
+    # Take transaction control away from the driver; the `begin` hooks issue BEGIN.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    # NORMAL is crash-safe in WAL mode (a power loss may drop the last commits only).
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        read_only = conn.get_execution_options().get(_READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+
+def begin_sqlite(conn: Connection) -> None:
+    """BEGIN IMMEDIATE for writes (a deferred BEGIN cannot upgrade its read lock)."""
+    read_only = conn.get_execution_options().get(_READ_ONLY, False)
+    conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    event.listen(
+        engine.sync_engine, "connect", lambda dbapi, _record: prepare_sqlite_connection(dbapi)
+    )
+    event.listen(engine.sync_engine, "begin", begin_sqlite)
 
 
 class Database:

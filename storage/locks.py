@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Table, create_engine, event, func, select
 from sqlalchemy.engine import Connection, Engine
 
-from storage.db import SQLITE_BUSY_TIMEOUT_MS, Database
+from storage.db import Database, begin_sqlite, prepare_sqlite_connection
 from storage.tables import Conversation
 
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
@@ -98,16 +98,5 @@ def sqlite_engine(db: Database) -> Engine:
 
 
 def _configure(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # BEGIN is issued by `_on_begin`
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    event.listen(engine, "connect", lambda dbapi, _record: prepare_sqlite_connection(dbapi))
+    event.listen(engine, "begin", begin_sqlite)

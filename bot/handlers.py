@@ -133,6 +133,9 @@ async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
     if message.step_meta(RESULT_EVENT) or message.step_meta(DISPATCH_EVENT):
         log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
         return
+    plan = await service.reconciler.plan(conversation.id)
+    if plan is None or plan.status not in ("running", "paused"):
+        return  # no plan at work: people talk among themselves; a mention asks the commander
     await _talk_to_commander(service, conversation, message, message.text)
 
 

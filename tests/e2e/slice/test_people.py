@@ -158,3 +158,16 @@ async def test_an_empty_inline_answer_gets_a_hint(start: Callable[..., Any]) -> 
         await run.driver.wait_for(lambda: run.driver.ephemerals("maya"), what="a hint")
         assert "type an answer" in run.driver.ephemerals("maya")[0].text
         assert (await run.plan(root)).steps[0].status == "blocked"
+
+
+async def test_replies_after_the_plan_finished_need_a_mention(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        root = run.ask("research the history of our launch emails and write a short report")
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        count = len(run.messages(root))
+        run.driver.post("dev", "launch", "thanks, looks great", thread_ts=root.ts)
+        await run.quiesce()
+        assert len(run.messages(root)) == count + 1  # no answer to people talking
+        run.driver.mention("dev", "launch", run.stack.commander, "what next?", thread_ts=root.ts)
+        await run.says(root, "what next?", from_="Flotilla")  # a mention is answered

@@ -16,13 +16,20 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from agents.errors import RunError
-from agents.ports import Effect, SideEffectPort
+from agents.ports import Delivery, Effect, SideEffectPort
 from agents.reconciler import Clock, plan_from_rows, utcnow
 from storage import plans as store
 from storage.db import Database
 from storage.locks import ConversationLocks
 from storage.records import OutboxRecord
-from storage.repository import claim_effects, give_up_effect, mark_effect_done, retry_effect_later
+from storage.repository import (
+    claim_effects,
+    finish_effect,
+    give_up_effect,
+    hold_effect,
+    mark_effect_done,
+    retry_effect_later,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +90,30 @@ class OutboxSender:
                     await self.on_retry_due(effect.conversation_id)
             elif record.attempts > 1 and await self.port.already_performed(effect):
                 log.info("outbox %s was already performed; not repeating it", effect.key)
-            else:
-                await self.port.perform(effect)
+            elif await self.port.perform(effect) is Delivery.IN_PROGRESS:
+                return  # the work it started holds the row and settles it
         except Exception as exc:  # the port is the network edge: any failure is retried
             await self._failed(record, exc)
             return
         async with self.db.write() as conn:
             await mark_effect_done(conn, record.id, self.clock())
+
+    async def hold(self, key: str, *, seconds: float | None = None) -> None:
+        """Keep a row claimed by long work for another lease (its heartbeat), or for
+        `seconds` (a retry later)."""
+        wait = self.lease if seconds is None else timedelta(seconds=seconds)
+        async with self.db.write() as conn:
+            await hold_effect(conn, key, self.clock() + wait)
+
+    async def finish(self, key: str) -> None:
+        """Long work settled its effect: the row is done."""
+        async with self.db.write() as conn:
+            await finish_effect(conn, key, self.clock())
+
+    async def release(self, key: str) -> None:
+        """Long work stopped before settling (a shutdown): any process may take it now."""
+        async with self.db.write() as conn:
+            await hold_effect(conn, key, self.clock())
 
     async def _effect(self, record: OutboxRecord) -> Effect:
         plan = None
@@ -110,6 +134,7 @@ class OutboxSender:
             payload=record.payload,
             plan=plan,
             created_at=record.created_at,
+            delivery=record.attempts,
         )
 
     async def _failed(self, record: OutboxRecord, exc: Exception) -> None:

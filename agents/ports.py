@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -24,7 +25,17 @@ EffectKind = Literal[
     "resume_step",  # a blocked step's answer: resume the same run with it
     "update_plan_card",  # re-render the plan card (coalesced: at most one pending per plan)
     "retry_due",  # a timer: reconcile the conversation when a backoff has passed
+    "commander_turn",  # a person's message for the commander (a request or an interjection)
 ]
+
+
+class Delivery(Enum):
+    """What `perform` did. `IN_PROGRESS`: it started long work (an agent run, a commander
+    turn) that settles the effect itself (`OutboxSender.finish`); until then the outbox row
+    stays claimed, its lease renewed by the work, so a crash hands it to another process."""
+
+    DONE = "done"
+    IN_PROGRESS = "in_progress"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +55,14 @@ class Effect:
     available_at: datetime | None = None  # not before this time (timers); None = at once
     plan: Plan | None = field(default=None, compare=False)  # fresh snapshot, for the card
     created_at: datetime | None = field(default=None, compare=False)  # decided at (metrics)
+    delivery: int = field(default=1, compare=False)  # 2+: claimed before, may have happened
 
 
 class SideEffectPort(Protocol):
     """What the Slack layer implements for the orchestrator."""
 
-    async def perform(self, effect: Effect) -> None:
-        """Perform the effect; raise `TransientError` to have it retried later."""
+    async def perform(self, effect: Effect) -> Delivery | None:
+        """Perform the effect (None means DONE); raise `TransientError` to retry it later."""
         ...
 
     async def already_performed(self, effect: Effect) -> bool:

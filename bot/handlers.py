@@ -10,7 +10,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from agents.commander import CommanderWake
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from agents.plan import CancelPlan, StepAnswered, StepSucceeded
 from agents.run_results import result_from_history
 from agents.session import load_messages
@@ -36,30 +37,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def _claim(service: Flotilla, key: str) -> bool:
-    """De-duplicate an input before anything changes: False when it was seen already."""
-    async with service.db.write() as conn:
-        return await repo.mark_event_processed(conn, key, service.clock())
-
-
-async def _open(
-    service: Flotilla, message: SlackMessage, request: str
-) -> tuple[ConversationRecord, bool]:
-    """The message's conversation (created for a new request) and whether it is new here."""
-    async with service.db.write() as conn:
-        conversation = await repo.open_conversation(
-            conn,
-            team_id=service.team_id,
-            channel_id=message.channel,
-            thread_ts=message.root_ts,
-            requested_by=message.user,
-            request_text=request,
-            now=service.clock(),
-        )
-        stored = await repo.store_message(
-            conn, conversation.id, _record(message, request), service.clock()
-        )
-    return conversation, stored
+async def _enqueue_turn(
+    conn: AsyncConnection, service: Flotilla, conversation_id: int, message: SlackMessage, text: str
+) -> None:
+    """Record the message as work for the commander, in the transaction that stores it:
+    once the message is seen, its turn is sure to happen (the outbox delivers it)."""
+    await repo.enqueue_effect(
+        conn,
+        idempotency_key=f"turn:{conversation_id}:{message.ts}",
+        kind="commander_turn",
+        payload={"text": text, "user": message.user, "ts": message.ts},
+        conversation_id=conversation_id,
+        now=service.clock(),
+    )
 
 
 def _record(message: SlackMessage, text: str | None = None) -> MessageRecord:
@@ -79,32 +69,34 @@ async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str 
     message = parse_message(event)
     if message is None or message.bot_id or not message.user:
         return  # bots never start work: no bot-to-bot loops
-    if not await _claim(service, f"msg:{message.channel}:{message.ts}"):
-        return
     request = strip_mention(message.text, service.bot_user_id)
-    if len(request) > MAX_REQUEST_CHARS:
-        conversation, _ = await _open(service, message, request[:MAX_REQUEST_CHARS])
+    too_long = len(request) > MAX_REQUEST_CHARS
+    now = service.clock()
+    async with service.db.write() as conn:
+        # de-duplicated in the transaction that records the work: all of it, or none
+        if not await repo.mark_event_processed(conn, f"msg:{message.channel}:{message.ts}", now):
+            return
+        conversation = await repo.open_conversation(
+            conn,
+            team_id=service.team_id,
+            channel_id=message.channel,
+            thread_ts=message.root_ts,
+            requested_by=message.user,
+            request_text=request[:MAX_REQUEST_CHARS],
+            now=now,
+        )
+        await repo.store_message(
+            conn, conversation.id, _record(message, request[:MAX_REQUEST_CHARS]), now
+        )
+        if not too_long:
+            await _enqueue_turn(conn, service, conversation.id, message, request)
+    if too_long:
         await service.say(
             conversation,
             f"That request is {len(request):,} characters long; I can take up to "
             f"{MAX_REQUEST_CHARS:,}. Could you shorten it or attach the material as a file?",
         )
-        return
-    conversation, _ = await _open(service, message, request)
-    await _talk_to_commander(service, conversation, message, request)
-
-
-async def _talk_to_commander(
-    service: Flotilla, conversation: ConversationRecord, message: SlackMessage, text: str
-) -> None:
-    plan = await service.reconciler.plan(conversation.id)
-    wake = None
-    if plan is not None and plan.status in ("running", "paused"):
-        wake = CommanderWake(event=f"<@{message.user}> wrote: {text}", steps=plan.steps)
-    key = f"{conversation.id}:{message.ts}"
-    service.jobs.start(
-        f"commander:{key}", lambda: work.commander(service, conversation.id, text, key, wake=wake)
-    )
+    service.wake()
 
 
 async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
@@ -119,24 +111,28 @@ async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
     author = author_kind(message, commander_bot_id=service.bot_id, agent_bot_ids=agents_by_bot)
     if author == "person" and service.bot_user_id in mentioned_users(message.text):
         return  # the app_mention event of the same message handles it
+    forged = author == "person" and bool(
+        message.step_meta(RESULT_EVENT) or message.step_meta(DISPATCH_EVENT)
+    )
+    # A person's reply while a plan is at work is an interjection for the commander; with no
+    # plan at work people talk among themselves (a mention asks the commander).
+    plan = await service.reconciler.plan(conversation.id) if author == "person" else None
+    interjection = not forged and plan is not None and plan.status in ("running", "paused")
     async with service.db.write() as conn:
         stored = await repo.store_message(conn, conversation.id, _record(message), service.clock())
+        if stored and interjection:
+            await _enqueue_turn(conn, service, conversation.id, message, message.text)
     if not stored:
         return  # seen already (a retried delivery)
-    if author == "agent" and message.bot_id is not None:
+    if forged:
+        log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
+    elif interjection:
+        service.wake()
+    elif author == "agent" and message.bot_id is not None:
         meta = message.step_meta(RESULT_EVENT)
         if meta is not None:
             await _agent_result(service, conversation, agents_by_bot[message.bot_id], meta)
-        return
-    if author != "person":
-        return  # other bots, and our own posts, change nothing
-    if message.step_meta(RESULT_EVENT) or message.step_meta(DISPATCH_EVENT):
-        log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
-        return
-    plan = await service.reconciler.plan(conversation.id)
-    if plan is None or plan.status not in ("running", "paused"):
-        return  # no plan at work: people talk among themselves; a mention asks the commander
-    await _talk_to_commander(service, conversation, message, message.text)
+    # other bots, and our own posts, change nothing
 
 
 async def _agent_result(

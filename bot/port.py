@@ -14,7 +14,7 @@ from slack_sdk.errors import SlackApiError
 
 from agents.errors import TransientError
 from agents.plan import FormSpec, Plan
-from agents.ports import Effect
+from agents.ports import Delivery, Effect
 from bot.listeners.payloads import dispatch_metadata
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Effects that post a message carrying their key: redelivery checks the thread first.
-POSTING = frozenset({"post_dispatch", "show_form", "ask_user"})
+# Effects that only post a message carrying their key: redelivery checks the thread first.
+# (A dispatch also starts a run, so it checks the thread itself and runs in any case.)
+POSTING = frozenset({"show_form", "ask_user"})
 
 
 class SlackPort:
@@ -35,44 +36,45 @@ class SlackPort:
     def __init__(self, service: Flotilla) -> None:
         self.service = service
 
-    async def perform(self, effect: Effect) -> None:
+    async def perform(self, effect: Effect) -> Delivery:
         try:
-            await self._perform(effect)
+            return await self._perform(effect)
         except SlackApiError as exc:
             status = exc.response.status_code if exc.response is not None else 0
             if status == 429 or status >= 500:
                 raise TransientError(f"Slack answered {status}") from exc
             raise
 
-    async def _perform(self, effect: Effect) -> None:
+    async def _perform(self, effect: Effect) -> Delivery:
         from bot import work
 
         kind = effect.kind
         if kind == "post_dispatch":
             await self._post_dispatch(effect)
-        elif kind in ("show_form", "ask_user"):
+            return Delivery.IN_PROGRESS
+        if kind in ("show_form", "ask_user"):
             await self._post_form(effect)
         elif kind == "resume_step":
             work.start_resume(self.service, effect)
+            return Delivery.IN_PROGRESS
+        elif kind == "commander_turn":
+            work.start_turn(self.service, effect)
+            return Delivery.IN_PROGRESS
         elif kind == "wake_commander":
-            work.start_commander_wake(self.service, effect)
+            if work.start_commander_wake(self.service, effect):
+                return Delivery.IN_PROGRESS
+            await work.plan_finished(self.service, effect)
         elif kind == "update_plan_card":
             await self._update_card(effect)
         else:
             log.warning("no Slack action for effect kind %s", kind)
+        return Delivery.DONE
 
     async def already_performed(self, effect: Effect) -> bool:
         if effect.kind not in POSTING:
             return False  # runs continue their stored session; cards are idempotent
         conversation = await self.service.conversation(effect.conversation_id)
-        if not await self.service.thread_has_key(conversation, effect.key):
-            return False
-        if effect.kind == "post_dispatch":
-            # the message is there, but the crash may have come before the run started
-            from bot import work
-
-            work.start_step(self.service, effect)
-        return True
+        return await self.service.thread_has_key(conversation, effect.key)
 
     async def _post_dispatch(self, effect: Effect) -> None:
         from bot import work
@@ -82,12 +84,14 @@ class SlackPort:
         await self._card_first(effect.conversation_id)
         conversation = await service.conversation(effect.conversation_id)
         identity = await service.identity(str(payload["agent"]))
-        await service.say(
-            conversation,
-            f"{identity.mention} {payload['text']}".strip(),
-            metadata=_metadata(effect),
-        )
-        service.metrics.dispatches.labels("agent").inc()
+        posted = effect.delivery > 1 and await service.thread_has_key(conversation, effect.key)
+        if not posted:  # after a crash the message may be there already: never post twice
+            await service.say(
+                conversation,
+                f"{identity.mention} {payload['text']}".strip(),
+                metadata=_metadata(effect),
+            )
+            service.metrics.dispatches.labels("agent").inc()
         work.start_step(service, effect)
 
     async def _post_form(self, effect: Effect) -> None:

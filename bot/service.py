@@ -44,10 +44,9 @@ Clock = Callable[[], datetime]
 # Slack keeps a message's text up to 40,000 characters; stay clear of it.
 MESSAGE_TEXT_MAX = 39_000
 OUTBOX_POLL_SECONDS = 5.0
-# A run's lease: renewed every third of it while the run lives; after a crash another
-# replica takes the run over once it expired. Recovery looks for such runs this often.
+# A run's lease (and its outbox row's): renewed every third of it while the run lives;
+# after a crash another replica takes the run over once it expired.
 RUN_LEASE = timedelta(minutes=2)
-RECOVER_EVERY_SECONDS = 60.0
 # a demoted admin loses admin rights within this many seconds
 ADMIN_CACHE_SECONDS = 300.0
 
@@ -136,10 +135,8 @@ class Flotilla:
             if first and self.options.seed_agents:
                 # only on first contact: agents an admin removed later never come back
                 await seed_default_agents(conn, self.team_id, self.clock())
+        # Work a dead process left (its rows' leases expired) is claimed again by this loop.
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
-        from bot.work import recover_in_flight
-
-        await recover_in_flight(self)
 
     async def stop(self) -> None:
         if self._loop is not None:
@@ -174,15 +171,9 @@ class Flotilla:
         )
 
     async def _deliver_forever(self) -> None:
-        from bot.work import recover_in_flight
-
-        recovered = time.monotonic()
         while True:
             self._wake.clear()
             try:
-                if time.monotonic() - recovered > RECOVER_EVERY_SECONDS:
-                    recovered = time.monotonic()
-                    await recover_in_flight(self)  # runs whose process died, leases expired
                 await self.drain()
                 async with self.db.read() as conn:
                     due = await repo.next_effect_due(conn)
@@ -198,16 +189,16 @@ class Flotilla:
                 pass
 
     @asynccontextmanager
-    async def run_lease(self, run_key: str) -> AsyncIterator[bool]:
-        """Hold the run's lease while the block runs; yields False when another process
-        holds it (then the caller must not run it)."""
+    async def run_lease(self, run_key: str, *, effect_key: str) -> AsyncIterator[bool]:
+        """Hold the run's lease while the block runs, renewing it and the lease on the
+        outbox row of `effect_key`; yields False when another process holds the run."""
         now = self.clock()
         async with self.db.write() as conn:
-            held = await repo.claim_run(conn, run_key, self.owner, now=now, until=now + RUN_LEASE)
-        if not held:
+            mine = await repo.claim_run(conn, run_key, self.owner, now=now, until=now + RUN_LEASE)
+        if not mine:
             yield False
             return
-        heartbeat = asyncio.create_task(self._renew(run_key), name=f"lease:{run_key}")
+        heartbeat = asyncio.create_task(self._renew(run_key, effect_key), name=f"lease:{run_key}")
         try:
             yield True
         finally:
@@ -216,13 +207,14 @@ class Flotilla:
             async with self.db.write() as conn:
                 await repo.release_run(conn, run_key, self.owner)
 
-    async def _renew(self, run_key: str) -> None:
+    async def _renew(self, run_key: str, effect_key: str) -> None:
         while True:
             await asyncio.sleep(RUN_LEASE.total_seconds() / 3)
             async with self.db.write() as conn:
                 if not await repo.renew_run(conn, run_key, self.owner, self.clock() + RUN_LEASE):
                     log.warning("lost the lease on %s (this process was too slow)", run_key)
                     return
+            await self.outbox.hold(effect_key)
 
     # --- lookups ------------------------------------------------------------------------
 

@@ -1,15 +1,20 @@
 """The long work, run as jobs with no lock held: agent steps, resumed steps, commander turns.
 
 Each job ends by reporting an outcome (or commander operations) to the reconciler, which
-records it under the conversation's lock and decides what comes next. Runs are keyed by
-their step attempt, so a job started twice (a redelivery, a recovery) continues the same
-stored session instead of paying for the work again.
+records it under the conversation's lock and decides what comes next. A job holds the
+outbox row of the effect that started it (renewing its lease) and settles it when done,
+so a process that dies mid-run leaves the row to be claimed again by another process.
+Runs are keyed by their step attempt, so a job started twice continues the same stored
+session instead of paying for the work again, and a run lease keeps two processes from
+running it at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from agents.commander import CommanderWake, commander_step_spec, commander_turn
@@ -27,13 +32,13 @@ from agents.run_results import StepQuestion, StepRunResult
 from agents.runtime import RunJob, resume_step, run_step
 from bot.identities import Identity
 from bot.listeners.payloads import result_metadata
-from storage import repository as repo
 from storage.records import ConversationRecord
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
 
 log = logging.getLogger(__name__)
+Work = Callable[[], Awaitable[None]]
 
 
 def run_key(plan_id: int, step: int, attempt: int) -> str:
@@ -57,28 +62,62 @@ def _job(service: Flotilla, conversation: ConversationRecord, payload: dict[str,
 # --- sub-agent steps ----------------------------------------------------------------------
 
 
+def held(service: Flotilla, effect: Effect, lease_key: str, work: Work) -> None:
+    """Run `work` as a job that holds `effect`'s outbox row until it is done.
+
+    Finished: the row is settled. Stopped by a shutdown: the row is freed for any process.
+    Failed by a bug: the row is retried in a minute. Another process holding the run's
+    lease: nothing (that process settles the row).
+    """
+
+    async def job() -> None:
+        async with service.run_lease(lease_key, effect_key=effect.key) as mine:
+            if not mine:
+                log.info("%s runs in another process", lease_key)
+                return
+            try:
+                await work()
+            except asyncio.CancelledError:
+                await service.outbox.release(effect.key)
+                raise
+            except Exception:
+                log.exception("%s failed; retrying it in a minute", lease_key)
+                await service.outbox.hold(effect.key, seconds=60)
+                return
+            await service.outbox.finish(effect.key)
+
+    service.jobs.start(effect.key, job)
+
+
 def start_step(service: Flotilla, effect: Effect) -> None:
     """Run the dispatched step's agent in the background."""
     payload = dict(effect.payload)
     key = run_key(int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"]))
-    if effect.created_at is not None:  # time in queue, apart from time in inference
+    if effect.created_at is not None and effect.delivery == 1:  # queue time, not inference
         waited = (service.clock() - effect.created_at).total_seconds()
         service.metrics.queue_seconds.observe(max(0.0, waited))
     if payload.get("reason") == "step":
         service.metrics.dispatches.labels("commander").inc()
-    service.jobs.start(key, lambda: _run_step(service, effect.conversation_id, payload, None))
-
-
-def _recovering(service: Flotilla, conversation_id: int, payload: dict[str, Any]) -> Any:
-    return lambda: _run_step(service, conversation_id, payload, None, recovering=True)
+    redelivered = effect.delivery > 1  # the answer may be in the thread already
+    held(
+        service,
+        effect,
+        key,
+        lambda: _run_step(service, effect.conversation_id, payload, None, recovering=redelivered),
+    )
 
 
 def start_resume(service: Flotilla, effect: Effect) -> None:
     """Resume a blocked step's run with the person's answer."""
     payload = dict(effect.payload)
     answer = payload.get("answer") or {}
-    service.jobs.start(
-        effect.key, lambda: _run_step(service, effect.conversation_id, payload, answer)
+    key = run_key(int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"]))
+    redelivered = effect.delivery > 1
+    held(
+        service,
+        effect,
+        key,
+        lambda: _run_step(service, effect.conversation_id, payload, answer, recovering=redelivered),
     )
 
 
@@ -90,12 +129,7 @@ async def _run_step(
     *,
     recovering: bool = False,
 ) -> None:
-    plan_id, step, attempt = int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"])
-    async with service.run_lease(run_key(plan_id, step, attempt)) as held:
-        if not held:
-            log.info("step %s of plan %s runs in another process", step, plan_id)
-            return
-        await _run_held(service, conversation_id, payload, answer, recovering=recovering)
+    await _run_held(service, conversation_id, payload, answer, recovering=recovering)
 
 
 async def _run_held(
@@ -201,18 +235,41 @@ async def report(service: Flotilla, conversation_id: int, outcome: Outcome) -> N
 # --- the commander --------------------------------------------------------------------------
 
 
-def start_commander_wake(service: Flotilla, effect: Effect) -> None:
-    """The commander's own step, a failed step to decide on, or the plan's end."""
+def start_commander_wake(service: Flotilla, effect: Effect) -> bool:
+    """The commander's own step, or a failed step to decide on: long work (True). The
+    plan's end is a short note, posted at once (False)."""
     reason = effect.payload.get("reason")
     if reason == "step":
         start_step(service, effect)
     elif reason == "plan_finished":
-        service.jobs.start(effect.key, lambda: _plan_finished(service, effect))
+        return False
     else:
-        service.jobs.start(effect.key, lambda: _after_failure(service, effect))
+        held(service, effect, f"commander:{effect.key}", lambda: _after_failure(service, effect))
+    return True
 
 
-async def _plan_finished(service: Flotilla, effect: Effect) -> None:
+def start_turn(service: Flotilla, effect: Effect) -> None:
+    """A person's message for the commander: a new request, or an interjection in a plan."""
+    payload = effect.payload
+    held(
+        service,
+        effect,
+        f"commander:{effect.key}",
+        lambda: _turn(service, effect.conversation_id, str(payload["text"]),
+                      str(payload["user"]), effect.key),
+    )  # fmt: skip
+
+
+async def _turn(service: Flotilla, conversation_id: int, text: str, user: str, key: str) -> None:
+    plan = await service.reconciler.plan(conversation_id)
+    wake = None
+    if plan is not None and plan.status in ("running", "paused"):
+        wake = CommanderWake(event=f"<@{user}> wrote: {text}", steps=plan.steps)
+    await commander(service, conversation_id, text, key, wake=wake)
+
+
+async def plan_finished(service: Flotilla, effect: Effect) -> None:
+    """Close the thread of a plan that ended without a synthesis of the commander's."""
     plan = await service.reconciler.plan(effect.conversation_id)
     if plan is None:
         return
@@ -293,40 +350,3 @@ async def commander(
         return
     if turn.reply and turn.plan is None:
         await service.say(conversation, turn.reply)  # after the change it announces is made
-
-
-# --- recovery -------------------------------------------------------------------------------
-
-
-async def recover_in_flight(service: Flotilla) -> None:
-    """After a restart: continue the runs of steps that were in progress.
-
-    A run continues its stored session (`run_key`), so finished model turns are not paid
-    for again; a step whose run had already finished reports its stored result.
-    """
-    async with service.db.read() as conn:
-        active = await repo.active_plans(conn, service.team_id)
-    for plan_id, _status, channel, thread_ts in active:
-        conversation = await service.find_conversation(channel, thread_ts)
-        if conversation is None:
-            continue
-        plan = await service.reconciler.plan(conversation.id)
-        if plan is None or plan.id != plan_id:
-            continue
-        for step in plan.steps:
-            if step.status != "in_progress" or step.assignee == "user":
-                continue
-            if step.question is not None and step.question.answer is not None:
-                continue  # a resumed run: its resume effect is redelivered by the outbox
-            from agents.plan_ops import render_input
-
-            payload = {
-                "plan_id": plan.id,
-                "step": step.index,
-                "attempt": step.attempts,
-                "agent": step.assignee,
-                "title": step.title,
-                "text": render_input(step, plan),
-            }
-            key = run_key(plan.id, step.index, step.attempts)
-            service.jobs.start(key, _recovering(service, conversation.id, payload))

@@ -400,6 +400,24 @@ async def mark_effect_done(conn: AsyncConnection, effect_id: int, now: datetime)
     )
 
 
+async def hold_effect(conn: AsyncConnection, key: str, until: datetime) -> None:
+    """Keep a pending row claimed until `until` (now: free it for any process)."""
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
+        .values(available_at=until)
+    )
+
+
+async def finish_effect(conn: AsyncConnection, key: str, now: datetime) -> None:
+    """Mark the row of `key` sent (long work settling its effect)."""
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
+        .values(state="sent", sent_at=now)
+    )
+
+
 async def retry_effect_later(
     conn: AsyncConnection, effect_id: int, *, error: str, available_at: datetime
 ) -> None:

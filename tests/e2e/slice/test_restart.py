@@ -101,3 +101,28 @@ async def test_a_second_replica_never_runs_a_step_another_is_running(
         assert [s.attempts for s in plan.steps] == [1, 1, 1]
         texts = [m.text for m in run.messages(root)]
         assert sum(t.startswith("[offline model] writer:") for t in texts) == 1
+
+
+async def test_a_commander_turn_cut_by_a_restart_is_not_lost(start: Callable[..., Any]) -> None:
+    thinking = asyncio.Event()
+
+    async def slow_planner(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if "create_plan" in tools_of(info):
+            thinking.set()
+            await asyncio.Event().wait()  # the process stops while the commander thinks
+        return offline.respond(messages, info)
+
+    async with start(model=FunctionModel(slow_planner)) as run:
+        root = run.ask("research the history of our launch emails and write a short report")
+        await asyncio.wait_for(thinking.wait(), 20)
+        assert len(run.messages(root)) == 1  # nothing answered yet
+
+        await run.stack.restart(model=offline.offline_model())
+        resumed = Run(run.stack, run.driver, run.clock)
+        await resumed.says(root, "[offline model] commander:")
+        await resumed.quiesce()
+        plan = await resumed.plan(root)
+        assert plan.status == "completed"
+        texts = [m.text for m in resumed.messages(root)]
+        assert sum("I wrote a plan" in t for t in texts) == 1
+        assert sum(t.startswith("Plan (3 steps)") for t in texts) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -59,8 +60,8 @@ def _run_command(args: argparse.Namespace, settings: Settings) -> int:
     except ConfigurationError as exc:
         print(f"flotilla: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C is how a server stops
+        return 0
     return 0
 
 
@@ -69,10 +70,8 @@ def _dev_command(args: argparse.Namespace, settings: Settings) -> int:
     from bot.trial import dev
 
     url = settings.database_url if "FLOTILLA_DATABASE_URL" in os.environ else DEV_DATABASE
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a trial ends
         asyncio.run(dev(url, options_from(settings)))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

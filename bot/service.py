@@ -9,6 +9,7 @@ with no lock held, and report their outcomes back to the reconciler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -183,10 +184,8 @@ class Flotilla:
             timeout = OUTBOX_POLL_SECONDS
             if due is not None:
                 timeout = min(timeout, max(0.0, (due - self.clock()).total_seconds()))
-            try:
+            with contextlib.suppress(TimeoutError):  # a timer came due: look again
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
 
     @asynccontextmanager
     async def run_lease(self, run_key: str, *, effect_key: str) -> AsyncIterator[bool]:

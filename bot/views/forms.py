@@ -116,8 +116,11 @@ def form_modal(
     key: FormKey, *, title: str, question: str, form: FormSpec | None, metadata: Mapping[str, Any]
 ) -> View:
     """The modal for a form with several fields (opened from the [Answer] button)."""
-    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=question[:3000]))]
-    for field in fields_of(form):
+    fields = fields_of(form)
+    blocks: list[Block] = []
+    if question.strip() not in {f.label.strip() for f in fields}:  # never ask the same twice
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=question[:3000])))
+    for field in fields:
         blocks.append(
             InputBlock(
                 block_id=f"field:{field.name}",

@@ -163,6 +163,9 @@ def test_single_select_is_a_menu_and_several_fields_open_a_modal() -> None:
     ).to_dict()
     assert json.loads(view["private_metadata"]) == {"key": "form:1:1:1:1", "channel": "C1"}
     assert [b["block_id"] for b in view["blocks"][1:]] == ["field:a", "field:b"]
+    # a question that is a field's own label is not shown twice
+    same = form_modal(FormKey(1, 1, 1), title="t", question="A", form=several, metadata={})
+    assert [b["type"] for b in same.to_dict()["blocks"]] == ["input", "input"]
 
     values, errors = modal_values(
         {

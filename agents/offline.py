@@ -85,7 +85,8 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 # --- reading the conversation --------------------------------------------------------------
 
 
-def _prompt(messages: Sequence[ModelMessage]) -> str:
+def first_prompt(messages: Sequence[ModelMessage]) -> str:
+    """The run's first user prompt (the step input or request, with its context)."""
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
@@ -156,7 +157,7 @@ def _text(text: str) -> ModelResponse:
 
 
 def _plan_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    request = _task(_prompt(messages))
+    request = _task(first_prompt(messages))
     returns = _returns(messages)
     if returns:
         part = returns[-1]
@@ -317,7 +318,7 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
         if edited is not None and edited.outcome == "success":
             return _text("Noted – added to the next step's instructions before it starts.")
         return _text("Noted.")
-    prompt = _prompt(messages)
+    prompt = first_prompt(messages)
     failed = re.search(r"^Failed step: (\d+)$", prompt, re.MULTILINE)
     if failed:
         index = int(failed.group(1))
@@ -353,7 +354,7 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
 
 
 def _step_turn(messages: list[ModelMessage], info: AgentInfo, tools: set[str]) -> ModelResponse:
-    task = _task(_prompt(messages))
+    task = _task(first_prompt(messages))
     # markers act on the step's own first line, not on a quoted request ({{request}})
     own = task.splitlines()[0] if task else ""
     returns = _returns(messages)

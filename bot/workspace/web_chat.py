@@ -142,16 +142,22 @@ async def post_message(call: Call) -> Json:
     return {"channel": channel.id, "ts": msg.ts, "message": message_json(call.state, msg)}
 
 
+def _own_message(call: Call, channel_id: str, refusal: str) -> Message:
+    """The message `ts` names, if it exists and this app posted it (Slack's errors if not)."""
+    ts = call.str_arg("ts", required=True) or ""
+    msg = call.state.message(channel_id, ts)
+    if msg is None or msg.deleted:
+        raise ApiError("message_not_found")
+    if msg.bot_id != call.app.bot_id:
+        raise ApiError(refusal)
+    return msg
+
+
 @method("chat.update")
 async def update(call: Call) -> Json:
     call.require_scope("chat:write")
     channel = call.channel()
-    ts = call.str_arg("ts", required=True) or ""
-    msg = call.state.message(channel.id, ts)
-    if msg is None or msg.deleted:
-        raise ApiError("message_not_found")
-    if msg.bot_id != call.app.bot_id:
-        raise ApiError("cant_update_message")
+    msg = _own_message(call, channel.id, "cant_update_message")
     previous = message_json(call.state, msg)
     blocks = parse_blocks(call) if "blocks" in call.args else msg.blocks
     text = call.str_arg("text")
@@ -176,12 +182,7 @@ async def update(call: Call) -> Json:
 async def delete(call: Call) -> Json:
     call.require_scope("chat:write")
     channel = call.channel()
-    ts = call.str_arg("ts", required=True) or ""
-    msg = call.state.message(channel.id, ts)
-    if msg is None or msg.deleted:
-        raise ApiError("message_not_found")
-    if msg.bot_id != call.app.bot_id:
-        raise ApiError("cant_delete_message")
+    msg = _own_message(call, channel.id, "cant_delete_message")
     previous = message_json(call.state, msg)
     msg.deleted = True
     if msg.replies:  # a parent with replies stays as a tombstone
@@ -194,7 +195,7 @@ async def delete(call: Call) -> Json:
         msg.bot_id = msg.app_id = None
     call.state.changed()
     call.ws.events.message_deleted(msg, previous)
-    return {"channel": channel.id, "ts": ts}
+    return {"channel": channel.id, "ts": msg.ts}
 
 
 @method("chat.postEphemeral")

@@ -90,6 +90,16 @@ class Run:
             lambda: self.stack.workspace.state.top_modal(person.id), what=f"a modal for {who}"
         )
 
+    def dispatches(self, root: Message) -> list[tuple[int, int]]:
+        """(step, attempt) of every dispatch message in the thread, in thread order."""
+        found = []
+        for message in self.messages(root):
+            meta = message.metadata or {}
+            if meta.get("event_type") == "flotilla_dispatch":
+                payload = meta["event_payload"]
+                found.append((payload["step"], payload["attempt"]))
+        return found
+
     def messages(self, root: Message) -> list[Message]:
         return self.driver.thread("launch", root.ts)
 

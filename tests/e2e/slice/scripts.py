@@ -13,20 +13,12 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
-    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo
 
+from agents.offline import first_prompt
+
 Script = Callable[[list[ModelMessage], AgentInfo], ModelResponse | None]
-
-
-def first_prompt(messages: list[ModelMessage]) -> str:
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-                    return part.content
-    return ""
 
 
 def answered(messages: list[ModelMessage]) -> bool:

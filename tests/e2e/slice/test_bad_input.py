@@ -15,8 +15,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from slack_sdk.signature import SignatureVerifier
 
+from agents.offline import first_prompt
 from tests.e2e.slice.conftest import Run, scripted
-from tests.e2e.slice.scripts import call, first_prompt, tools_of
+from tests.e2e.slice.scripts import call, tools_of
 
 
 def signed(secret: str, body: str, timestamp: int) -> dict[str, str]:

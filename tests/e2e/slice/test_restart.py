@@ -10,9 +10,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents import offline
+from agents.offline import first_prompt
 from tests.e2e.slice.conftest import Run
-from tests.e2e.slice.scripts import first_prompt, tools_of
-from tests.e2e.slice.test_robustness import dispatches
+from tests.e2e.slice.scripts import tools_of
 
 
 async def test_a_step_in_flight_resumes_after_a_restart(start: Callable[..., Any]) -> None:
@@ -41,7 +41,7 @@ async def test_a_step_in_flight_resumes_after_a_restart(start: Callable[..., Any
         plan = await resumed.plan(root)
         assert plan.status == "completed", resumed.transcript(root)
         assert [s.attempts for s in plan.steps] == [1, 1, 1]  # nothing re-dispatched
-        assert dispatches(resumed, root) == [(1, 1), (2, 1)]
+        assert resumed.dispatches(root) == [(1, 1), (2, 1)]
         texts = [m.text for m in resumed.messages(root)]
         assert sum(t.startswith("[offline model] researcher:") for t in texts) == 1
         assert sum(t.startswith("[offline model] writer:") for t in texts) == 1

@@ -15,17 +15,6 @@ from tests.e2e.conftest import client_for
 from tests.e2e.slice.conftest import REQUEST, Run
 
 
-def dispatches(run: Run, root: Message) -> list[tuple[int, int]]:
-    """(step, attempt) of every dispatch message in the thread."""
-    found = []
-    for message in run.messages(root):
-        meta = message.metadata or {}
-        if meta.get("event_type") == "flotilla_dispatch":
-            payload = meta["event_payload"]
-            found.append((payload["step"], payload["attempt"]))
-    return found
-
-
 async def run_diamond(run: Run) -> Message:
     root = run.ask(REQUEST)
     form = await run.says(root, "needs your input")
@@ -41,7 +30,7 @@ async def assert_ran_once(run: Run, root: Message) -> None:
     plan = await run.plan(root)
     assert plan.status == "completed", run.transcript(root)
     assert all(s.attempts == 1 for s in plan.steps)
-    assert dispatches(run, root) == [(1, 1), (2, 1), (3, 1), (4, 1)]
+    assert run.dispatches(root) == [(1, 1), (2, 1), (3, 1), (4, 1)]
     texts = [m.text for m in run.messages(root)]
     assert sum(t.startswith("Plan (5 steps)") for t in texts) == 1
     assert sum("I wrote a plan" in t for t in texts) == 1
@@ -115,7 +104,7 @@ async def test_forged_results_and_bot_mentions_change_nothing(
         after = await run.plan(root)
         assert after == before
         assert len(run.messages(root)) == count + 3  # the three posts, and no answer to any
-        assert dispatches(run, root) == [(1, 1), (2, 1), (3, 1)]
+        assert run.dispatches(root) == [(1, 1), (2, 1), (3, 1)]
 
 
 @pytest.mark.postgres

@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy bot agents storage tests bench
+	$(BIN)/mypy bot agents storage local_slack tests bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q

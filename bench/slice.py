@@ -27,7 +27,7 @@ from sqlalchemy import event
 
 from bot.local import start_local_stack
 from bot.views.forms import OPEN_ACTION
-from bot.workspace import Driver
+from local_slack import Driver
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
 STEPS = 5

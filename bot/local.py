@@ -19,9 +19,9 @@ from bot.identities import make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher
 from bot.service import Clock, Flotilla, Options, utcnow
-from bot.workspace import InstalledApp, LocalWorkspace, Person
-from bot.workspace.events import SLACK_RETRY_DELAYS
-from bot.workspace.state import Channel
+from local_slack import InstalledApp, LocalWorkspace, Person
+from local_slack.events import SLACK_RETRY_DELAYS
+from local_slack.state import Channel
 from storage import migrate
 from storage import repository as repo
 from storage.db import Database

@@ -13,8 +13,8 @@ from bot.local import LocalStack, start_local_stack
 from bot.service import Options
 from bot.views.forms import INLINE_ACTION, OPEN_ACTION
 from bot.views.plan_card import CANCEL_ACTION
-from bot.workspace import Driver, Message
-from bot.workspace.console import Console
+from local_slack import Driver, Message
+from local_slack.console import Console
 
 DEMO_REQUEST = (
     "compare our pricing with the top three competitors and draft a note for the sales team"

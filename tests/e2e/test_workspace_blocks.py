@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from bot.workspace import LocalWorkspace
-from bot.workspace.blocks import check_view
+from local_slack import LocalWorkspace
+from local_slack.blocks import check_view
 from tests.e2e.conftest import client_for
 from tests.e2e.spec_shapes import SPECS
 

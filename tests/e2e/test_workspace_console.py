@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.workspace import Driver, LocalWorkspace
-from bot.workspace.console import Console
+from local_slack import Driver, LocalWorkspace
+from local_slack.console import Console
 from tests.e2e.conftest import Receiver, client_for
 
 

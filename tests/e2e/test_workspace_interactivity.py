@@ -14,8 +14,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.workspace import Driver, InstalledApp, LocalWorkspace, Message
-from bot.workspace.state import Person
+from local_slack import Driver, InstalledApp, LocalWorkspace, Message
+from local_slack.state import Person
 from tests.e2e.conftest import Receiver, client_for
 from tests.e2e.spec_shapes import recorded, unknown_keys
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.workspace import LocalWorkspace
+from local_slack import LocalWorkspace
 from tests.e2e.conftest import client_for
 from tests.e2e.spec_shapes import SPECS
 

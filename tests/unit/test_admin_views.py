@@ -23,8 +23,8 @@ from bot.views.admin import (
     submitted_draft,
     usage_text,
 )
-from bot.workspace.blocks import check_view
-from bot.workspace.state import initial_values
+from local_slack.blocks import check_view
+from local_slack.state import initial_values
 from storage.records import AgentRecord, AuditRecord, UsageTotal
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

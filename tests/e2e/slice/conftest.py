@@ -17,7 +17,7 @@ from agents import offline
 from agents.plan import Plan
 from bot.local import LocalStack, start_local_stack
 from bot.service import Flotilla, Options
-from bot.workspace import Driver, Message
+from local_slack import Driver, Message
 from tests.e2e.slice.scripts import Script
 
 FAST_RETRIES = (0.0, 0.05, 0.05)

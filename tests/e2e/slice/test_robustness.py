@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.views.forms import OPEN_ACTION
-from bot.workspace import Message
+from local_slack import Message
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.conftest import client_for
 from tests.e2e.slice.conftest import REQUEST, Run

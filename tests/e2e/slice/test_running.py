@@ -18,7 +18,7 @@ from bot.serve import run as serve
 from bot.service import Options
 from bot.settings import Settings
 from bot.trial import TrialConsole, demo
-from bot.workspace import Driver, LocalWorkspace
+from local_slack import Driver, LocalWorkspace
 from tests.e2e.slice.conftest import FAST_RETRIES, REQUEST
 
 

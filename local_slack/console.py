@@ -8,9 +8,9 @@ import re
 import sys
 from collections.abc import Callable
 
-from bot.workspace.driver import Driver
-from bot.workspace.state import Channel, Message, Person
-from bot.workspace.transcript import render_message, render_view
+from local_slack.driver import Driver
+from local_slack.state import Channel, Message, Person
+from local_slack.transcript import render_message, render_view
 
 HELP = """Type a message to post it in #{channel} as @{person}.
   @AppName text    mention an installed app (its bot user)

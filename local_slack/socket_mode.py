@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
-from bot.workspace.events import Attempt
-from bot.workspace.server import ApiError, Call, method
-from bot.workspace.state import InstalledApp, Json
+from local_slack.events import Attempt
+from local_slack.server import ApiError, Call, method
+from local_slack.state import InstalledApp, Json
 
 if TYPE_CHECKING:
-    from bot.workspace.workspace import LocalWorkspace
+    from local_slack.workspace import LocalWorkspace
 
 
 @dataclass
@@ -92,7 +92,7 @@ async def open_connection(ws: LocalWorkspace, app: InstalledApp) -> Json:
 
 
 async def handle_socket(request: web.Request) -> web.StreamResponse:
-    from bot.workspace.server import WORKSPACE
+    from local_slack.server import WORKSPACE
 
     ws = request.app[WORKSPACE]
     hub = ws.socket_hub

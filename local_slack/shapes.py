@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from bot.workspace.state import Json, Message, WorkspaceState
+from local_slack.state import Json, Message, WorkspaceState
 
 
 def message_json(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import secrets
 
-from bot.workspace.blocks import check_blocks
-from bot.workspace.server import ApiError, Call, method
-from bot.workspace.shapes import message_json
-from bot.workspace.state import Channel, Ephemeral, Json, Message
+from local_slack.blocks import check_blocks
+from local_slack.server import ApiError, Call, method
+from local_slack.shapes import message_json
+from local_slack.state import Channel, Ephemeral, Json, Message
 
 TEXT_MAX = 40_000  # chat.postMessage truncates beyond this; update/postEphemeral refuse
 MARKDOWN_TEXT_MAX = 12_000

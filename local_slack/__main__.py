@@ -1,7 +1,7 @@
 """Run the local Slack-compatible workspace standalone.
 
-    python -m bot.workspace --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
-    python -m bot.workspace --manifest manifest.yml        # Socket Mode, as the manifest says
+    python -m local_slack --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
+    python -m local_slack --manifest manifest.yml        # Socket Mode, as the manifest says
 
 prints the Web API URL and each app's tokens, then lets you type as a person (see console.py).
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from bot.workspace.console import Console
-from bot.workspace.driver import Driver
-from bot.workspace.workspace import LocalWorkspace
+from local_slack.console import Console
+from local_slack.driver import Driver
+from local_slack.workspace import LocalWorkspace
 
 ALL_SCOPES = (
     "app_mentions:read",
@@ -38,7 +38,7 @@ ALL_SCOPES = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bot.workspace", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m local_slack", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3333)
     parser.add_argument(

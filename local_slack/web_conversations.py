@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 
-from bot.workspace.server import ApiError, Call, method
-from bot.workspace.shapes import message_json
-from bot.workspace.state import Channel, Json, Message, Person
+from local_slack.server import ApiError, Call, method
+from local_slack.shapes import message_json
+from local_slack.state import Channel, Json, Message, Person
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

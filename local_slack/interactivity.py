@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bot.workspace.blocks import check_blocks, check_view
-from bot.workspace.events import Delivery, signed_post
-from bot.workspace.shapes import message_json
-from bot.workspace.state import (
+from local_slack.blocks import check_blocks, check_view
+from local_slack.events import Delivery, signed_post
+from local_slack.shapes import message_json
+from local_slack.state import (
     Ephemeral,
     InstalledApp,
     Json,
@@ -25,7 +25,7 @@ from bot.workspace.state import (
 )
 
 if TYPE_CHECKING:
-    from bot.workspace.workspace import LocalWorkspace
+    from local_slack.workspace import LocalWorkspace
 
 RESPONSE_URL_TTL_SECONDS = 30 * 60
 RESPONSE_URL_MAX_USES = 5
@@ -175,7 +175,7 @@ class Interactivity:
     def _apply_submission_answer(
         self, app: InstalledApp, view: View, delivery: Delivery
     ) -> SubmissionOutcome:
-        from bot.workspace.web_views import replace_view
+        from local_slack.web_views import replace_view
 
         state = self.ws.state
         stack = state.modal_stacks.get((view.user_id, app.app_id), [])
@@ -332,13 +332,13 @@ def _command_answer(body: str) -> Json:
 
 
 def _with_ids(spec: Json) -> Json:
-    from bot.workspace.web_views import assign_ids
+    from local_slack.web_views import assign_ids
 
     return assign_ids(dict(spec))
 
 
 async def handle_response_url(request: web.Request) -> web.Response:
-    from bot.workspace.server import WORKSPACE
+    from local_slack.server import WORKSPACE
 
     ws = request.app[WORKSPACE]
     try:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bot.workspace.state import Channel, InstalledApp, Json, WorkspaceState
+from local_slack.state import Channel, InstalledApp, Json, WorkspaceState
 
 if TYPE_CHECKING:
-    from bot.workspace.workspace import LocalWorkspace
+    from local_slack.workspace import LocalWorkspace
 
 
 class ApiError(Exception):
@@ -171,7 +171,7 @@ async def handle_api(request: web.Request) -> web.Response:
 
 async def _app_token_call(ws: LocalWorkspace, name: str, token: str) -> web.Response:
     """App-level tokens may only open Socket Mode connections."""
-    from bot.workspace.socket_mode import open_connection
+    from local_slack.socket_mode import open_connection
 
     app = ws.state.app_by_app_token(token)
     if app is None:
@@ -191,7 +191,7 @@ def _channel_key(args: dict[str, Any]) -> str | None:
 def build_app(ws: LocalWorkspace) -> web.Application:
     """The aiohttp application: Web API, response_url endpoint and a health check."""
     # Importing the method modules registers their handlers in METHODS.
-    from bot.workspace import (  # noqa: F401
+    from local_slack import (  # noqa: F401
         interactivity,
         socket_mode,
         web_chat,

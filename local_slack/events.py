@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from bot.workspace.shapes import message_json
-from bot.workspace.state import InstalledApp, Json, Message, WorkspaceState, new_id
+from local_slack.shapes import message_json
+from local_slack.state import InstalledApp, Json, Message, WorkspaceState, new_id
 
 if TYPE_CHECKING:
-    from bot.workspace.socket_mode import SocketHub
+    from local_slack.socket_mode import SocketHub
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 SLACK_RETRY_DELAYS = (0.0, 60.0, 300.0)  # "nearly immediately, 1 minute, 5 minutes"

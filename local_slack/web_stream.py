@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.workspace.server import ApiError, Call, method
-from bot.workspace.shapes import message_json
-from bot.workspace.state import Json, Message
-from bot.workspace.web_chat import (
+from local_slack.server import ApiError, Call, method
+from local_slack.shapes import message_json
+from local_slack.state import Json, Message
+from local_slack.web_chat import (
     MARKDOWN_TEXT_MAX,
     markdown_block,
     parse_blocks,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import secrets
 
-from bot.workspace.blocks import check_view
-from bot.workspace.server import ApiError, Call, method
-from bot.workspace.state import Json, Trigger, View, new_view_hash
+from local_slack.blocks import check_view
+from local_slack.server import ApiError, Call, method
+from local_slack.state import Json, Trigger, View, new_view_hash
 
 TRIGGER_TTL_SECONDS = 3.0
 MODAL_STACK_MAX = 3

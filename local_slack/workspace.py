@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.workspace.events import SLACK_RETRY_DELAYS, EventDispatcher
-from bot.workspace.interactivity import Interactivity
-from bot.workspace.ratelimit import RateLimiter
-from bot.workspace.server import build_app
-from bot.workspace.socket_mode import SocketHub
-from bot.workspace.state import Channel, InstalledApp, Person, WorkspaceState, new_id
+from local_slack.events import SLACK_RETRY_DELAYS, EventDispatcher
+from local_slack.interactivity import Interactivity
+from local_slack.ratelimit import RateLimiter
+from local_slack.server import build_app
+from local_slack.socket_mode import SocketHub
+from local_slack.state import Channel, InstalledApp, Person, WorkspaceState, new_id
 
 DEFAULT_SCOPES = (
     "app_mentions:read",

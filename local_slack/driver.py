@@ -7,12 +7,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bot.workspace.events import Delivery
-from bot.workspace.interactivity import SubmissionOutcome
-from bot.workspace.shapes import message_json, rich_text_block
-from bot.workspace.state import Ephemeral, InstalledApp, Json, Message, Person, View
-from bot.workspace.transcript import render_thread
-from bot.workspace.workspace import LocalWorkspace
+from local_slack.events import Delivery
+from local_slack.interactivity import SubmissionOutcome
+from local_slack.shapes import message_json, rich_text_block
+from local_slack.state import Ephemeral, InstalledApp, Json, Message, Person, View
+from local_slack.transcript import render_thread
+from local_slack.workspace import LocalWorkspace
 
 Who = Person | str
 

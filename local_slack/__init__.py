@@ -13,7 +13,7 @@ Use it from Python::
     ...
     await ws.stop()
 
-or standalone: ``python -m bot.workspace --port 3333 --app Flotilla=http://…/slack/events``.
+or standalone: ``python -m local_slack --port 3333 --app Flotilla=http://…/slack/events``.
 
 Web API: auth.test, chat.postMessage, chat.update, chat.delete, chat.postEphemeral,
 chat.startStream/appendStream/stopStream, conversations.replies/history/info/members/open,
@@ -24,8 +24,8 @@ Interactivity: block_actions (messages and views), view_submission (response_act
 update, push, clear), view_closed, slash commands, response_url.
 """
 
-from bot.workspace.driver import Driver
-from bot.workspace.state import InstalledApp, Message, Person, View
-from bot.workspace.workspace import LocalWorkspace
+from local_slack.driver import Driver
+from local_slack.state import InstalledApp, Message, Person, View
+from local_slack.workspace import LocalWorkspace
 
 __all__ = ["Driver", "InstalledApp", "LocalWorkspace", "Message", "Person", "View"]

@@ -1,4 +1,4 @@
-"""Shape checks against ../shared/slack-specs: recorded responses and documented errors."""
+"""Shape checks against the vendored Slack specs (tests/specs): samples, documented errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-SPECS = Path("/work/shared/slack-specs")
+SPECS = Path(__file__).resolve().parents[1] / "specs"  # see tests/specs/README.md
 RECORDED = SPECS / "java-slack-sdk-json-logs"
 METHOD_DOCS = SPECS / "slack-api-ref" / "docs.slack.dev" / "methods"
 # Errors any method can answer (docs.slack.dev "common errors"), plus ratelimited.

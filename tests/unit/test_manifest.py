@@ -13,10 +13,8 @@ import yaml
 from bot.cli import main
 from bot.manifest import agent_manifest, commander_manifest
 
-SCHEMA = (
-    Path(__file__).resolve().parents[3]
-    / "shared/slack-specs/manifest-schema/schemas/manifest.schema.1.0.0.json"
-)
+SPECS = Path(__file__).resolve().parents[1] / "specs"  # vendored: see tests/specs/README.md
+SCHEMA = SPECS / "manifest-schema/schemas/manifest.schema.1.0.0.json"
 
 
 @pytest.fixture(scope="module")

@@ -29,12 +29,22 @@ class OperationRejected(FlotillaError, ValueError):
 
 
 class RunError(FlotillaError):
-    """An agent run failed. `retryable` tells the orchestrator whether to re-dispatch."""
+    """An agent run failed. `retryable` tells the orchestrator whether to re-dispatch.
+
+    Two texts: `detail` (also `str(exc)`) is for operators – status code, provider, model
+    and what to fix – and goes to the log; `public` is one short sentence safe to show a
+    person in Slack, never library advice. Without `public=` the detail is taken to be a
+    sentence for people already (errors Flotilla raises itself).
+    """
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, detail: str, *, public: str | None = None, retryable: bool | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.public = public if public is not None else detail
         if retryable is not None:
             self.retryable = retryable
 

@@ -18,28 +18,14 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.exceptions import (
-    ConcurrencyLimitExceeded,
-    ModelAPIError,
-    ModelConnectionError,
-    ModelHTTPError,
-    ModelQuotaExceededError,
-    ModelRateLimitError,
-    ModelRequestRejectedError,
-    ModelRequestTimeout,
-    ModelServerError,
-    ModelUnavailableError,
-    RunTimedOut,
-    UnexpectedModelBehavior,
-    UsageLimitExceeded,
-)
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.toolsets import AbstractToolset
 
-from agents.errors import PermanentError, RunError, TransientError
+from agents.errors import PermanentError
+from agents.failures import classify_error
 from agents.models import model_label
 from agents.registry import AgentSpec
 from agents.run_results import (
@@ -90,51 +76,6 @@ __all__ = [
 
 THREAD_CONTEXT_MESSAGES = 20
 THREAD_CONTEXT_CHARS = 400
-
-
-# --- error classification -----------------------------------------------------------------
-
-_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
-
-
-def classify_error(exc: BaseException) -> RunError:
-    """Map any failure of a run to `TransientError` (worth re-dispatching) or `PermanentError`.
-
-    Transient: connection, timeout, 429, 5xx, overloaded. Real: other 4xx, quota, usage
-    limit exceeded, output or tool arguments still invalid after retries, anything unknown
-    (an unknown error is not retried blindly: the commander decides).
-    """
-    if isinstance(exc, RunError):
-        return exc
-    if isinstance(exc, ModelQuotaExceededError):
-        return PermanentError("The model provider says the account's quota or credits are used up.")
-    if isinstance(exc, ModelRequestRejectedError):
-        return PermanentError(f"The model provider rejected the request ({_status(exc)}).")
-    if isinstance(exc, ModelRateLimitError):
-        return TransientError(f"The model provider is rate limiting requests ({_status(exc)}).")
-    if isinstance(exc, ModelUnavailableError | ModelServerError):
-        return TransientError(f"The model provider is unavailable or failing ({_status(exc)}).")
-    if isinstance(exc, ModelConnectionError | ModelRequestTimeout | RunTimedOut):
-        return TransientError("The model provider could not be reached in time.")
-    if isinstance(exc, ModelHTTPError):
-        if exc.status_code in _TRANSIENT_STATUS or exc.status_code >= 500:
-            return TransientError(f"The model provider answered HTTP {exc.status_code}.")
-        return PermanentError(f"The model provider refused the request (HTTP {exc.status_code}).")
-    if isinstance(exc, ConcurrencyLimitExceeded | TimeoutError | ConnectionError):
-        return TransientError("The run could not complete in time; it can be tried again.")
-    if isinstance(exc, UsageLimitExceeded):
-        return PermanentError("The run hit its usage limit (tokens, requests or tool calls).")
-    if isinstance(exc, UnexpectedModelBehavior | ModelAPIError):
-        return PermanentError(f"The model did not produce a valid answer: {_first_line(exc)}")
-    return PermanentError(f"The run failed: {type(exc).__name__}.")
-
-
-def _status(exc: ModelAPIError) -> str:
-    return f"HTTP {exc.status_code}" if isinstance(exc, ModelHTTPError) else type(exc).__name__
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -326,4 +267,4 @@ async def drive(
             agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
         )
     except Exception as exc:
-        raise classify_error(exc) from exc
+        raise classify_error(exc, model_label(model)) from exc

@@ -10,12 +10,36 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agents.models import ProviderKeys
 
 SLACK_API_URL_DEFAULT = "https://slack.com/api/"
 DATABASE_URL_DEFAULT = "sqlite+aiosqlite:///flotilla.db"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# URL schemes people write, and the async driver URL Flotilla needs instead
+_DRIVERLESS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgres": "postgresql+asyncpg",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+psycopg2": "postgresql+asyncpg",
+    "postgresql+psycopg": "postgresql+asyncpg",
+}
+
+
+class ConfigurationError(ValueError):
+    """A setting is missing or wrong; `str()` says which, and how to fix it."""
+
+    exit_code = 3
+
+
+class DatabaseUnavailable(ConfigurationError):
+    """The database cannot be reached, or is not at the schema this version needs."""
+
+    exit_code = 4
 
 
 class Settings(BaseSettings):
@@ -81,7 +105,65 @@ class Settings(BaseSettings):
     )
     http_host: str = Field(default="0.0.0.0", validation_alias=AliasChoices("FLOTILLA_HTTP_HOST"))
     http_port: int = Field(default=3000, validation_alias=AliasChoices("FLOTILLA_HTTP_PORT"))
-    log_level: str = Field(default="INFO", validation_alias=AliasChoices("FLOTILLA_LOG_LEVEL"))
+    log_level: str = Field(
+        default="INFO",
+        validation_alias=AliasChoices("FLOTILLA_LOG_LEVEL"),
+        description="DEBUG, INFO, WARNING or ERROR.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        validation_alias=AliasChoices("FLOTILLA_LOG_FORMAT"),
+        description="text (one line per record) or json (one object per line).",
+    )
+    shutdown_grace_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        le=3600,
+        validation_alias=AliasChoices("FLOTILLA_SHUTDOWN_GRACE_SECONDS"),
+        description="On SIGTERM/SIGINT, how long in-flight runs may finish before the rest "
+        "is handed over to another replica.",
+    )
+    event_retention_hours: float = Field(
+        default=24.0,
+        gt=0,
+        validation_alias=AliasChoices("FLOTILLA_EVENT_RETENTION_HOURS"),
+        description="How long processed-event ids are kept for de-duplication (Slack "
+        "retries for minutes).",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _known_level(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.strip().upper() not in LOG_LEVELS:
+                raise ValueError(f"use one of {', '.join(LOG_LEVELS)}")
+            return value.strip().upper()
+        return value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str) -> str:
+        value = value.strip()
+        scheme, sep, rest = value.partition("://")
+        if not sep:
+            raise ValueError(
+                "not a database URL: use sqlite+aiosqlite:///flotilla.db or "
+                "postgresql+asyncpg://user:password@host:5432/db"
+            )
+        if scheme in _DRIVERLESS:
+            raise ValueError(
+                f"Flotilla needs an async driver: write {_DRIVERLESS[scheme]}://{rest}"
+            )
+        if scheme not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+            raise ValueError(
+                f"unsupported database {scheme!r}: use sqlite+aiosqlite:// or postgresql+asyncpg://"
+            )
+        return value
 
     @field_validator("slack_api_url")
     @classmethod
@@ -104,9 +186,58 @@ class Settings(BaseSettings):
         """Socket Mode when an app-level token is configured, HTTP (Events API) otherwise."""
         return self.slack_app_token is not None
 
+    def provider_keys(self) -> ProviderKeys:
+        """The model providers' keys and base URL, to hand to `agents.models` explicitly."""
+        return ProviderKeys(
+            openai_api_key=_secret(self.openai_api_key),
+            openai_base_url=self.openai_base_url or None,
+            anthropic_api_key=_secret(self.anthropic_api_key),
+        )
+
+    def database_label(self) -> str:
+        """The database URL without credentials, for logs and messages."""
+        return redact_url(self.database_url)
+
     def sqlite_path(self) -> Path | None:
         """The database file for a SQLite URL, None for other backends or in-memory."""
         prefix = "sqlite+aiosqlite:///"
         if self.database_url.startswith(prefix) and self.database_url != prefix:
             return Path(self.database_url.removeprefix(prefix))
         return None
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None and value.get_secret_value() else None
+
+
+def redact_url(url: str) -> str:
+    """`postgresql+asyncpg://u:pw@h:5432/db` -> `postgresql+asyncpg://u@h:5432/db`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}@" if parts.username else ""
+    return parts._replace(netloc=user + netloc).geturl()
+
+
+def _setting_name(loc: tuple[int | str, ...]) -> str:
+    field = Settings.model_fields.get(str(loc[0])) if loc else None
+    alias = field.validation_alias if field is not None else None
+    if isinstance(alias, AliasChoices) and alias.choices:
+        return str(alias.choices[0])
+    return str(loc[0]).upper() if loc else "a setting"
+
+
+def load_settings() -> Settings:
+    """The settings from the environment and `.env`; an invalid value is a
+    `ConfigurationError` naming each setting and what to write instead."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{_setting_name(error['loc'])}: {message}")
+        raise ConfigurationError(
+            "invalid settings (from the environment or .env):\n  " + "\n  ".join(problems)
+        ) from None

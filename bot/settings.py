@@ -156,9 +156,8 @@ class Settings(BaseSettings):
                 "postgresql+asyncpg://user:password@host:5432/db"
             )
         if scheme in _DRIVERLESS:
-            raise ValueError(
-                f"Flotilla needs an async driver: write {_DRIVERLESS[scheme]}://{rest}"
-            )
+            wanted = redact_url(f"{_DRIVERLESS[scheme]}://{rest}")
+            raise ValueError(f"Flotilla needs an async driver: write {wanted}")
         if scheme not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
             raise ValueError(
                 f"unsupported database {scheme!r}: use sqlite+aiosqlite:// or postgresql+asyncpg://"

@@ -21,8 +21,7 @@ from agents.reconciler import Clock, plan_from_rows, utcnow
 from storage import plans as store
 from storage.db import Database
 from storage.locks import ConversationLocks
-from storage.records import OutboxRecord
-from storage.repository import (
+from storage.outbox import (
     claim_effects,
     finish_effect,
     give_up_effect,
@@ -30,6 +29,7 @@ from storage.repository import (
     mark_effect_done,
     retry_effect_later,
 )
+from storage.records import OutboxRecord
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,11 @@ from agents.plan_operations import Operation, apply_operation
 from agents.plan_ops import apply_outcome, dispatch, fail_step, with_status
 from agents.ports import Effect
 from storage import plans as store
+from storage.conversations import request_text
 from storage.db import Database
+from storage.events import record_event
 from storage.locks import ConversationLocks
+from storage.outbox import enqueue_effects
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +214,7 @@ class Reconciler:
                 conversation_id=conversation_id,
                 max_parallel=max_parallel,
                 max_attempts=max_attempts,
-                request=store.request_text(conn, conversation_id),
+                request=request_text(conn, conversation_id),
                 steps=tuple(steps),
             )
             decision = start(plan, now)
@@ -245,7 +248,7 @@ class Reconciler:
 
         def work(conn: Connection) -> Decision | None:
             nonlocal outcomes, operations
-            if event_key is not None and not store.record_event(conn, event_key, now):
+            if event_key is not None and not record_event(conn, event_key, now):
                 outcomes, operations = (), ()
             known = (held.id, held.version) if held is not None else None
             loaded = store.load_latest_plan(conn, conversation_id, known=known)
@@ -344,7 +347,7 @@ def _write_plan_and_effects(
         for e in decision.effects
         if not (card_waiting and e.kind == "update_plan_card")
     ]
-    store.enqueue_effects(conn, rows, now)
+    enqueue_effects(conn, rows, now)
 
 
 def _effect_row(effect: Effect) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import repository
+from storage.agents import create_agent, get_agent, list_agents
 from storage.records import AgentRecord
+from storage.sql import DuplicateError
 
 BUILTIN_TOOLS = ("ask_user", "read_thread", "http_fetch")
 HTTP_FETCH_PREFIX = "http_fetch:"
@@ -128,14 +129,14 @@ async def seed_default_agents(conn: AsyncConnection, team_id: str, now: datetime
     Returns the names added. Idempotent: a workspace with any agent is left alone, so
     defaults an admin removed or edited never come back.
     """
-    if await repository.list_agents(conn, team_id):
+    if await list_agents(conn, team_id):
         return []
     added: list[str] = []
     for default in DEFAULT_AGENTS:
         fields = {k: v for k, v in default.items() if k != "name"}
         try:
-            await repository.create_agent(conn, team_id, default["name"], now, **fields)
-        except repository.DuplicateError:
+            await create_agent(conn, team_id, default["name"], now, **fields)
+        except DuplicateError:
             continue  # another replica seeded it in the meantime
         added.append(default["name"])
     return added
@@ -143,16 +144,14 @@ async def seed_default_agents(conn: AsyncConnection, team_id: str, now: datetime
 
 async def enabled_agents(conn: AsyncConnection, team_id: str) -> list[AgentSpec]:
     """The enabled sub-agents of a workspace, by name."""
-    return [
-        spec_from_record(r) for r in await repository.list_agents(conn, team_id, enabled_only=True)
-    ]
+    return [spec_from_record(r) for r in await list_agents(conn, team_id, enabled_only=True)]
 
 
 async def get_agent_spec(conn: AsyncConnection, team_id: str, name: str) -> AgentSpec | None:
-    record = await repository.get_agent(conn, team_id, name)
+    record = await get_agent(conn, team_id, name)
     return spec_from_record(record) if record else None
 
 
 async def enabled_agent_names(conn: AsyncConnection, team_id: str) -> list[str]:
     """Names a plan may assign steps to (besides "user" and "commander")."""
-    return [a.name for a in await repository.list_agents(conn, team_id, enabled_only=True)]
+    return [a.name for a in await list_agents(conn, team_id, enabled_only=True)]

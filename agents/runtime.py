@@ -52,9 +52,10 @@ from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_th
 from agents.tools.context import RunDeps, RunJob
 from agents.tools.http_fetch import http_fetch
 from agents.tools.mcp import mcp_toolsets
-from storage import repository
+from storage.conversations import thread_messages
 from storage.db import Database
 from storage.records import AgentRunRecord
+from storage.runs import load_run
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -146,9 +147,9 @@ def build_step_agent(
 async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None, list[Any]]:
     """The stored session of `job.run_key` (if any) and the thread's stored messages."""
     async with db.read() as conn:
-        stored = await repository.load_run(conn, job.run_key)
+        stored = await load_run(conn, job.run_key)
         thread = (
-            await repository.thread_messages(conn, job.conversation_id)
+            await thread_messages(conn, job.conversation_id)
             if job.conversation_id is not None
             else []
         )

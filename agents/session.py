@@ -30,9 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.models import resolve_model
 from agents.tools.context import RunJob
-from storage import repository
 from storage.db import Database
 from storage.records import AgentRunRecord
+from storage.runs import save_run
+from storage.usage import record_usage
 
 Clock = Callable[[], datetime]
 
@@ -146,7 +147,7 @@ class RunSession:
         spent_in = self.usage.input_tokens - self.recorded[0]
         spent_out = self.usage.output_tokens - self.recorded[1]
         if spent_in or spent_out:
-            await repository.record_usage(
+            await record_usage(
                 conn,
                 team_id=self.job.team_id,
                 channel_id=self.job.channel_id,
@@ -158,7 +159,7 @@ class RunSession:
                 output_tokens=spent_out,
                 now=self.now(),
             )
-        await repository.save_run(
+        await save_run(
             conn,
             run_key=self.job.run_key,
             agent_name=self.agent_name,

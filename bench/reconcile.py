@@ -32,11 +32,12 @@ from agents.outbox import OutboxSender  # noqa: E402
 from agents.plan import Step, StepSucceeded  # noqa: E402
 from agents.ports import Effect  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
-from storage import repository as repo  # noqa: E402
+from storage.conversations import open_conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.locks import sqlite_engine  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
 from storage.plans import conversations_t, plans_t, steps_t  # noqa: E402
+from storage.workspaces import ensure_workspace  # noqa: E402
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -93,7 +94,7 @@ def diamond(layers: int) -> list[Step]:
 
 async def conversation(db: Database, thread: str) -> int:
     async with db.write() as conn:
-        found = await repo.open_conversation(
+        found = await open_conversation(
             conn,
             team_id="T1",
             channel_id="C1",
@@ -108,7 +109,7 @@ async def conversation(db: Database, thread: str) -> int:
 async def add_live_plans(db: Database, count: int, first: int) -> None:
     """`count` other running plans (5-step chains, step 1 in progress), in bulk."""
     async with db.write() as conn:
-        await repo.ensure_workspace(conn, "T1", NOW)
+        await ensure_workspace(conn, "T1", NOW)
         for start in range(0, count, 1000):
             batch = range(first + start, first + min(start + 1000, count))
             await conn.execute(

@@ -20,8 +20,15 @@ from bot import handlers
 from bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
 from bot.identities import make_client
 from bot.secrets import SecretsError
-from storage import repository as repo
+from storage import agents as agent_store
+from storage import audit as audit_log
+from storage import plans as plan_store
+from storage.agents import create_agent, list_agents, update_agent
+from storage.audit import audit
+from storage.plans import conversations_waiting_on_agent
 from storage.records import AgentRecord, AuditRecord, UsageTotal
+from storage.sql import DuplicateError
+from storage.usage import usage_since
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
@@ -80,16 +87,14 @@ async def save_agent(service: Flotilla, user: str, mode: Mode, draft: AgentDraft
     async with service.db.write() as conn:
         if existing is None:
             try:
-                await repo.create_agent(
-                    conn, service.team_id, draft.name, service.clock(), **fields
-                )
-            except repo.DuplicateError:
+                await create_agent(conn, service.team_id, draft.name, service.clock(), **fields)
+            except DuplicateError:
                 return {"name": f"An agent named {draft.name} exists already."}
             details: dict[str, Any] = {"identity": fields["identity"], "model": fields["model"]}
         else:
-            await repo.update_agent(conn, service.team_id, draft.name, service.clock(), **fields)
+            await update_agent(conn, service.team_id, draft.name, service.clock(), **fields)
             details = {"changed": _changed(existing, fields, bool(draft.bot_token.strip()))}
-        await repo.audit(
+        await audit(
             conn,
             team_id=service.team_id,
             actor=user,
@@ -160,10 +165,10 @@ async def set_enabled(service: Flotilla, user: str, name: str, enabled: bool) ->
     verb = "enabled" if enabled else "disabled"
     async with service.db.write() as conn:
         try:
-            await repo.update_agent(conn, service.team_id, name, service.clock(), enabled=enabled)
+            await update_agent(conn, service.team_id, name, service.clock(), enabled=enabled)
         except LookupError:
             return f"There is no agent named {name}. `/flotilla agents` lists them."
-        await repo.audit(
+        await audit(
             conn,
             team_id=service.team_id,
             actor=user,
@@ -180,9 +185,9 @@ async def set_enabled(service: Flotilla, user: str, name: str, enabled: bool) ->
 async def remove_agent(service: Flotilla, user: str, name: str) -> str:
     """Remove an agent (audited); its pending steps fail."""
     async with service.db.write() as conn:
-        if not await repo.remove_agent(conn, service.team_id, name):
+        if not await agent_store.remove_agent(conn, service.team_id, name):
             return f"There is no agent named {name}. `/flotilla agents` lists them."
-        await repo.audit(
+        await audit(
             conn,
             team_id=service.team_id,
             actor=user,
@@ -197,7 +202,7 @@ async def remove_agent(service: Flotilla, user: str, name: str) -> str:
 async def _fail_pending(service: Flotilla, name: str, reason: str) -> str:
     """Fail the agent's pending steps in every running plan; say so in each thread."""
     async with service.db.read() as conn:
-        conversations = await repo.conversations_waiting_on_agent(conn, service.team_id, name)
+        conversations = await conversations_waiting_on_agent(conn, service.team_id, name)
     failed = 0
     for conversation_id in conversations:
         decision = await service.reconciler.fail_steps_of(conversation_id, name, reason)
@@ -228,7 +233,7 @@ async def _fail_pending(service: Flotilla, name: str, reason: str) -> str:
 async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None) -> str:
     """Cancel a plan by id, or the one running in `channel` (requester or admin; audited)."""
     async with service.db.read() as conn:
-        plans = await repo.active_plans(conn, service.team_id)
+        plans = await plan_store.active_plans(conn, service.team_id)
     if plan_id is None:
         here = [p for p in plans if p[2] == channel]
         if not here:
@@ -248,7 +253,7 @@ async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None
     if problem:
         return problem
     async with service.db.write() as conn:
-        await repo.audit(
+        await audit(
             conn,
             team_id=service.team_id,
             actor=user,
@@ -265,7 +270,7 @@ async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None
 
 async def _agents(service: Flotilla) -> list[AgentRecord]:
     async with service.db.read() as conn:
-        return await repo.list_agents(conn, service.team_id)
+        return await list_agents(conn, service.team_id)
 
 
 async def agents(service: Flotilla) -> list[AgentRecord]:
@@ -274,7 +279,7 @@ async def agents(service: Flotilla) -> list[AgentRecord]:
 
 async def active_plans(service: Flotilla) -> list[tuple[int, str, str, str]]:
     async with service.db.read() as conn:
-        return await repo.active_plans(conn, service.team_id)
+        return await plan_store.active_plans(conn, service.team_id)
 
 
 def month_start(now: datetime) -> datetime:
@@ -285,14 +290,14 @@ async def usage(service: Flotilla) -> tuple[datetime, list[UsageTotal], list[Usa
     """This month's token totals per agent and per channel."""
     since = month_start(service.clock())
     async with service.db.read() as conn:
-        by_agent = await repo.usage_since(conn, service.team_id, since, by="agent_name")
-        by_channel = await repo.usage_since(conn, service.team_id, since, by="channel_id")
+        by_agent = await usage_since(conn, service.team_id, since, by="agent_name")
+        by_channel = await usage_since(conn, service.team_id, since, by="channel_id")
     return since, by_agent, by_channel
 
 
 async def audit_trail(service: Flotilla, limit: int = 20) -> list[AuditRecord]:
     async with service.db.read() as conn:
-        return list(await repo.audit_trail(conn, service.team_id, limit=limit))
+        return list(await audit_log.audit_trail(conn, service.team_id, limit=limit))
 
 
 async def reports(service: Flotilla, user: str) -> Reports:

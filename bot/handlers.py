@@ -28,8 +28,11 @@ from bot.listeners.payloads import (
     strip_mention,
 )
 from bot.views.forms import FormKey, answered_message
-from storage import repository as repo
+from storage.conversations import open_conversation, store_message
+from storage.events import record_event
+from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord, MessageRecord
+from storage.runs import load_run
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
@@ -42,14 +45,13 @@ async def _enqueue_turn(
 ) -> None:
     """Record the message as work for the commander, in the transaction that stores it:
     once the message is seen, its turn is sure to happen (the outbox delivers it)."""
-    await repo.enqueue_effect(
-        conn,
-        idempotency_key=f"turn:{conversation_id}:{message.ts}",
-        kind="commander_turn",
-        payload={"text": text, "user": message.user, "ts": message.ts},
-        conversation_id=conversation_id,
-        now=service.clock(),
-    )
+    row = {
+        "idempotency_key": f"turn:{conversation_id}:{message.ts}",
+        "kind": "commander_turn",
+        "payload": {"text": text, "user": message.user, "ts": message.ts},
+        "conversation_id": conversation_id,
+    }
+    await conn.run_sync(enqueue_effects, [row], service.clock(), ignore_duplicates=True)
 
 
 def _record(message: SlackMessage, text: str | None = None) -> MessageRecord:
@@ -74,9 +76,9 @@ async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str 
     now = service.clock()
     async with service.db.write() as conn:
         # de-duplicated in the transaction that records the work: all of it, or none
-        if not await repo.mark_event_processed(conn, f"msg:{message.channel}:{message.ts}", now):
+        if not await conn.run_sync(record_event, f"msg:{message.channel}:{message.ts}", now):
             return
-        conversation = await repo.open_conversation(
+        conversation = await open_conversation(
             conn,
             team_id=service.team_id,
             channel_id=message.channel,
@@ -85,7 +87,7 @@ async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str 
             request_text=request[:MAX_REQUEST_CHARS],
             now=now,
         )
-        await repo.store_message(
+        await store_message(
             conn, conversation.id, _record(message, request[:MAX_REQUEST_CHARS]), now
         )
         if not too_long:
@@ -119,7 +121,7 @@ async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
     plan = await service.reconciler.plan(conversation.id) if author == "person" else None
     interjection = not forged and plan is not None and plan.status in ("running", "paused")
     async with service.db.write() as conn:
-        stored = await repo.store_message(conn, conversation.id, _record(message), service.clock())
+        stored = await store_message(conn, conversation.id, _record(message), service.clock())
         if stored and interjection:
             await _enqueue_turn(conn, service, conversation.id, message, message.text)
     if not stored:
@@ -150,7 +152,7 @@ async def _agent_result(
     if step.assignee != agent or step.attempts != meta.attempt or step.status != "in_progress":
         return
     async with service.db.read() as conn:
-        run = await repo.load_run(conn, work.run_key(plan.id, step.index, meta.attempt))
+        run = await load_run(conn, work.run_key(plan.id, step.index, meta.attempt))
     if run is None or run.status != "finished":
         return
     result = result_from_history(load_messages(run.messages))

@@ -23,7 +23,7 @@ from local_slack import InstalledApp, LocalWorkspace, Person
 from local_slack.events import SLACK_RETRY_DELAYS
 from local_slack.state import Channel
 from storage import migrate
-from storage import repository as repo
+from storage.agents import update_agent
 from storage.db import Database
 
 COMMANDER_APP = "Flotilla"
@@ -149,7 +149,7 @@ async def give_own_app(stack: LocalStack, name: str) -> InstalledApp | None:
     )
     stack.workspace.invite(stack.channel, installed)
     async with service.db.write() as conn:
-        await repo.update_agent(
+        await update_agent(
             conn,
             service.team_id,
             name,

@@ -18,7 +18,7 @@ from agents.ports import Delivery, Effect
 from bot.listeners.payloads import dispatch_metadata
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
-from storage import repository as repo
+from storage.plans import claim_plan_card, plan_card_ts
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
@@ -144,7 +144,7 @@ class SlackPort:
         """Post the card once (the first poster wins), then edit it in place."""
         service = self.service
         async with service.db.read() as conn:
-            card_ts = await repo.plan_card_ts(conn, plan.id)
+            card_ts = await plan_card_ts(conn, plan.id)
         if card_ts is not None and post_only:
             return
         conversation = await service.conversation(conversation_id)
@@ -158,7 +158,7 @@ class SlackPort:
             return
         ts = await service.say(conversation, text, blocks=rendered)
         async with service.db.write() as conn:
-            won = await repo.claim_plan_card(conn, plan.id, ts)
+            won = await claim_plan_card(conn, plan.id, ts)
         if not won:  # another sender posted the card first: keep one card
             await service.client.chat_delete(channel=conversation.channel_id, ts=ts)
 

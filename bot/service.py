@@ -34,10 +34,14 @@ from bot.identities import COMMANDER_NAME, Identity, Poster
 from bot.jobs import Jobs
 from bot.metrics import Metrics
 from bot.secrets import TokenCipher
-from storage import repository as repo
+from storage.agents import get_agent, list_agents
+from storage.conversations import find_conversation, get_conversation, store_message
 from storage.db import Database
 from storage.locks import ConversationLocks
+from storage.outbox import next_effect_due
 from storage.records import AgentRecord, ConversationRecord, MessageRecord
+from storage.runs import claim_run, release_run, renew_run
+from storage.workspaces import ensure_workspace, workspace_default_model
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +134,7 @@ class Flotilla:
         self.bot_user_id = auth.get("user_id")
         self.bot_id = auth.get("bot_id")
         async with self.db.write() as conn:
-            first = await repo.ensure_workspace(
+            first = await ensure_workspace(
                 conn, self.team_id, self.clock(), name=auth.get("team", "")
             )
             if first and self.options.seed_agents:
@@ -177,7 +181,7 @@ class Flotilla:
             try:
                 await self.drain()
                 async with self.db.read() as conn:
-                    due = await repo.next_effect_due(conn)
+                    due = await next_effect_due(conn)
             except Exception:  # the loop must survive a database hiccup
                 log.exception("outbox delivery failed; retrying")
                 due = None
@@ -193,7 +197,7 @@ class Flotilla:
         outbox row of `effect_key`; yields False when another process holds the run."""
         now = self.clock()
         async with self.db.write() as conn:
-            mine = await repo.claim_run(conn, run_key, self.owner, now=now, until=now + RUN_LEASE)
+            mine = await claim_run(conn, run_key, self.owner, now=now, until=now + RUN_LEASE)
         if not mine:
             yield False
             return
@@ -204,13 +208,13 @@ class Flotilla:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             async with self.db.write() as conn:
-                await repo.release_run(conn, run_key, self.owner)
+                await release_run(conn, run_key, self.owner)
 
     async def _renew(self, run_key: str, effect_key: str) -> None:
         while True:
             await asyncio.sleep(RUN_LEASE.total_seconds() / 3)
             async with self.db.write() as conn:
-                if not await repo.renew_run(conn, run_key, self.owner, self.clock() + RUN_LEASE):
+                if not await renew_run(conn, run_key, self.owner, self.clock() + RUN_LEASE):
                     log.warning("lost the lease on %s (this process was too slow)", run_key)
                     return
             await self.outbox.hold(effect_key)
@@ -221,26 +225,26 @@ class Flotilla:
         known = self._conversations.get(conversation_id)
         if known is None:
             async with self.db.read() as conn:
-                known = await repo.get_conversation(conn, conversation_id)
+                known = await get_conversation(conn, conversation_id)
             self._conversations[conversation_id] = known
         return known
 
     async def find_conversation(self, channel: str, thread_ts: str) -> ConversationRecord | None:
         async with self.db.read() as conn:
-            return await repo.find_conversation(conn, self.team_id, channel, thread_ts)
+            return await find_conversation(conn, self.team_id, channel, thread_ts)
 
     async def agent(self, name: str) -> AgentRecord | None:
         async with self.db.read() as conn:
-            return await repo.get_agent(conn, self.team_id, name)
+            return await get_agent(conn, self.team_id, name)
 
     async def enabled_names(self) -> list[str]:
         async with self.db.read() as conn:
-            return [a.name for a in await repo.list_agents(conn, self.team_id, enabled_only=True)]
+            return [a.name for a in await list_agents(conn, self.team_id, enabled_only=True)]
 
     async def agent_bot_ids(self) -> dict[str, str]:
         """bot id -> agent name, for agents with their own Slack app."""
         async with self.db.read() as conn:
-            agents = await repo.list_agents(conn, self.team_id)
+            agents = await list_agents(conn, self.team_id)
         return {a.bot_id: a.name for a in agents if a.identity == "app" and a.bot_id}
 
     def identity_of(self, agent: AgentRecord) -> Identity:
@@ -262,7 +266,7 @@ class Flotilla:
     async def identities(self) -> dict[str, Identity]:
         """Every agent's identity, in one query (for the plan card)."""
         async with self.db.read() as conn:
-            agents = await repo.list_agents(conn, self.team_id)
+            agents = await list_agents(conn, self.team_id)
         return {agent.name: self.identity_of(agent) for agent in agents}
 
     async def identity(self, name: str) -> Identity:
@@ -276,7 +280,7 @@ class Flotilla:
         if self.model is not None:
             return self.model
         async with self.db.read() as conn:
-            workspace_default = await repo.workspace_default_model(conn, self.team_id)
+            workspace_default = await workspace_default_model(conn, self.team_id)
         return resolve_model(
             choose_model(agent_model, workspace_default, self.options.default_model)
         )
@@ -333,7 +337,7 @@ class Flotilla:
             metadata=metadata,
         )
         async with self.db.write() as conn:
-            await repo.store_message(conn, conversation.id, record, self.clock())
+            await store_message(conn, conversation.id, record, self.clock())
         return ts
 
     async def thread_has_key(self, conversation: ConversationRecord, key: str) -> bool:

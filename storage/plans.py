@@ -32,16 +32,15 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.tables import Conversation, OutboxEntry, Plan, PlanStep, ProcessedEvent
+from storage.tables import Conversation, OutboxEntry, Plan, PlanStep
 
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
 steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
 outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
-events_t: Table = ProcessedEvent.__table__  # type: ignore[assignment]
 
 CARD_KIND = "update_plan_card"
 # step columns the reconciler reads and writes (besides plan_id and index)
@@ -188,10 +187,7 @@ def load_plan(conn: Connection, plan_id: int) -> LoadedPlan | None:
     return _loaded(list(result.mappings()))
 
 
-_RECORD_EVENT_PG = postgresql.insert(events_t).on_conflict_do_nothing()
-_RECORD_EVENT_SQLITE = sqlite.insert(events_t).on_conflict_do_nothing()
 _INSERT_STEPS = insert(steps_t)
-_INSERT_OUTBOX = insert(outbox_t)
 _UPDATE_PLAN = (
     update(plans_t)
     .where(plans_t.c.id == bindparam("b_id"), plans_t.c.version == bindparam("b_was_version"))
@@ -201,20 +197,6 @@ _UPDATE_PLAN = (
         updated_at=bindparam("b_updated_at"),
     )
 )
-
-
-def record_event(conn: Connection, key: str, now: datetime) -> bool:
-    """Record an event key as applied, in the applying transaction. False: seen before."""
-    values = {"key": key, "processed_at": now}
-    stmt = _RECORD_EVENT_PG if conn.dialect.name == "postgresql" else _RECORD_EVENT_SQLITE
-    result = conn.execute(stmt, values)
-    return bool(result.rowcount)
-
-
-def request_text(conn: Connection, conversation_id: int) -> str:
-    """The user's original message of the conversation (for `{{request}}`)."""
-    stmt = select(conversations_t.c.request_text).where(conversations_t.c.id == conversation_id)
-    return str(conn.scalar(stmt) or "")
 
 
 def insert_plan(
@@ -310,22 +292,59 @@ def update_plan(
         raise ConcurrentPlanChange(f"plan {plan_id}: version {was_version} is gone")
 
 
-def enqueue_effects(conn: Connection, rows: Sequence[dict[str, Any]], now: datetime) -> None:
-    """Outbox rows (`idempotency_key`, `kind`, `conversation_id`, `payload`, `available_at`).
+# --- the plan card, and plans as the admin surface lists them -------------------------
 
-    A plain insert: a duplicate key is an integrity error that rolls the transaction back.
-    A card refresh goes in with the rest unless one is already waiting (`card_waiting`,
-    read under the lock): the sender renders the plan as it is when it sends, so one
-    waiting row covers every later change, and a busy plan costs one card update per
-    delivery, not one per change.
-    """
-    if rows:
-        conn.execute(
-            _INSERT_OUTBOX,
-            [
-                {"state": "pending", "attempts": 0, "created_at": now}
-                | r
-                | {"available_at": r.get("available_at") or now}
-                for r in rows
-            ],
+
+async def plan_card_ts(conn: AsyncConnection, plan_id: int) -> str | None:
+    """The ts of the plan's card message, once posted."""
+    result: str | None = await conn.scalar(select(plans_t.c.card_ts).where(plans_t.c.id == plan_id))
+    return result
+
+
+async def claim_plan_card(conn: AsyncConnection, plan_id: int, ts: str) -> bool:
+    """Record the card's ts unless one was recorded already (then False: that one wins)."""
+    result = await conn.execute(
+        update(plans_t)
+        .where(plans_t.c.id == plan_id, plans_t.c.card_ts.is_(None))
+        .values(card_ts=ts)
+    )
+    return bool(result.rowcount)
+
+
+async def active_plans(conn: AsyncConnection, team_id: str) -> list[tuple[int, str, str, str]]:
+    """(plan id, status, channel, thread ts) of a workspace's plans that are not finished."""
+    rows = await conn.execute(
+        select(
+            plans_t.c.id,
+            plans_t.c.status,
+            conversations_t.c.channel_id,
+            conversations_t.c.thread_ts,
         )
+        .join(conversations_t, conversations_t.c.id == plans_t.c.conversation_id)
+        .where(
+            conversations_t.c.team_id == team_id,
+            plans_t.c.status.in_(("running", "paused")),
+        )
+        .order_by(plans_t.c.id)
+    )
+    return [(int(i), str(s), str(c), str(t)) for i, s, c, t in rows]
+
+
+async def conversations_waiting_on_agent(
+    conn: AsyncConnection, team_id: str, agent_name: str
+) -> list[int]:
+    """Conversations whose unfinished plan has a pending step assigned to `agent_name`."""
+    rows = await conn.execute(
+        select(conversations_t.c.id)
+        .distinct()
+        .join(plans_t, plans_t.c.conversation_id == conversations_t.c.id)
+        .join(steps_t, steps_t.c.plan_id == plans_t.c.id)
+        .where(
+            conversations_t.c.team_id == team_id,
+            plans_t.c.status.in_(("running", "paused")),
+            steps_t.c.assignee == agent_name,
+            steps_t.c.status == "pending",
+        )
+        .order_by(conversations_t.c.id)
+    )
+    return [int(i) for (i,) in rows]

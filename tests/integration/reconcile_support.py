@@ -30,7 +30,7 @@ from agents.outbox import OutboxSender
 from agents.plan import PlanProposal, StepProposal, StepSucceeded
 from agents.ports import Effect
 from agents.reconciler import Reconciler
-from storage import repository as repo
+from storage.conversations import open_conversation
 from storage.db import Database
 from storage.plans import outbox_t
 
@@ -101,7 +101,7 @@ def diamond() -> PlanProposal:
 
 async def new_conversation(db: Database, thread: str, text: str = "the request") -> int:
     async with db.write() as conn:
-        found = await repo.open_conversation(
+        found = await open_conversation(
             conn,
             team_id="T1",
             channel_id="C1",

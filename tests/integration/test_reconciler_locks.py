@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from storage.db import Database
+from storage.events import events_t, record_event
 from storage.locks import ConversationLocks
-from storage.plans import events_t, record_event
 from tests.integration.reconcile_support import T0, new_conversation
 
 

@@ -21,10 +21,12 @@ from sqlalchemy import Table, insert, select
 from agents.errors import PermanentError, RunError, TransientError
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
-from storage import repository
+from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.records import MessageRecord
+from storage.runs import load_run
 from storage.tables import Plan
+from storage.usage import usage_t
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
@@ -46,7 +48,7 @@ async def make_job(
     db: Database, *, step: int = 1, attempt: int = 1, text: str = "Find prices"
 ) -> RunJob:
     async with db.write() as conn:
-        conv = await repository.open_conversation(
+        conv = await open_conversation(
             conn,
             team_id="T1",
             channel_id="C1",
@@ -55,7 +57,7 @@ async def make_job(
             request_text="compare our pricing",
             now=NOW,
         )
-        await repository.store_message(
+        await store_message(
             conn,
             conv.id,
             MessageRecord("C1", "100.1", "U1", None, "alice", "compare our pricing", None),
@@ -92,7 +94,7 @@ def final(message: str, summary: str = "") -> ModelResponse:
 
 async def stored_run(db: Database, key: str) -> Any:
     async with db.read() as conn:
-        return await repository.load_run(conn, key)
+        return await load_run(conn, key)
 
 
 async def test_a_step_runs_tools_and_returns_message_and_summary(db: Database) -> None:
@@ -141,7 +143,7 @@ async def test_usage_is_recorded_with_workspace_channel_plan_step_agent_and_mode
     await run_step(db, job, SPEC, model=FunctionModel(script, model_name="scripted"), now=clock)
 
     async with db.read() as conn:
-        rows = (await conn.execute(select(repository.usage_t))).mappings().all()
+        rows = (await conn.execute(select(usage_t))).mappings().all()
     assert rows  # one entry per stored model turn
     for row in rows:
         assert (row["team_id"], row["channel_id"], row["plan_id"], row["step_index"]) == (
@@ -245,7 +247,7 @@ async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db:
 
 async def ledger_total(db: Database) -> tuple[int, int]:
     async with db.read() as conn:
-        rows = (await conn.execute(select(repository.usage_t))).mappings().all()
+        rows = (await conn.execute(select(usage_t))).mappings().all()
     return sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows)
 
 
@@ -322,7 +324,7 @@ async def test_the_per_run_token_limit_is_a_real_failure(db: Database) -> None:
             now=clock,
         )
     async with db.read() as conn:
-        spent = (await conn.execute(select(repository.usage_t.c.input_tokens))).scalars().all()
+        spent = (await conn.execute(select(usage_t.c.input_tokens))).scalars().all()
     assert spent and spent[0] > 0  # a failed run's tokens are still accounted
 
 

@@ -21,8 +21,8 @@ from agents.errors import PermanentError
 from agents.plan import AbortPlan, RetryStep, SkipStep
 from agents.registry import AgentSpec
 from agents.runtime import RunJob
-from storage import repository
 from storage.db import Database
+from storage.runs import load_run
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 AGENTS = [
@@ -120,7 +120,7 @@ async def test_a_plan_still_invalid_after_the_bounded_retries_is_a_real_failure(
     assert str(failure.value).startswith("I could not write a valid plan.")
     assert "ghost" in str(failure.value) and "max retries" not in str(failure.value)
     async with db.read() as conn:
-        run = await repository.load_run(conn, "commander:1:100.1")
+        run = await load_run(conn, "commander:1:100.1")
     assert run is not None and run.status == "failed"
 
 

@@ -18,7 +18,7 @@ from agents.plan import Plan, RetryStep, Step, new_steps
 from agents.plan_ops import render_input, replace_step
 from agents.registry import enabled_agents, seed_default_agents
 from agents.runtime import RunJob, StepQuestion, StepRunResult, resume_step, run_step
-from storage import repository
+from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.records import MessageRecord
 
@@ -36,7 +36,7 @@ async def test_the_offline_model_plans_and_runs_a_diamond(db: Database) -> None:
     async with db.write() as conn:
         await seed_default_agents(conn, "T1", NOW)
         agents = await enabled_agents(conn, "T1")
-        conv = await repository.open_conversation(
+        conv = await open_conversation(
             conn,
             team_id="T1",
             channel_id="C1",
@@ -51,7 +51,7 @@ async def test_the_offline_model_plans_and_runs_a_diamond(db: Database) -> None:
         lines.append(f"{author}: {text}")
         async with db.write() as conn:
             record = MessageRecord("C1", f"100.{next(ts)}", None, "B1", author, text, None)
-            await repository.store_message(conn, conv.id, record, NOW)
+            await store_message(conn, conv.id, record, NOW)
 
     await post("alice", f"@Flotilla {REQUEST}")
     turn = await commander_turn(

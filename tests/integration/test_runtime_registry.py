@@ -11,7 +11,7 @@ from agents.registry import (
     get_agent_spec,
     seed_default_agents,
 )
-from storage import repository
+from storage.agents import create_agent, remove_agent
 from storage.db import Database
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -22,7 +22,7 @@ async def test_first_start_seeds_the_defaults_once(db: Database) -> None:
         added = await seed_default_agents(conn, "T1", NOW)
     assert added == ["researcher", "analyst", "writer"]
     async with db.write() as conn:
-        await repository.remove_agent(conn, "T1", "analyst")
+        await remove_agent(conn, "T1", "analyst")
         assert await seed_default_agents(conn, "T1", NOW) == []  # an admin's removal sticks
         names = [a.name for a in await enabled_agents(conn, "T1")]
         assert await enabled_agent_names(conn, "T1") == names
@@ -32,7 +32,7 @@ async def test_first_start_seeds_the_defaults_once(db: Database) -> None:
 
 async def test_specs_are_typed_from_the_stored_row(db: Database) -> None:
     async with db.write() as conn:
-        await repository.create_agent(
+        await create_agent(
             conn,
             "T1",
             "scout",
@@ -46,7 +46,7 @@ async def test_specs_are_typed_from_the_stored_row(db: Database) -> None:
                 {"url": "http://127.0.0.1:9/other"},
             ],
         )
-        await repository.create_agent(conn, "T1", "sleepy", NOW, enabled=False)
+        await create_agent(conn, "T1", "sleepy", NOW, enabled=False)
         spec = await get_agent_spec(conn, "T1", "scout")
         enabled = [a.name for a in await enabled_agents(conn, "T1")]
     assert spec is not None

@@ -7,8 +7,8 @@ PostgreSQL (the `db` fixture).
 from __future__ import annotations
 
 from agents.reconciler import Reconciler, decide_agent_gone
-from storage import repository as repo
 from storage.db import Database
+from storage.plans import conversations_waiting_on_agent
 from tests.integration import reconcile_support as support
 from tests.unit.reconcile_helpers import T0, make_plan, started
 
@@ -59,9 +59,9 @@ async def test_reconciler_fails_stored_steps_once(db: Database) -> None:
         cid, support.proposal({}, {"assignee": "writer", "wait_for": [1]}), assignees=support.AGENTS
     )
     async with db.read() as conn:
-        assert await repo.conversations_waiting_on_agent(conn, "T1", "writer") == [cid]
-        assert await repo.conversations_waiting_on_agent(conn, "T1", "researcher") == []
-        assert await repo.conversations_waiting_on_agent(conn, "T2", "writer") == []
+        assert await conversations_waiting_on_agent(conn, "T1", "writer") == [cid]
+        assert await conversations_waiting_on_agent(conn, "T1", "researcher") == []
+        assert await conversations_waiting_on_agent(conn, "T2", "writer") == []
 
     decision = await reconciler.fail_steps_of(cid, "writer", REASON)
     assert decision is not None and decision.changed
@@ -72,7 +72,7 @@ async def test_reconciler_fails_stored_steps_once(db: Database) -> None:
     wake = f"plan:{stored.id}:step:2:attempt:0:failed"
     assert wake in await support.outbox_keys(db, "wake_commander")
     async with db.read() as conn:
-        assert await repo.conversations_waiting_on_agent(conn, "T1", "writer") == []
+        assert await conversations_waiting_on_agent(conn, "T1", "writer") == []
 
     again = await reconciler.fail_steps_of(cid, "writer", REASON)
     assert again is not None and not again.changed

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.views.forms import OPEN_ACTION
-from storage import repository as repo
 from storage.db import Database
+from storage.runs import load_run
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import plans
 from tests.e2e.slice.test_admin_command import command, user_id
@@ -51,7 +51,7 @@ async def test_disabling_the_writer_mid_plan_fails_its_step(
         assert "skipped by the commander" in (plan.steps[3].failure_reason or "")
         assert not addressed(run, root, "writer")  # never dispatched to the disabled agent
         async with run.service.db.read() as conn:
-            runs = await repo.load_run(conn, f"commander:plan:{plan.id}:step:4:attempt:0:failed")
+            runs = await load_run(conn, f"commander:plan:{plan.id}:step:4:attempt:0:failed")
         assert runs is not None and reason in str(runs.messages)
 
 

@@ -16,6 +16,7 @@ from pydantic_ai.models.function import AgentInfo
 from slack_sdk.signature import SignatureVerifier
 
 from agents.offline import first_prompt
+from storage.conversations import find_conversation
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import call, tools_of
 
@@ -67,10 +68,8 @@ async def test_forged_and_stale_signatures_are_refused(start: Callable[..., Any]
         assert run.stack.workspace.state.thread(run.stack.channel.id, "1700000000.000100") == []
         assert run.service.jobs.tasks == {}
         async with run.service.db.read() as conn:
-            from storage import repository as repo
-
             assert (
-                await repo.find_conversation(
+                await find_conversation(
                     conn, run.service.team_id, run.stack.channel.id, "1700000000.000100"
                 )
                 is None

@@ -11,6 +11,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents import offline
 from agents.offline import first_prompt
+from storage.agents import list_agents, remove_agent
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.scripts import tools_of
 
@@ -48,19 +49,18 @@ async def test_a_step_in_flight_resumes_after_a_restart(start: Callable[..., Any
 
 
 async def test_default_agents_are_seeded_once(start: Callable[..., Any]) -> None:
-    from storage import repository as repo
 
     async with start() as run:
         service = run.service
         async with service.db.read() as conn:
-            names = [a.name for a in await repo.list_agents(conn, service.team_id)]
+            names = [a.name for a in await list_agents(conn, service.team_id)]
         assert names == ["analyst", "researcher", "writer"]
         async with service.db.write() as conn:
             for name in names:
-                await repo.remove_agent(conn, service.team_id, name)
+                await remove_agent(conn, service.team_id, name)
         service = await run.stack.restart()
         async with service.db.read() as conn:
-            assert await repo.list_agents(conn, service.team_id) == []  # removed stays removed
+            assert await list_agents(conn, service.team_id) == []  # removed stays removed
 
 
 async def test_a_second_replica_never_runs_a_step_another_is_running(

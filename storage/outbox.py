@@ -1,0 +1,158 @@
+"""The outbox: side effects decided in a transaction, performed after commit.
+
+Every function takes an open connection; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.records import (
+    OutboxRecord,
+)
+from storage.sql import insert_ignoring_conflict
+from storage.tables import (
+    OutboxEntry,
+)
+
+outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
+
+
+_INSERT = insert(outbox_t)
+
+
+def enqueue_effects(
+    conn: Connection,
+    rows: Sequence[dict[str, Any]],
+    now: datetime,
+    *,
+    ignore_duplicates: bool = False,
+) -> int:
+    """Outbox rows (`idempotency_key`, `kind`, `conversation_id`, `payload`, `available_at`),
+    in the caller's transaction; how many were inserted.
+
+    By default a duplicate key is an integrity error that rolls the transaction back (the
+    reconciler's guarantee); `ignore_duplicates` skips rows whose key exists. Synchronous:
+    an async caller runs it with `await conn.run_sync(enqueue_effects, rows, now)`.
+    """
+    if not rows:
+        return 0
+    values = [
+        {"state": "pending", "attempts": 0, "created_at": now}
+        | r
+        | {"available_at": r.get("available_at") or now}
+        for r in rows
+    ]
+    if not ignore_duplicates:
+        conn.execute(_INSERT, values)
+        return len(values)
+    inserted = 0
+    for value in values:
+        inserted += conn.execute(insert_ignoring_conflict(conn, outbox_t, **value)).rowcount
+    return inserted
+
+
+async def claim_effects(
+    conn: AsyncConnection, *, now: datetime, lease_until: datetime, limit: int = 20
+) -> list[OutboxRecord]:
+    """Claim due outbox rows for this process until `lease_until`.
+
+    On PostgreSQL, rows another replica is claiming are skipped (`FOR UPDATE SKIP
+    LOCKED`); on SQLite the write transaction already serialises claimers.
+    """
+    stmt = (
+        select(outbox_t)
+        .where(outbox_t.c.state == "pending", outbox_t.c.available_at <= now)
+        .order_by(outbox_t.c.id)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    rows = list((await conn.execute(stmt)).mappings())
+    if not rows:
+        return []
+    ids = [r["id"] for r in rows]
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.id.in_(ids))
+        .values(available_at=lease_until, attempts=outbox_t.c.attempts + 1)
+    )
+    return [
+        OutboxRecord(
+            id=r["id"],
+            idempotency_key=r["idempotency_key"],
+            conversation_id=r["conversation_id"],
+            kind=r["kind"],
+            payload=r["payload"],
+            attempts=r["attempts"] + 1,
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+
+
+async def mark_effect_done(conn: AsyncConnection, effect_id: int, now: datetime) -> None:
+    await conn.execute(
+        update(outbox_t).where(outbox_t.c.id == effect_id).values(state="sent", sent_at=now)
+    )
+
+
+async def hold_effect(conn: AsyncConnection, key: str, until: datetime) -> None:
+    """Keep a pending row claimed until `until` (now: free it for any process)."""
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
+        .values(available_at=until)
+    )
+
+
+async def finish_effect(conn: AsyncConnection, key: str, now: datetime) -> None:
+    """Mark the row of `key` sent (long work settling its effect)."""
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
+        .values(state="sent", sent_at=now)
+    )
+
+
+async def retry_effect_later(
+    conn: AsyncConnection, effect_id: int, *, error: str, available_at: datetime
+) -> None:
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.id == effect_id)
+        .values(available_at=available_at, last_error=error[:2000])
+    )
+
+
+async def give_up_effect(conn: AsyncConnection, effect_id: int, *, error: str) -> None:
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.id == effect_id)
+        .values(state="failed", last_error=error[:2000])
+    )
+
+
+async def pending_effect_count(conn: AsyncConnection) -> int:
+    return int(
+        await conn.scalar(
+            select(func.count()).select_from(outbox_t).where(outbox_t.c.state == "pending")
+        )
+        or 0
+    )
+
+
+async def next_effect_due(conn: AsyncConnection) -> datetime | None:
+    """When the earliest pending outbox row becomes due (None when nothing is pending)."""
+    due: datetime | None = await conn.scalar(
+        select(func.min(outbox_t.c.available_at)).where(outbox_t.c.state == "pending")
+    )
+    if due is not None and due.tzinfo is None:  # SQLite's MIN() bypasses the column type
+        due = due.replace(tzinfo=UTC)
+    return due

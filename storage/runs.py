@@ -1,0 +1,113 @@
+"""Agent runs (crash-safe sessions of one step attempt) and their leases.
+
+Every function takes an open connection; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.records import (
+    AgentRunRecord,
+)
+from storage.tables import (
+    AgentRun,
+    RunLease,
+)
+
+runs_t: Table = AgentRun.__table__  # type: ignore[assignment]
+leases_t: Table = RunLease.__table__  # type: ignore[assignment]
+
+
+async def save_run(
+    conn: AsyncConnection,
+    *,
+    run_key: str,
+    agent_name: str,
+    model: str,
+    status: str,
+    messages: list[Any],
+    now: datetime,
+    conversation_id: int | None = None,
+    plan_id: int | None = None,
+    step_index: int | None = None,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+) -> None:
+    """Store a run's message history (after every model turn) and its status."""
+    values = dict(
+        agent_name=agent_name,
+        model=model,
+        status=status,
+        messages=messages,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        updated_at=now,
+    )
+    result = await conn.execute(update(runs_t).where(runs_t.c.run_key == run_key).values(**values))
+    if result.rowcount:
+        return
+    await conn.execute(
+        insert(runs_t).values(
+            run_key=run_key,
+            conversation_id=conversation_id,
+            plan_id=plan_id,
+            step_index=step_index,
+            created_at=now,
+            **values,
+        )
+    )
+
+
+async def load_run(conn: AsyncConnection, run_key: str) -> AgentRunRecord | None:
+    row = (await conn.execute(select(runs_t).where(runs_t.c.run_key == run_key))).mappings().first()
+    if row is None:
+        return None
+    return AgentRunRecord(
+        run_key=row["run_key"],
+        agent_name=row["agent_name"],
+        model=row["model"],
+        status=row["status"],
+        messages=list(row["messages"]),
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+    )
+
+
+async def claim_run(
+    conn: AsyncConnection, run_key: str, owner: str, *, now: datetime, until: datetime
+) -> bool:
+    """Take (or keep) the lease on a run: True when `owner` may run it until `until`.
+
+    Free, expired, or already `owner`'s: claimed. Held by another owner and not expired:
+    refused, so two replicas never run the same step at once.
+    """
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(leases_t).values(run_key=run_key, owner=owner, lease_until=until)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[leases_t.c.run_key],
+        set_={"owner": owner, "lease_until": until},
+        where=(leases_t.c.lease_until < now) | (leases_t.c.owner == owner),
+    )
+    return bool((await conn.execute(stmt)).rowcount)
+
+
+async def renew_run(conn: AsyncConnection, run_key: str, owner: str, until: datetime) -> bool:
+    """Extend `owner`'s lease; False when it lost the lease (it expired and was taken)."""
+    result = await conn.execute(
+        update(leases_t)
+        .where(leases_t.c.run_key == run_key, leases_t.c.owner == owner)
+        .values(lease_until=until)
+    )
+    return bool(result.rowcount)
+
+
+async def release_run(conn: AsyncConnection, run_key: str, owner: str) -> None:
+    await conn.execute(
+        delete(leases_t).where(leases_t.c.run_key == run_key, leases_t.c.owner == owner)
+    )

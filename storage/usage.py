@@ -1,0 +1,66 @@
+"""The usage ledger: tokens spent per workspace, channel, plan, step, agent and model.
+
+Every function takes an open connection; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Table, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.records import (
+    UsageTotal,
+)
+from storage.tables import (
+    UsageEntry,
+)
+
+usage_t: Table = UsageEntry.__table__  # type: ignore[assignment]
+
+
+async def record_usage(
+    conn: AsyncConnection,
+    *,
+    team_id: str,
+    agent_name: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    now: datetime,
+    channel_id: str | None = None,
+    plan_id: int | None = None,
+    step_index: int | None = None,
+) -> None:
+    await conn.execute(
+        insert(usage_t).values(
+            team_id=team_id,
+            channel_id=channel_id,
+            plan_id=plan_id,
+            step_index=step_index,
+            agent_name=agent_name,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            created_at=now,
+        )
+    )
+
+
+async def usage_since(
+    conn: AsyncConnection, team_id: str, since: datetime, *, by: str = "agent_name"
+) -> list[UsageTotal]:
+    """Token totals per agent (or per `channel_id`, `model`) since a moment, largest first."""
+    if by not in ("agent_name", "channel_id", "model"):
+        raise ValueError(f"cannot group usage by {by!r}")
+    key = usage_t.c[by]
+    total_in = func.sum(usage_t.c.input_tokens)
+    total_out = func.sum(usage_t.c.output_tokens)
+    rows = await conn.execute(
+        select(key, total_in, total_out)
+        .where(usage_t.c.team_id == team_id, usage_t.c.created_at >= since)
+        .group_by(key)
+        .order_by((total_in + total_out).desc())
+    )
+    return [UsageTotal(key=str(k), input_tokens=int(i), output_tokens=int(o)) for k, i, o in rows]

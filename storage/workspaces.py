@@ -1,0 +1,43 @@
+"""Workspaces: one row per Slack workspace Flotilla has seen, and its settings.
+
+Every function takes an open connection; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.sql import insert_ignoring_conflict
+from storage.tables import (
+    Workspace,
+)
+
+workspaces_t: Table = Workspace.__table__  # type: ignore[assignment]
+
+
+async def ensure_workspace(
+    conn: AsyncConnection, team_id: str, now: datetime, name: str = ""
+) -> bool:
+    """Create the workspace row on first contact (True); an existing one is left as it is."""
+    stmt = insert_ignoring_conflict(
+        conn, workspaces_t, team_id=team_id, name=name, settings={}, created_at=now
+    )
+    return bool((await conn.execute(stmt)).rowcount)
+
+
+async def workspace_default_model(conn: AsyncConnection, team_id: str) -> str | None:
+    row = await conn.scalar(
+        select(workspaces_t.c.default_model).where(workspaces_t.c.team_id == team_id)
+    )
+    return row
+
+
+async def set_workspace_default_model(
+    conn: AsyncConnection, team_id: str, model: str | None
+) -> None:
+    await conn.execute(
+        update(workspaces_t).where(workspaces_t.c.team_id == team_id).values(default_model=model)
+    )

@@ -28,6 +28,7 @@ from pydantic_ai.tools import DeferredToolResults
 from pydantic_ai.usage import RunUsage, UsageLimits
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agents import telemetry
 from agents.models import resolve_model
 from agents.tools.context import RunJob
 from storage.db import Database
@@ -106,7 +107,7 @@ class RunSession:
         """
         messages: list[ModelMessage] = list(history or [])
         saved = len(messages)
-        resolved = resolve_model(model) if isinstance(model, str) else model
+        resolved = telemetry.measured(resolve_model(model) if isinstance(model, str) else model)
         try:
             async with agent.iter(
                 prompt,
@@ -147,6 +148,7 @@ class RunSession:
         spent_in = self.usage.input_tokens - self.recorded[0]
         spent_out = self.usage.output_tokens - self.recorded[1]
         if spent_in or spent_out:
+            telemetry.count_tokens(self.agent_name, self.model, spent_in, spent_out)
             await record_usage(
                 conn,
                 team_id=self.job.team_id,

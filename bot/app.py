@@ -10,7 +10,6 @@ import json
 import logging
 from typing import Any
 
-from aiohttp import web
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -160,32 +159,3 @@ async def _single_field(service: Flotilla, body: Body, key: FormKey) -> str:
     where = _where(body)
     _title, _question, form = await _form_of(service, where["channel"], where["thread_ts"], key)
     return form.fields[0].name if form and form.fields else "answer"
-
-
-def web_app(app: AsyncApp, service: Flotilla, *, events: bool = True) -> web.Application:
-    """`/slack/events` (signed requests from Slack; HTTP mode only), `/healthz`, `/metrics`."""
-    from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-
-    async def slack_events(request: web.Request) -> web.Response:
-        try:
-            bolt_request = await to_bolt_request(request)
-        except ValueError:  # a body that is neither JSON nor a form Slack would send
-            return web.json_response({"error": "invalid request body"}, status=400)
-        bolt_response = await app.async_dispatch(bolt_request)
-        return await to_aiohttp_response(bolt_response)
-
-    async def healthz(_request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "team": service.team_id})
-
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(
-            body=service.metrics.exposition(),
-            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-        )
-
-    server = web.Application()
-    if events:
-        server.router.add_post("/slack/events", slack_events)
-    server.router.add_get("/healthz", healthz)
-    server.router.add_get("/metrics", metrics)
-    return server

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic_ai.models import Model
 
-from bot.app import build_app, web_app
+from bot.app import build_app
+from bot.http import web_app
 from bot.identities import make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher

@@ -1,59 +1,136 @@
-"""`flotilla run`: serve the real Slack workspace, in Socket Mode or over HTTP."""
+"""`flotilla run`: serve the real Slack workspace, in Socket Mode or over HTTP.
+
+Start-up checks Slack and the database first and refuses to start when they fail (a
+sentence says what to fix); a failing model check starts anyway with a loud ERROR. On
+SIGTERM or SIGINT it stops taking events (Socket Mode closed, HTTP site stopped), gives
+in-flight work `FLOTILLA_SHUTDOWN_GRACE_SECONDS` to finish and hands the rest over.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
+import os
+import signal
+from datetime import timedelta
 
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import build_app, web_app
+from bot.app import build_app
+from bot.check import Finding, check_model, check_slack, open_database, render
+from bot.housekeeping import housekeeping_forever
+from bot.http import measure_requests, web_app
 from bot.identities import make_client
+from bot.metrics import meter
 from bot.secrets import TokenCipher
 from bot.service import Flotilla, Options
-from bot.settings import Settings
+from bot.settings import ConfigurationError, DatabaseUnavailable, Settings
 from storage import migrate
 from storage.db import Database
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flotilla.serve")
+# Slack's secrets are read once, by the settings; libraries must not read them again
+# (Bolt reads SLACK_BOT_TOKEN itself and then warns that the client's token wins).
+SLACK_SECRETS = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET")
 
-
-class ConfigurationError(ValueError):
-    """A setting needed to run is missing; `str()` says which and where to find it."""
+__all__ = ["ConfigurationError", "options_from", "run"]
 
 
 def options_from(settings: Settings) -> Options:
+    """The service's options from the settings (model keys handed over explicitly)."""
     return Options(
         default_model=settings.model,
         max_parallel=settings.max_parallel,
         max_attempts=settings.max_step_attempts,
         admin_user_ids=frozenset(settings.admin_user_ids),
         form_answerers=settings.form_answerers,
+        provider_keys=settings.provider_keys(),
     )
 
 
-def check(settings: Settings) -> None:
-    """Refuse to start without the tokens the chosen mode needs."""
-    if settings.slack_bot_token is None:
-        raise ConfigurationError(
-            "SLACK_BOT_TOKEN is not set: copy the Bot User OAuth Token (xoxb-…) from your "
-            "app's OAuth & Permissions page (or try Flotilla locally with `flotilla dev`)"
-        )
-    if not settings.socket_mode and settings.slack_signing_secret is None:
-        raise ConfigurationError(
-            "HTTP mode needs SLACK_SIGNING_SECRET (Basic Information → Signing Secret); "
-            "or set SLACK_APP_TOKEN (xapp-…) to connect in Socket Mode instead"
-        )
+def _refuse(findings: list[Finding]) -> None:
+    problems = [f for f in findings if f.level == "error"]
+    if problems:
+        raise ConfigurationError("cannot start:\n" + render(findings))
 
 
-async def run(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
-    """Migrate, start the service and serve until cancelled."""
-    check(settings)
-    assert settings.slack_bot_token is not None
-    db = Database(settings.database_url)
-    await migrate.upgrade(db)
-    client = make_client(settings.slack_bot_token.get_secret_value(), settings.slack_api_url)
+async def _stop_service(service: Flotilla, grace: float) -> list[str]:
+    """`service.stop(grace=…)`, returning the keys of the work handed over."""
+    stop = service.stop
+    if "grace" in inspect.signature(stop).parameters:
+        handed = await stop(grace=grace)  # type: ignore[call-arg,func-returns-value]
+        return list(handed or [])
+    await stop()
+    return []
+
+
+def _on_signals(stop: asyncio.Event) -> list[signal.Signals]:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, _signalled, stop, sig)
+            installed.append(sig)
+    return installed
+
+
+def _signalled(stop: asyncio.Event, sig: signal.Signals) -> None:
+    if not stop.is_set():
+        log.info("received %s: stopping", sig.name)
+    stop.set()
+
+
+async def run(
+    settings: Settings,
+    *,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Check, migrate, start the service and serve until SIGTERM/SIGINT (or `stop`)."""
+    client = make_client(
+        settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None,
+        settings.slack_api_url,
+    )
+    _refuse(await check_slack(settings, client))
+    for name in SLACK_SECRETS:
+        os.environ.pop(name, None)
+    db = await open_database(settings)
+    try:
+        await _serve(settings, db, client, ready=ready, stop=stop)
+    finally:
+        await db.dispose()
+
+
+async def _upgrade(settings: Settings, db: Database) -> None:
+    try:
+        await migrate.upgrade(db)
+    except Exception as exc:  # a schema newer than this version, a read-only database …
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise DatabaseUnavailable(
+            f"cannot upgrade the schema of {settings.database_label()}: {reason}"
+        ) from exc
+
+
+async def _serve(
+    settings: Settings,
+    db: Database,
+    client: AsyncWebClient,
+    *,
+    ready: asyncio.Event | None,
+    stop: asyncio.Event | None,
+) -> None:
+    await _upgrade(settings, db)
+    for finding in await check_model(settings):
+        if finding.level == "error":
+            log.error(
+                "the model does not work: %s. People will read that the model is "
+                "unavailable until this is fixed (run `flotilla check`).",
+                finding.sentence,
+            )
     key = settings.encryption_key.get_secret_value() if settings.encryption_key else None
     service = Flotilla(
         db,
@@ -62,9 +139,17 @@ async def run(settings: Settings, *, ready: asyncio.Event | None = None) -> None
         cipher=TokenCipher(key),
         options=options_from(settings),
     )
+    meter(client, service.metrics)
     await service.start()
+    retention = timedelta(hours=settings.event_retention_hours)
+    housekeeping = asyncio.create_task(
+        housekeeping_forever(db, service.metrics, retention), name="housekeeping"
+    )
     secret = settings.slack_signing_secret
     app = build_app(service, signing_secret=secret.get_secret_value() if secret else None)
+    measure_requests(app, service)
+    stop = stop or asyncio.Event()
+    signals = _on_signals(stop)
     runner: web.AppRunner | None = None
     handler: AsyncSocketModeHandler | None = None
     try:
@@ -76,20 +161,45 @@ async def run(settings: Settings, *, ready: asyncio.Event | None = None) -> None
                 web_client=make_client(None, settings.slack_api_url),
             )
             await handler.connect_async()  # type: ignore[no-untyped-call]
-            log.info("connected to Slack in Socket Mode as %s", service.bot_user_id)
-        # HTTP mode takes Slack's requests here; both modes serve /healthz and /metrics
-        server = web_app(app, service, events=not settings.socket_mode)
-        runner = web.AppRunner(server, access_log=None)
+        # HTTP mode takes Slack's requests here; both modes serve /healthz, /readyz, /metrics
+        runner = web.AppRunner(web_app(app, service, events=not settings.socket_mode))
         await runner.setup()
-        await web.TCPSite(runner, settings.http_host, settings.http_port).start()
-        log.info("serving HTTP on %s:%s", settings.http_host, settings.http_port)
+        try:
+            await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot listen on {settings.http_host}:{settings.http_port} ({exc.strerror}): "
+                "set FLOTILLA_HTTP_PORT to a free port"
+            ) from exc
+        log.info(
+            "Flotilla started in %s mode for workspace %s; database %s; model %s; "
+            "HTTP on %s:%s (/healthz, /readyz, /metrics%s)",
+            "Socket" if settings.socket_mode else "HTTP",
+            service.team_id,
+            settings.database_label(),
+            settings.model,
+            settings.http_host,
+            settings.http_port,
+            "" if settings.socket_mode else ", /slack/events",
+            extra={"team": service.team_id},
+        )
         if ready is not None:
             ready.set()
-        await asyncio.Event().wait()  # until cancelled (Ctrl-C)
+        await stop.wait()
     finally:
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        # stop taking events first, then let in-flight work finish or hand it over
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]
         if runner is not None:
             await runner.cleanup()
-        await service.stop()
-        await db.dispose()
+        housekeeping.cancel()
+        await asyncio.gather(housekeeping, return_exceptions=True)
+        grace = settings.shutdown_grace_seconds
+        log.info("no longer taking events; in-flight work has %gs to finish", grace)
+        handed = await _stop_service(service, grace)
+        if handed:
+            log.info("handed over to another replica: %s", ", ".join(handed))
+        log.info("stopped")

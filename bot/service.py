@@ -25,7 +25,7 @@ from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.models import choose_model, resolve_model
+from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.outbox import OutboxSender
 from agents.ports import Effect
 from agents.reconciler import Reconciler
@@ -78,6 +78,8 @@ class Options:
     # who may answer a form: the person who made the request (and admins), or anyone
     form_answerers: Literal["requester", "anyone"] = "requester"
     seed_agents: bool = True
+    # model provider keys from the settings (environment or .env), passed explicitly
+    provider_keys: ProviderKeys = NO_KEYS
 
 
 class Flotilla:
@@ -282,7 +284,8 @@ class Flotilla:
         async with self.db.read() as conn:
             workspace_default = await workspace_default_model(conn, self.team_id)
         return resolve_model(
-            choose_model(agent_model, workspace_default, self.options.default_model)
+            choose_model(agent_model, workspace_default, self.options.default_model),
+            self.options.provider_keys,
         )
 
     async def is_admin(self, user_id: str) -> bool:

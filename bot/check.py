@@ -1,0 +1,274 @@
+"""`flotilla check`: is this configuration ready to serve? One finding per check.
+
+Slack (the bot token via `auth.test`, the scopes `manifest.yml` asks for), the mode's
+credentials (Socket Mode's app token, HTTP mode's signing secret), the database (reachable,
+at the schema this version needs) and the model (one minimal real request: key, model
+name, base URL). `flotilla run` runs the same checks before it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.manifest import commander_manifest
+from bot.settings import DatabaseUnavailable, Settings
+from storage import migrate
+from storage.db import Database
+
+log = logging.getLogger(__name__)
+Level = Literal["ok", "warning", "error"]
+CONNECT_TIMEOUT_S = 10.0
+MODEL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One check's result: `sentence` says what was found, and for a problem how to fix it."""
+
+    check: str
+    level: Level
+    sentence: str
+
+
+# --- database ---------------------------------------------------------------------------
+
+
+async def open_database(settings: Settings) -> Database:
+    """A `Database` that answered a first connection; `DatabaseUnavailable` otherwise."""
+    db = Database(settings.database_url)
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            async with db.engine.connect():
+                pass
+    except Exception as exc:  # every driver has its own errors; all mean "cannot connect"
+        await db.dispose()
+        raise DatabaseUnavailable(database_problem(settings, exc)) from exc
+    return db
+
+
+def database_problem(settings: Settings, exc: BaseException) -> str:
+    """A sentence for a database that cannot be used, naming it without credentials."""
+    where = settings.database_label()
+    if isinstance(exc, TimeoutError):
+        reason = f"no answer within {CONNECT_TIMEOUT_S:g} seconds"
+    else:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    hint = "check FLOTILLA_DATABASE_URL"
+    path = settings.sqlite_path()
+    if path is not None:
+        hint = f"check that the folder {str(path.parent) or '.'!r} exists and is writable"
+    elif "password" in reason.lower() or "authentication" in reason.lower():
+        hint = "check the user and password in FLOTILLA_DATABASE_URL"
+    else:
+        hint = "check the host, the port and that PostgreSQL is running"
+    return f"cannot use the database {where}: {reason}; {hint}"
+
+
+async def check_database(settings: Settings) -> list[Finding]:
+    try:
+        db = await open_database(settings)
+    except DatabaseUnavailable as exc:
+        return [Finding("database", "error", str(exc))]
+    try:
+        current = await migrate.current_revision(db)
+    finally:
+        await db.dispose()
+    head = migrate.head_revision()
+    where = settings.database_label()
+    if current == head:
+        return [Finding("database", "ok", f"{where} is reachable, at revision {head}")]
+    return [
+        Finding(
+            "database",
+            "warning",
+            f"{where} is at revision {current or '(empty)'}, this version needs {head}: "
+            "`flotilla run` upgrades it when it starts (or run `flotilla db upgrade`)",
+        )
+    ]
+
+
+# --- Slack ------------------------------------------------------------------------------
+
+
+def _needed_scopes() -> set[str]:
+    return set(commander_manifest()["oauth_config"]["scopes"]["bot"])
+
+
+async def check_slack(settings: Settings, client: AsyncWebClient | None = None) -> list[Finding]:
+    """The bot token and its scopes, then the mode's own credentials."""
+    if settings.slack_bot_token is None:
+        return [
+            Finding(
+                "slack token",
+                "error",
+                "SLACK_BOT_TOKEN is not set: copy the Bot User OAuth Token (xoxb-…) from your "
+                "app's OAuth & Permissions page (or try Flotilla locally with `flotilla dev`)",
+            ),
+            *check_mode(settings),
+        ]
+    from bot.identities import make_client
+
+    client = client or make_client(
+        settings.slack_bot_token.get_secret_value(), settings.slack_api_url
+    )
+    findings = [await _auth(settings, client)]
+    if findings[0].level == "ok":
+        findings.append(await _scopes(client))
+    return [*findings, *check_mode(settings), *await _app_token(settings)]
+
+
+async def _auth(settings: Settings, client: AsyncWebClient) -> Finding:
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            auth = await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error", "error") if exc.response is not None else "error"
+        return Finding(
+            "slack token",
+            "error",
+            f"Slack refused SLACK_BOT_TOKEN ({error}): copy the Bot User OAuth Token (xoxb-…) "
+            "again from your app's OAuth & Permissions page and reinstall the app if needed",
+        )
+    except Exception as exc:  # DNS, refused connection, timeout: Slack is not reachable
+        return Finding(
+            "slack token",
+            "error",
+            f"cannot reach Slack at {settings.slack_api_url} ({type(exc).__name__}): "
+            "check the network and SLACK_API_URL",
+        )
+    return Finding(
+        "slack token",
+        "ok",
+        f"connected to workspace {auth.get('team')!s} ({auth.get('team_id')}) as "
+        f"{auth.get('user')!s}",
+    )
+
+
+async def _scopes(client: AsyncWebClient) -> Finding:
+    # Slack lists the token's scopes in a header of every Web API answer
+    response = await client.auth_test()
+    granted_header = str(response.headers.get("X-OAuth-Scopes", "") or "")
+    granted = {s.strip() for s in granted_header.split(",") if s.strip()}
+    missing = sorted(_needed_scopes() - granted)
+    if not granted_header:
+        return Finding("slack scopes", "warning", "Slack did not say which scopes the token has")
+    if missing:
+        return Finding(
+            "slack scopes",
+            "error",
+            f"the bot token lacks {', '.join(missing)}: add them under OAuth & Permissions "
+            "(or paste `flotilla manifest` again) and reinstall the app",
+        )
+    return Finding("slack scopes", "ok", f"all {len(_needed_scopes())} scopes of the manifest")
+
+
+def check_mode(settings: Settings) -> list[Finding]:
+    """Socket Mode needs an xapp- token; HTTP mode needs the signing secret."""
+    if settings.socket_mode:
+        assert settings.slack_app_token is not None
+        if not settings.slack_app_token.get_secret_value().startswith("xapp-"):
+            return [
+                Finding(
+                    "mode",
+                    "error",
+                    "SLACK_APP_TOKEN is not an app-level token (xapp-…): create one under "
+                    "Basic Information → App-Level Tokens with the connections:write scope",
+                )
+            ]
+        return [Finding("mode", "ok", "Socket Mode (SLACK_APP_TOKEN is set)")]
+    if settings.slack_signing_secret is None:
+        return [
+            Finding(
+                "mode",
+                "error",
+                "HTTP mode needs SLACK_SIGNING_SECRET (Basic Information → Signing Secret); "
+                "or set SLACK_APP_TOKEN (xapp-…) to connect in Socket Mode instead",
+            )
+        ]
+    return [Finding("mode", "ok", "HTTP mode (SLACK_SIGNING_SECRET is set)")]
+
+
+async def _app_token(settings: Settings) -> list[Finding]:
+    """Socket Mode: the app token opens a connection (apps.connections.open)."""
+    token = settings.slack_app_token
+    if token is None or not token.get_secret_value().startswith("xapp-"):
+        return []
+    from bot.identities import make_client
+
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            await make_client(token.get_secret_value(), settings.slack_api_url).api_call(
+                "apps.connections.open"
+            )
+    except SlackApiError as exc:
+        error = exc.response.get("error", "error") if exc.response is not None else "error"
+        return [
+            Finding(
+                "socket mode",
+                "error",
+                f"Slack refused SLACK_APP_TOKEN ({error}): create a new app-level token with "
+                "connections:write and turn Socket Mode on in the app's settings",
+            )
+        ]
+    except Exception as exc:
+        return [Finding("socket mode", "error", f"cannot reach Slack ({type(exc).__name__})")]
+    return [Finding("socket mode", "ok", "the app-level token opens a connection")]
+
+
+# --- model ------------------------------------------------------------------------------
+
+
+async def check_model(settings: Settings, model: str | None = None) -> list[Finding]:
+    """One minimal real request to the configured model (`offline` needs no network)."""
+    from agents.failures import classify_error
+    from agents.models import ModelSpecError, model_label, resolve_model
+
+    spec = model or settings.model
+    try:
+        resolved = resolve_model(spec, settings.provider_keys())
+    except ModelSpecError as exc:
+        return [Finding("model", "error", f"{exc} (FLOTILLA_MODEL)")]
+    from pydantic_ai.messages import ModelRequest
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.settings import ModelSettings
+
+    try:
+        async with asyncio.timeout(MODEL_TIMEOUT_S):
+            await resolved.request(
+                [ModelRequest.user_text_prompt("Reply with the word OK.")],
+                ModelSettings(max_tokens=16),
+                ModelRequestParameters(),
+            )
+    except Exception as exc:  # every failure is classified into a sentence for operators
+        return [Finding("model", "error", classify_error(exc, model_label(resolved)).detail)]
+    return [Finding("model", "ok", f"{spec} answered a test request")]
+
+
+# --- all of it --------------------------------------------------------------------------
+
+
+async def run_checks(settings: Settings, client: AsyncWebClient | None = None) -> list[Finding]:
+    """Every check, in the order an operator fixes them."""
+    return [
+        *await check_slack(settings, client),
+        *await check_database(settings),
+        *await check_model(settings),
+    ]
+
+
+def render(findings: list[Finding]) -> str:
+    """A table: check, status, sentence."""
+    marks = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
+    width = max((len(f.check) for f in findings), default=5)
+    lines = [f"{f.check:<{width}}  {marks[f.level]:<4}  {f.sentence}" for f in findings]
+    errors = sum(f.level == "error" for f in findings)
+    lines.append(
+        "all checks passed" if not errors else f"{errors} problem(s): fix them and run again"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""Housekeeping of a serving process: processed-event ids are pruned after their retention.
+
+The ids de-duplicate Slack's retries, which come within minutes; a day (the default
+retention) is far beyond them, and the table no longer grows forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from bot.metrics import Metrics
+from storage.db import Database
+
+log = logging.getLogger(__name__)
+MAX_INTERVAL_S = 3600.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+async def prune_processed_events(
+    db: Database, retention: timedelta, *, now: datetime | None = None
+) -> int:
+    """Delete processed-event ids older than `retention`; returns how many went."""
+    from storage.events import forget_processed_events_before
+
+    cutoff = (now or utcnow()) - retention
+    async with db.write() as conn:
+        return await forget_processed_events_before(conn, cutoff)
+
+
+def interval_for(retention: timedelta) -> float:
+    """Prune a few times per retention period, at least hourly."""
+    return max(1.0, min(MAX_INTERVAL_S, retention.total_seconds() / 4))
+
+
+async def housekeeping_forever(
+    db: Database,
+    metrics: Metrics,
+    retention: timedelta,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+) -> None:
+    """Prune now and then every `interval_for(retention)` seconds, until cancelled."""
+    while True:
+        try:
+            pruned = await prune_processed_events(db, retention, now=clock())
+        except Exception:  # a database hiccup must not end the loop; the next round retries
+            log.warning("housekeeping: pruning processed events failed", exc_info=True)
+        else:
+            metrics.processed_events_pruned.inc(pruned)
+            if pruned:
+                log.info("housekeeping: pruned %d processed-event ids", pruned)
+        await asyncio.sleep(interval_for(retention))  # the period of the loop, not a wait

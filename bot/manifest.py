@@ -1,20 +1,43 @@
-"""App manifests: the commander's (manifest.yml) and one per agent with its own Slack app."""
+"""App manifests: the commander's (`bot/manifest.yml`, shipped inside the package) and one
+per agent with its own Slack app."""
 
 from __future__ import annotations
 
+import copy
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-MANIFEST_PATH = Path(__file__).resolve().parent.parent / "manifest.yml"
+# inside the package, so that an installed wheel has it; the repository's top-level
+# manifest.yml is a link to this file
+MANIFEST_PATH = Path(str(files("bot").joinpath("manifest.yml")))
 
 
 def commander_manifest(path: Path = MANIFEST_PATH) -> dict[str, Any]:
-    """The commander's manifest as data."""
+    """The commander's manifest as data (Socket Mode)."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a YAML mapping")
+    return data
+
+
+def http_manifest(request_url: str, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The commander's manifest for HTTP mode: Socket Mode off, and `request_url` (e.g.
+    `https://host/slack/events`) for events, interactivity and the slash command."""
+    if not request_url.startswith("https://"):
+        raise ValueError(
+            f"--request-url {request_url!r}: Slack sends requests to https:// URLs only "
+            "(e.g. https://flotilla.example.com/slack/events)"
+        )
+    data = copy.deepcopy(manifest if manifest is not None else commander_manifest())
+    settings = data["settings"]
+    settings["socket_mode_enabled"] = False
+    settings["event_subscriptions"]["request_url"] = request_url
+    settings["interactivity"]["request_url"] = request_url
+    for command in data["features"].get("slash_commands", []):
+        command["url"] = request_url
     return data
 
 

@@ -106,7 +106,7 @@ class Driver:
             self.person(who),
             app,
             msg,
-            _action(element, block_id, value, self.state.ts_clock.next()),
+            block_action(element, block_id, value, self.state.ts_clock.next()),
         )
 
     async def click_in_view(self, who: Who, action_id: str, *, value: Any = None) -> Delivery:
@@ -114,7 +114,7 @@ class Driver:
         view = self.open_view(who)
         element, block_id = _find_element(view.spec.get("blocks", []), action_id)
         app = self.state.apps[view.app_id]
-        action = _action(element, block_id, value, self.state.ts_clock.next())
+        action = block_action(element, block_id, value, self.state.ts_clock.next())
         return await self.ws.interactivity.view_action(self.person(who), app, view, action)
 
     def open_view(self, who: Who) -> View:
@@ -264,7 +264,8 @@ def _find_element(blocks: list[Json], action_id: str) -> tuple[Json, str]:
     raise LookupError(f"no element with action_id {action_id!r}")
 
 
-def _action(element: Json, block_id: str, value: Any, action_ts: str) -> Json:
+def block_action(element: Json, block_id: str, value: Any, action_ts: str) -> Json:
+    """The `actions[]` entry Slack sends when a person uses `element` (picking `value`)."""
     action: Json = {"action_id": element["action_id"], "block_id": block_id}
     kind = element["type"]
     action["type"] = kind

@@ -189,13 +189,15 @@ def _channel_key(args: dict[str, Any]) -> str | None:
 
 
 def build_app(ws: LocalWorkspace) -> web.Application:
-    """The aiohttp application: Web API, response_url endpoint and a health check."""
+    """The aiohttp application: Web API, response_url endpoint, Socket Mode, the browser page
+    (/client/) and a health check."""
     # Importing the method modules registers their handlers in METHODS.
     from local_slack import (  # noqa: F401
         interactivity,
         socket_mode,
         web_chat,
         web_conversations,
+        web_page,
         web_stream,
         web_views,
     )
@@ -206,6 +208,7 @@ def build_app(ws: LocalWorkspace) -> web.Application:
     app.router.add_post("/respond/{token}", interactivity.handle_response_url)
     app.router.add_get("/link/", socket_mode.handle_socket)
     app.router.add_get("/", _health)
+    web_page.add_page_routes(app)
     return app
 
 

@@ -73,6 +73,11 @@ class LocalWorkspace:
         """The Web API base URL for `AsyncWebClient(base_url=…)` (ends with `/`)."""
         return self.base_url + "api/"
 
+    @property
+    def page_url(self) -> str:
+        """The browser page: the workspace as a person sees it (see web_page.py)."""
+        return self.base_url + "client/"
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Serve on host:port (0 = an ephemeral port, read it back from `api_url`)."""
         self.events.session = aiohttp.ClientSession()

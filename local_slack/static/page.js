@@ -1,0 +1,541 @@
+// The local workspace in the browser: channels, threads beside them, App Home, modals and a
+// composer that also runs slash commands. Everything shown comes from the workspace's state,
+// pushed over Server-Sent Events; everything done goes to POST act as the chosen person.
+import { renderBlocks } from "./blocks.js";
+import { mrkdwn, plainText, textObject } from "./mrkdwn.js";
+
+const $ = (sel) => document.querySelector(sel);
+const h = (tag, cls, text) => {
+  const el = document.createElement(tag);
+  if (cls) el.className = cls;
+  if (text !== undefined) el.textContent = text;
+  return el;
+};
+
+const S = {
+  snap: null,
+  user: new URLSearchParams(location.search).get("as"),
+  view: null, // {kind: "channel", id} or {kind: "app", appId, tab, dm}
+  thread: null, // {channel, ts}
+  source: null,
+  dismissed: new Set(),
+  nodes: new Map(), // message key -> {sig, node}
+  modalKey: null,
+  modalInputs: [],
+  homeKey: null,
+  homeInputs: [],
+};
+
+// ----- talking to the workspace ---------------------------------------------------------------
+
+function connect() {
+  if (S.source) S.source.close();
+  const query = S.user ? `?user=${encodeURIComponent(S.user)}` : "";
+  const source = new EventSource("events" + query);
+  source.addEventListener("state", (ev) => {
+    S.snap = JSON.parse(ev.data);
+    S.user = S.snap.me;
+    render();
+  });
+  source.onopen = () => setLive(true);
+  source.onerror = () => setLive(false);
+  S.source = source;
+}
+
+function setLive(live) {
+  const el = $("#live");
+  el.textContent = live ? "● live" : "● reconnecting…";
+  el.classList.toggle("offline", !live);
+}
+
+async function act(type, args) {
+  try {
+    const response = await fetch("act", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ ...args, type, user: S.user }),
+    });
+    const answer = await response.json();
+    if (!answer.ok) toast(answer.error || "That did not work.");
+    return answer;
+  } catch (err) {
+    toast("The local workspace is not answering.");
+    return { ok: false, error: String(err) };
+  }
+}
+
+function toast(text) {
+  const el = $("#toasts").appendChild(h("div", "toast", text));
+  setTimeout(() => el.remove(), 6000);
+}
+
+// ----- context for rendering text and blocks -------------------------------------------------
+
+function baseCtx() {
+  const snap = S.snap;
+  const ctx = {
+    me: snap.me,
+    people: new Map(snap.people.map((p) => [p.id, p])),
+    channels: new Map(snap.channels.map((c) => [c.id, c])),
+    openChannel: (id) => openChannel(id),
+    permalink: (url) => {
+      const m = new RegExp(`^https://${snap.team.domain}\\.slack\\.com/archives/([A-Z0-9]+)(?:/p(\\d{10})(\\d{6}))?`).exec(url);
+      if (!m || !ctx.channels.has(m[1])) return null;
+      return () => (m[2] ? openThread(m[1], `${m[2]}.${m[3]}`) : openChannel(m[1]));
+    },
+    confirm,
+  };
+  return ctx;
+}
+
+function confirm(obj) {
+  return new Promise((resolve) => {
+    const back = $("#confirm-backdrop");
+    const box = back.querySelector(".dialog");
+    box.replaceChildren();
+    box.append(h("h2", "dialog-title", plainText(obj.title) || "Are you sure?"));
+    box.appendChild(h("div", "dialog-body")).append(textObject(obj.text, baseCtx()));
+    const row = box.appendChild(h("div", "dialog-buttons"));
+    const deny = row.appendChild(h("button", "bk-button", plainText(obj.deny) || "Cancel"));
+    const ok = row.appendChild(h("button", `bk-button ${obj.style === "danger" ? "bk-danger" : "bk-primary"}`, plainText(obj.confirm) || "Yes"));
+    const done = (answer) => {
+      back.hidden = true;
+      resolve(answer);
+    };
+    deny.onclick = () => done(false);
+    ok.onclick = () => done(true);
+    back.hidden = false;
+    ok.focus();
+  });
+}
+
+// ----- navigation --------------------------------------------------------------------------
+
+function openChannel(id) {
+  S.view = { kind: "channel", id };
+  if (S.thread && S.thread.channel !== id) S.thread = null;
+  saveLocation();
+  render();
+}
+
+function openThread(channel, ts) {
+  if (!S.view || S.view.kind !== "channel" || S.view.id !== channel) {
+    const dm = S.view && S.view.kind === "app" && S.view.dm === channel;
+    if (!dm) S.view = { kind: "channel", id: channel };
+  }
+  S.thread = { channel, ts };
+  saveLocation();
+  render();
+  $("#thread-composer textarea").focus();
+}
+
+async function openApp(appId, tab) {
+  S.view = { kind: "app", appId, tab, dm: S.view && S.view.appId === appId ? S.view.dm : null };
+  S.thread = null;
+  S.homeKey = null;
+  saveLocation();
+  render();
+  const answer = await act("open_app", { app_id: appId, tab });
+  if (answer.ok && S.view.kind === "app" && S.view.appId === appId) {
+    S.view.dm = answer.channel;
+    render();
+  }
+}
+
+function saveLocation() {
+  const v = S.view;
+  let hash = "";
+  if (v && v.kind === "channel") hash = `#${v.id}` + (S.thread ? `/${S.thread.ts}` : "");
+  if (v && v.kind === "app") hash = `#app/${v.appId}/${v.tab}`;
+  history.replaceState(null, "", location.pathname + location.search + hash);
+}
+
+function restoreLocation() {
+  const [first, second, third] = location.hash.slice(1).split("/");
+  if (first === "app" && second) openApp(second, third === "messages" ? "messages" : "home");
+  else if (first) {
+    S.view = { kind: "channel", id: first };
+    if (second) S.thread = { channel: first, ts: second };
+  }
+}
+
+// ----- rendering ---------------------------------------------------------------------------
+
+function render() {
+  if (!S.snap) return;
+  const ctx = baseCtx();
+  if (!S.view || (S.view.kind === "channel" && !ctx.channels.has(S.view.id))) {
+    const first = S.snap.channels.find((c) => !c.is_im && c.is_member) || S.snap.channels[0];
+    S.view = first ? { kind: "channel", id: first.id } : null;
+    S.thread = null;
+  }
+  renderTop(ctx);
+  renderSidebar(ctx);
+  renderMain(ctx);
+  renderThread(ctx);
+  renderModal(ctx);
+}
+
+function renderTop(ctx) {
+  $("#team-name").textContent = S.snap.team.name;
+  const select = $("#person");
+  const people = S.snap.people.filter((p) => !p.is_bot);
+  const sig = JSON.stringify(people) + S.user;
+  if (select.dataset.sig !== sig) {
+    select.replaceChildren(...people.map((p) => {
+      const opt = h("option", "", p.name + (p.is_admin ? " (admin)" : ""));
+      opt.value = p.id;
+      return opt;
+    }));
+    select.value = S.user;
+    select.dataset.sig = sig;
+  }
+  const me = ctx.people.get(S.user);
+  $("#me-avatar").replaceChildren(avatar(me ? me.name : "?"));
+}
+
+function sideItem(label, active, onClick, cls) {
+  const li = h("li", "side-item" + (active ? " active" : "") + (cls ? " " + cls : ""));
+  li.append(label);
+  li.addEventListener("click", onClick);
+  return li;
+}
+
+function renderSidebar(ctx) {
+  const v = S.view || {};
+  const channels = S.snap.channels.filter((c) => !c.is_im);
+  $("#channel-list").replaceChildren(...channels.map((c) => sideItem(
+    (c.is_private ? "🔒 " : "# ") + c.name, v.kind === "channel" && v.id === c.id,
+    () => openChannel(c.id), c.is_member ? "" : "not-member")));
+  const appUsers = new Set(S.snap.apps.map((a) => a.bot_user_id));
+  const dms = S.snap.channels.filter((c) => c.is_im && !c.members.some((m) => appUsers.has(m)));
+  $("#dm-list").replaceChildren(...dms.map((c) => sideItem("● " + c.label, v.id === c.id, () => openChannel(c.id))));
+  const apps = S.snap.apps.filter((a) => a.has_home || a.commands.length);
+  $("#app-list").replaceChildren(...apps.map((a) => sideItem(
+    "🤖 " + a.name, v.kind === "app" && v.appId === a.app_id, () => openApp(a.app_id, "home"))));
+}
+
+function renderMain(ctx) {
+  const v = S.view;
+  const header = $("#pane-header");
+  const home = $("#home");
+  const list = $("#messages");
+  const composer = $("#composer");
+  if (!v) {
+    header.replaceChildren(h("span", "pane-title", "No channels"));
+    return;
+  }
+  if (v.kind === "app") {
+    const app = S.snap.apps.find((a) => a.app_id === v.appId);
+    const tabs = h("div", "tabs");
+    for (const tab of ["home", "messages"]) {
+      const t = tabs.appendChild(h("button", "tab" + (v.tab === tab ? " active" : ""), tab === "home" ? "Home" : "Messages"));
+      t.addEventListener("click", () => openApp(v.appId, tab));
+    }
+    header.replaceChildren(h("span", "pane-title", app ? app.name : "App"), tabs);
+    const showHome = v.tab === "home";
+    home.hidden = !showHome;
+    list.hidden = composer.hidden = showHome;
+    if (showHome) return renderHome(ctx, v.appId);
+    if (v.dm) renderChannel(ctx, v.dm, `Message ${app ? app.name : "the app"}`);
+    return;
+  }
+  home.hidden = true;
+  list.hidden = composer.hidden = false;
+  const channel = ctx.channels.get(v.id);
+  const title = channel.is_im ? channel.label : (channel.is_private ? "🔒 " : "# ") + channel.name;
+  header.replaceChildren(h("span", "pane-title", title), h("span", "pane-meta", `${channel.members.length} members`));
+  renderChannel(ctx, v.id, `Message ${channel.is_im ? channel.label : "#" + channel.name}`);
+}
+
+function renderChannel(ctx, channelId, placeholder) {
+  const channel = ctx.channels.get(channelId);
+  const messages = S.snap.messages[channelId] || [];
+  const shown = messages.filter((m) => !m.thread_ts || m.thread_ts === m.ts || m.subtype === "thread_broadcast");
+  const ephemerals = S.snap.ephemerals.filter((e) => e.channel === channelId && !e.thread_ts);
+  const items = [...shown, ...ephemerals].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
+  fillList($("#messages"), items.map((m) => messageNode(m, ctx, false)).filter(Boolean));
+  const composer = $("#composer");
+  composer.querySelector("textarea").placeholder = placeholder;
+  composer.dataset.channel = channelId;
+  const joinBar = $("#join-bar");
+  joinBar.hidden = !channel || channel.is_member;
+  composer.querySelector("textarea").disabled = Boolean(channel && !channel.is_member);
+}
+
+function renderThread(ctx) {
+  const pane = $("#thread");
+  const t = S.thread;
+  const parentMsg = t && (S.snap.messages[t.channel] || []).find((m) => m.ts === t.ts);
+  if (!t || !parentMsg) {
+    pane.hidden = true;
+    return;
+  }
+  pane.hidden = false;
+  const channel = ctx.channels.get(t.channel);
+  $("#thread-channel").textContent = channel.is_im ? channel.label : "#" + channel.name;
+  const replies = (S.snap.messages[t.channel] || []).filter((m) => m.thread_ts === t.ts && m.ts !== t.ts);
+  const ephemerals = S.snap.ephemerals.filter((e) => e.channel === t.channel && e.thread_ts === t.ts);
+  const items = [...replies, ...ephemerals].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
+  const nodes = [messageNode(parentMsg, ctx, true)];
+  if (replies.length) nodes.push(divider(`${replies.length} ${replies.length === 1 ? "reply" : "replies"}`));
+  nodes.push(...items.map((m) => messageNode(m, ctx, true)).filter(Boolean));
+  fillList($("#thread-messages"), nodes);
+}
+
+const dividers = new Map();
+function divider(text) {
+  if (!dividers.has(text)) dividers.set(text, h("div", "thread-divider", text));
+  return dividers.get(text);
+}
+
+/** Keep the nodes that did not change (and what is typed in them); stick to the bottom. */
+function fillList(container, nodes) {
+  const atBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 60;
+  nodes.forEach((node, i) => {
+    if (container.children[i] !== node) container.insertBefore(node, container.children[i] || null);
+  });
+  while (container.children.length > nodes.length) container.lastElementChild.remove();
+  if (atBottom) container.scrollTop = container.scrollHeight;
+}
+
+function avatar(name, icons) {
+  const el = h("div", "avatar");
+  const pic = icons && icons.emoji && mrkdwn(icons.emoji, { people: new Map(), channels: new Map() }).textContent;
+  if (pic && !pic.startsWith(":")) {
+    el.textContent = pic;
+    el.classList.add("avatar-emoji");
+    return el;
+  }
+  el.textContent = (name || "?").slice(0, 1).toUpperCase();
+  let hash = 0;
+  for (const ch of name || "") hash = (hash * 31 + ch.charCodeAt(0)) % 360;
+  el.style.background = `hsl(${hash} 45% 42%)`;
+  return el;
+}
+
+function time(ts) {
+  const d = new Date(parseFloat(ts) * 1000);
+  return d.toLocaleTimeString([], { hour: "numeric", minute: "2-digit" });
+}
+
+function messageNode(msg, ctx, inThread) {
+  const key = (inThread ? "t" : "c") + (msg.ephemeral ? "e" : "") + msg.channel + msg.ts;
+  if (msg.ephemeral && S.dismissed.has(key)) return null;
+  const sig = JSON.stringify([msg, S.user, S.snap.people.length]);
+  const cached = S.nodes.get(key);
+  if (cached && cached.sig === sig) return cached.node;
+  const node = drawMessage(msg, ctx, inThread, key);
+  S.nodes.set(key, { sig, node });
+  return node;
+}
+
+function drawMessage(msg, ctx, inThread, key) {
+  const el = h("div", "message");
+  el.dataset.ts = msg.ts;
+  if (msg.ephemeral) el.classList.add("ephemeral");
+  if (msg.streaming) el.classList.add("streaming");
+  if (msg.deleted) el.classList.add("deleted");
+  el.append(avatar(msg.author_name, msg.icons));
+  const body = el.appendChild(h("div", "message-body"));
+  const head = body.appendChild(h("div", "message-head"));
+  head.append(h("span", "author", msg.author_name));
+  if (msg.is_app) head.append(h("span", "app-badge", "APP"));
+  head.append(h("span", "time", time(msg.ts)));
+  if (msg.ephemeral) head.append(h("span", "only-you", "Only visible to you"));
+  const msgCtx = { ...ctx, act: (block, element, value) => messageAction(msg, block, element, value) };
+  const content = body.appendChild(h("div", "message-content"));
+  if (msg.blocks && msg.blocks.length) content.append(renderBlocks(msg.blocks, msgCtx));
+  else content.append(mrkdwn(msg.text, msgCtx));
+  if (msg.edited) content.lastChild.append(h("span", "edited", " (edited)"));
+  if (msg.streaming) content.append(h("span", "typing", "▍"));
+  if (msg.subtype === "thread_broadcast" && !inThread) body.append(h("div", "broadcast", "replied to a thread"));
+  if (!inThread && msg.reply_count) {
+    const replies = body.appendChild(h("button", "replies-link", `${msg.reply_count} ${msg.reply_count === 1 ? "reply" : "replies"}`));
+    replies.addEventListener("click", () => openThread(msg.channel, msg.ts));
+  }
+  if (msg.ephemeral) {
+    const dismiss = body.appendChild(h("button", "dismiss", "Dismiss message"));
+    dismiss.addEventListener("click", () => {
+      S.dismissed.add(key);
+      render();
+    });
+  } else if (!inThread && !msg.deleted) {
+    const tools = el.appendChild(h("div", "message-tools"));
+    const reply = tools.appendChild(h("button", "reply-button", "💬 Reply in thread"));
+    reply.addEventListener("click", () => openThread(msg.channel, msg.thread_ts || msg.ts));
+  }
+  return el;
+}
+
+async function messageAction(msg, block, element, value) {
+  if (msg.ephemeral) return toast("Buttons in ephemeral messages are not supported here.");
+  await act("message_action", {
+    channel: msg.channel, ts: msg.ts, block_id: block.block_id, action_id: element.action_id, value,
+  });
+}
+
+// ----- App Home and modals --------------------------------------------------------------------
+
+function collect(inputs) {
+  const values = {};
+  for (const input of inputs) {
+    (values[input.blockId] = values[input.blockId] || {})[input.actionId] = input.read();
+  }
+  return values;
+}
+
+function renderHome(ctx, appId) {
+  const view = S.snap.homes[appId];
+  const home = $("#home");
+  const key = view ? view.id + view.hash : "none";
+  if (key === S.homeKey) return;
+  const restore = S.homeKey ? collect(S.homeInputs) : null;
+  S.homeKey = key;
+  if (!view) {
+    home.replaceChildren(h("div", "empty", "This app has not published a Home tab for you yet."));
+    return;
+  }
+  const inputs = [];
+  const homeCtx = { ...ctx, state: view.state.values, restore, errors: view.errors, inputs,
+    act: (block, element, value) => act("view_action", {
+      view_id: view.id, block_id: block.block_id, action_id: element.action_id, value, values: collect(inputs),
+    }) };
+  S.homeInputs = inputs;
+  home.replaceChildren(renderBlocks(view.blocks, homeCtx));
+}
+
+function renderModal(ctx) {
+  const back = $("#modal-backdrop");
+  const view = S.snap.modal;
+  if (!view) {
+    back.hidden = true;
+    S.modalKey = null;
+    return;
+  }
+  const key = view.id + view.hash + JSON.stringify(view.errors);
+  if (key === S.modalKey) return;
+  const restore = S.modalKey && S.modalKey.startsWith(view.id) ? collect(S.modalInputs) : null;
+  S.modalKey = key;
+  const inputs = [];
+  S.modalInputs = inputs;
+  const modalCtx = { ...ctx, state: view.state.values, restore, errors: view.errors, inputs,
+    act: (block, element, value) => act("view_action", {
+      view_id: view.id, block_id: block.block_id, action_id: element.action_id, value, values: collect(inputs),
+    }) };
+  const box = back.querySelector(".modal");
+  box.replaceChildren();
+  const head = box.appendChild(h("div", "modal-head"));
+  head.append(h("h2", "modal-title", plainText(view.title)));
+  const x = head.appendChild(h("button", "modal-x", "✕"));
+  x.title = "Close";
+  x.onclick = () => act("close", { view_id: view.id });
+  box.appendChild(h("div", "modal-body")).append(renderBlocks(view.blocks, modalCtx));
+  const foot = box.appendChild(h("div", "modal-foot"));
+  const problem = foot.appendChild(h("div", "modal-problem"));
+  const close = foot.appendChild(h("button", "bk-button", plainText(view.close) || (view.submit ? "Cancel" : "Close")));
+  close.onclick = () => act("close", { view_id: view.id });
+  if (view.submit) {
+    const submit = foot.appendChild(h("button", "bk-button bk-primary modal-submit", plainText(view.submit)));
+    submit.onclick = async () => {
+      submit.disabled = true;
+      problem.textContent = "";
+      const answer = await act("submit", { view_id: view.id, values: collect(inputs) });
+      if (!answer.ok) problem.textContent = answer.error;
+      submit.disabled = false;
+    };
+  }
+  back.hidden = false;
+}
+
+// ----- composing -----------------------------------------------------------------------------
+
+async function send(textarea, channel, threadTs) {
+  const text = textarea.value.trim();
+  if (!text || !channel) return;
+  textarea.value = "";
+  hideCommands();
+  if (text.startsWith("/")) {
+    const [command, ...rest] = text.split(/\s+/);
+    const known = S.snap.apps.some((a) => a.commands.includes(command));
+    if (!known) return toast(`${command} is not a valid command. In Slack, messages that start with “/” are commands.`);
+    const answer = await act("command", { channel, command, text: text.slice(command.length).trim() });
+    if (answer.ok && !answer.acked) toast(`${command} failed: the app did not answer in time.`);
+    return;
+  }
+  const answer = await act("post", { channel, text, thread_ts: threadTs || "" });
+  if (!answer.ok) textarea.value = text;
+}
+
+function commandHints(textarea) {
+  const box = $("#command-hints");
+  const typed = textarea.value;
+  if (!typed.startsWith("/") || /\s/.test(typed) || !S.snap) return hideCommands();
+  const commands = S.snap.apps.flatMap((a) => a.commands.map((c) => [c, a.name])).filter(([c]) => c.startsWith(typed));
+  if (!commands.length) return hideCommands();
+  box.replaceChildren(...commands.map(([command, app]) => {
+    const row = h("div", "command-hint");
+    row.append(h("b", "", command), h("span", "", "  " + app));
+    row.addEventListener("mousedown", (ev) => {
+      ev.preventDefault();
+      textarea.value = command + " ";
+      hideCommands();
+    });
+    return row;
+  }));
+  box.hidden = false;
+}
+
+function hideCommands() {
+  $("#command-hints").hidden = true;
+}
+
+function wireComposer(form, target) {
+  const textarea = form.querySelector("textarea");
+  textarea.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      const [channel, threadTs] = target();
+      send(textarea, channel, threadTs);
+    }
+  });
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const [channel, threadTs] = target();
+    send(textarea, channel, threadTs);
+  });
+  return textarea;
+}
+
+function start() {
+  const main = wireComposer($("#composer"), () => [$("#composer").dataset.channel, null]);
+  main.addEventListener("input", () => commandHints(main));
+  main.addEventListener("blur", hideCommands);
+  wireComposer($("#thread-composer"), () => [S.thread && S.thread.channel, S.thread && S.thread.ts]);
+  $("#thread-close").addEventListener("click", () => {
+    S.thread = null;
+    saveLocation();
+    render();
+  });
+  $("#join-button").addEventListener("click", () => act("join", { channel: S.view.id }));
+  $("#person").addEventListener("change", (ev) => {
+    S.user = ev.target.value;
+    const person = S.snap.people.find((p) => p.id === S.user);
+    const params = new URLSearchParams(location.search);
+    params.set("as", person ? person.name : S.user);
+    history.replaceState(null, "", `${location.pathname}?${params}${location.hash}`);
+    S.nodes.clear();
+    S.modalKey = S.homeKey = null;
+    connect();
+    if (S.view && S.view.kind === "app") openApp(S.view.appId, S.view.tab);
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && S.snap && S.snap.modal && $("#confirm-backdrop").hidden) {
+      act("close", { view_id: S.snap.modal.id });
+    }
+  });
+  restoreLocation();
+  connect();
+}
+
+start();

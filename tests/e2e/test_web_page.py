@@ -1,0 +1,268 @@
+"""The local workspace's browser page (headless Chromium) with a small Bolt app defined here:
+Block Kit and mrkdwn drawn as Slack draws them, live updates without reloading, threads,
+modals with errors under the field, slash commands, ephemeral messages, App Home and the
+person switcher – all through the workspace's real Events API and interactivity paths."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, Page, expect
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncSay
+from slack_sdk.web.async_client import AsyncWebClient
+
+from local_slack import InstalledApp, LocalWorkspace
+from local_slack.state import Person
+from tests.e2e.browser import assert_no_page_errors, browser, open_page, screenshot
+from tests.e2e.conftest import serve_bolt_app
+
+__all__ = ["browser"]  # the fixture, imported for pytest
+
+SCOPES = ["chat:write", "app_mentions:read", "channels:history", "commands", "users:read"]
+EVENTS = ["app_mention", "app_home_opened"]
+PLAIN = "plain_text"
+
+
+def text(kind: str, words: str) -> dict[str, Any]:
+    return {"type": kind, "text": words}
+
+
+def card_blocks(person: str) -> list[dict[str, Any]]:
+    """Every kind of block the page draws, with all of mrkdwn's marks."""
+    mrkdwn = (
+        f"*Bold words* and _slanted words_ and `some code` and ~gone~, "
+        f"<https://example.com/docs|the docs>, <@{person}> :tada:\n&gt; a quote"
+    )
+    return [
+        {"type": "header", "text": text(PLAIN, "Weekly report")},
+        {"type": "section", "text": text("mrkdwn", mrkdwn),
+         "fields": [text("mrkdwn", "*Owner*\nalice"), text("mrkdwn", "*Due*\nFriday")]},
+        {"type": "divider"},
+        {"type": "context", "elements": [text("mrkdwn", "updated just now")]},
+        {"type": "actions", "elements": [
+            {"type": "button", "action_id": "open_form", "style": "primary",
+             "text": text(PLAIN, "Open form"), "value": "v1"},
+            {"type": "static_select", "action_id": "pick", "placeholder": text(PLAIN, "Pick"),
+             "options": [{"text": text(PLAIN, "Red"), "value": "red"},
+                         {"text": text(PLAIN, "Blue"), "value": "blue"}]},
+        ]},
+    ]  # fmt: skip
+
+
+TICKET_MODAL = {
+    "type": "modal",
+    "callback_id": "ticket",
+    "title": text(PLAIN, "New ticket"),
+    "submit": text(PLAIN, "Create"),
+    "close": text(PLAIN, "Cancel"),
+    "blocks": [
+        {"type": "input", "block_id": "title_block", "label": text(PLAIN, "Title"),
+         "element": {"type": "plain_text_input", "action_id": "title"}},
+        {"type": "input", "block_id": "size_block", "label": text(PLAIN, "Size"),
+         "element": {"type": "radio_buttons", "action_id": "size", "options": [
+             {"text": text(PLAIN, "Small"), "value": "s"},
+             {"text": text(PLAIN, "Large"), "value": "l"}]}},
+    ],
+}  # fmt: skip
+
+
+def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
+    app = AsyncApp(client=client, signing_secret=installed.signing_secret)
+
+    @app.event("app_mention")
+    async def on_mention(event: dict[str, Any], say: AsyncSay) -> None:
+        await say(text="Weekly report", blocks=card_blocks(event["user"]), thread_ts=event["ts"])
+
+    @app.action("open_form")
+    async def on_open(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        meta = {"channel": body["channel"]["id"], "thread_ts": body["container"]["thread_ts"]}
+        view = {**TICKET_MODAL, "private_metadata": json.dumps(meta)}
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
+
+    @app.action("pick")
+    async def on_pick(ack: AsyncAck, body: dict[str, Any], say: AsyncSay) -> None:
+        await ack()
+        picked = body["actions"][0]["selected_option"]["value"]
+        await say(text=f"You picked {picked}", thread_ts=body["container"]["thread_ts"])
+
+    @app.view("ticket")
+    async def on_submit(ack: AsyncAck, view: dict[str, Any], client: AsyncWebClient) -> None:
+        values = view["state"]["values"]
+        title = values["title_block"]["title"]["value"]
+        if len(title) < 5:
+            await ack(response_action="errors", errors={"title_block": "At least 5 characters"})
+            return
+        await ack()
+        size = values["size_block"]["size"]["selected_option"]["value"]
+        meta = json.loads(view["private_metadata"])
+        await client.chat_postMessage(channel=meta["channel"], thread_ts=meta["thread_ts"],
+                                      text=f"Created ticket *{title}* (size {size})")  # fmt: skip
+
+    @app.command("/ticket")
+    async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
+        await ack(f"Filing _{command['text']}_ for <@{command['user_id']}>")
+
+    @app.event("app_home_opened")
+    async def on_home(event: dict[str, Any], client: AsyncWebClient) -> None:
+        blocks = [
+            {"type": "header", "text": text(PLAIN, "Your tickets")},
+            {"type": "section", "text": text("mrkdwn", f"Hello <@{event['user']}>")},
+        ]
+        await client.views_publish(user_id=event["user"], view={"type": "home", "blocks": blocks})
+
+    return app  # fmt: skip
+
+
+@dataclass
+class Running:
+    workspace: LocalWorkspace
+    installed: InstalledApp
+    client: AsyncWebClient
+    channel: str
+    alice: Person
+    bob: Person
+
+
+@pytest.fixture
+async def running(workspace: LocalWorkspace) -> AsyncIterator[Running]:
+    installed = workspace.install_app(
+        "TinyBot", scopes=SCOPES, bot_events=EVENTS, commands={"/ticket": None}
+    )
+    alice, bob = workspace.add_person("alice"), workspace.add_person("bob", admin=True)
+    channel = workspace.create_channel("general", [alice, bob, installed])
+    client = AsyncWebClient(token=installed.bot_token, base_url=workspace.api_url)
+    async with serve_bolt_app(workspace, page_app(installed, client), installed):
+        yield Running(workspace, installed, client, channel.id, alice, bob)
+
+
+async def say(page: Page, words: str, where: str = "#composer") -> None:
+    box = page.locator(f"{where} textarea")
+    await box.fill(words)
+    await box.press("Enter")
+
+
+async def test_a_mention_shows_the_apps_blocks_in_the_thread_beside_the_channel(
+    running: Running, browser: Browser
+) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    await say(page, "@TinyBot weekly report please")
+    root = page.locator("#messages .message", has_text="weekly report please")
+    await expect(root.locator(".mention")).to_have_text("@tinybot")  # typed @Name, sent <@U…>
+    await root.locator(".replies-link", has_text="1 reply").click()
+    card = page.locator("#thread-messages .message", has_text="Weekly report")
+    await expect(page.locator("#messages")).to_be_visible()  # the channel stays beside it
+    await expect(card.locator(".bk-header")).to_have_text("Weekly report")
+    await expect(card.locator("b").first).to_have_text("Bold words")
+    await expect(card.locator("i")).to_have_text("slanted words")
+    await expect(card.locator("code")).to_have_text("some code")
+    await expect(card.locator("s")).to_have_text("gone")
+    await expect(card.locator("a.link")).to_have_attribute("href", "https://example.com/docs")
+    await expect(card.locator(".mention.mention-me")).to_have_text("@alice")
+    await expect(card.locator(".bk-section")).to_contain_text("🎉")
+    await expect(card.locator("blockquote")).to_have_text("a quote")
+    await expect(card.locator(".bk-field")).to_have_count(2)
+    await expect(card.locator("hr.bk-divider")).to_have_count(1)
+    await expect(card.locator(".bk-context")).to_have_text("updated just now")
+    await expect(card.locator(".bk-button.bk-primary")).to_have_text("Open form")
+
+    await card.locator("select").select_option("blue")  # a menu reaches the app at once
+    picked = page.locator("#thread-messages .message-content", has_text="You picked")
+    await expect(picked).to_have_text("You picked blue")
+    await screenshot(page, "page-thread")
+    assert_no_page_errors(page)
+
+
+async def test_a_modal_shows_errors_under_the_field_then_closes(
+    running: Running, browser: Browser
+) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    await say(page, "@TinyBot report")
+    await page.locator(".replies-link").click()
+    await page.locator("#thread-messages .bk-button", has_text="Open form").click()
+    modal = page.locator("#modal-backdrop .modal")
+    await expect(modal.locator(".modal-title")).to_have_text("New ticket")
+    title = modal.locator(".bk-input", has_text="Title")
+    size = modal.locator(".bk-input", has_text="Size")
+    await modal.locator(".modal-submit").click()  # blank: the client refuses, as Slack's does
+    await expect(title.locator(".bk-error")).to_have_text("Please complete this required field.")
+    await expect(size.locator(".bk-error")).to_have_text("Please complete this required field.")
+    await title.locator("input").fill("abc")
+    await size.get_by_label("Large").check()
+    await modal.locator(".modal-submit").click()  # the app answers response_action=errors
+    await expect(title.locator(".bk-error")).to_have_text("At least 5 characters")
+    await expect(size.locator(".bk-error")).to_have_count(0)
+    await expect(title.locator("input")).to_have_value("abc")  # what was typed is kept
+    await screenshot(page, "page-modal-error")
+    await title.locator("input").fill("Printer on fire")
+    await modal.locator(".modal-submit").click()
+    await expect(page.locator("#modal-backdrop")).to_be_hidden()
+    created = page.locator("#thread-messages .message-content", has_text="Created ticket")
+    await expect(created.locator("b")).to_have_text("Printer on fire")
+    await expect(created).to_contain_text("(size l)")
+    assert_no_page_errors(page)
+
+
+async def test_live_updates_edits_streaming_and_ephemeral_messages(
+    running: Running, browser: Browser
+) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    client, channel = running.client, running.channel
+    posted = await client.chat_postMessage(channel=channel, text="Deploy *started*")
+    message = page.locator("#messages .message", has_text="Deploy")
+    await expect(message.locator("b")).to_have_text("started")  # arrived without a reload
+    await client.chat_update(channel=channel, ts=posted["ts"], text="Deploy *finished*")
+    await expect(message.locator("b")).to_have_text("finished")
+    await expect(message.locator(".edited")).to_have_count(1)
+    await expect(page.locator("#messages .message", has_text="Deploy")).to_have_count(1)
+
+    stream = await client.chat_startStream(
+        channel=channel,
+        thread_ts=posted["ts"],
+        recipient_user_id=running.alice.id,
+        recipient_team_id=running.workspace.state.team_id,
+        markdown_text="Working on **it**",
+    )
+    await message.locator(".replies-link").click()
+    streamed = page.locator("#thread-messages .message.streaming")
+    await expect(streamed.locator(".markdown b")).to_have_text("it")
+    await client.chat_appendStream(channel=channel, ts=stream["ts"], markdown_text=" – step 2")
+    await expect(streamed).to_contain_text("Working on it – step 2")
+    await client.chat_stopStream(channel=channel, ts=stream["ts"])
+    await expect(page.locator("#thread-messages .message.streaming")).to_have_count(0)
+    await expect(page.locator("#thread-messages .message", has_text="step 2")).to_have_count(1)
+
+    await client.chat_postEphemeral(channel=channel, user=running.alice.id, text="Just for _you_")
+    only_alice = page.locator("#messages .message.ephemeral", has_text="Just for")
+    await expect(only_alice.locator(".only-you")).to_have_text("Only visible to you")
+    await page.locator("#person").select_option(label="bob (admin)")  # the person switcher
+    await expect(page.locator("#me-avatar .avatar")).to_have_text("B")
+    await expect(page.locator("#messages .message", has_text="Deploy")).to_have_count(1)
+    await expect(page.locator("#messages .message.ephemeral")).to_have_count(0)
+    assert_no_page_errors(page)
+
+
+async def test_slash_command_box_and_app_home(running: Running, browser: Browser) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    box = page.locator("#composer textarea")
+    await box.fill("/tic")
+    await expect(page.locator("#command-hints")).to_contain_text("/ticket")
+    await say(page, "/ticket the printer")
+    answer = page.locator("#messages .message.ephemeral", has_text="Filing")
+    await expect(answer.locator("i")).to_have_text("the printer")
+    await expect(answer.locator(".mention")).to_have_text("@alice")
+    await say(page, "/nothing here")
+    await expect(page.locator(".toast")).to_contain_text("/nothing is not a valid command")
+
+    await page.locator("#app-list .side-item", has_text="TinyBot").click()
+    home = page.locator("#home")
+    await expect(home.locator(".bk-header")).to_have_text("Your tickets")
+    await expect(home.locator(".mention")).to_have_text("@alice")
+    await page.locator(".tab", has_text="Messages").click()
+    await say(page, "hello app")
+    await expect(page.locator("#messages .message", has_text="hello app")).to_have_count(1)
+    assert_no_page_errors(page)

@@ -58,7 +58,8 @@ def database_problem(settings: Settings, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         reason = f"no answer within {CONNECT_TIMEOUT_S:g} seconds"
     else:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
     hint = "check FLOTILLA_DATABASE_URL"
     path = settings.sqlite_path()
     if path is not None:
@@ -272,3 +273,37 @@ def render(findings: list[Finding]) -> str:
         "all checks passed" if not errors else f"{errors} problem(s): fix them and run again"
     )
     return "\n".join(lines)
+
+
+async def check_locally(settings: Settings) -> list[Finding]:
+    """The same checks against a local Slack workspace (the commander installed from the
+    manifest) and a throw-away SQLite database; the model is the configured one."""
+    import tempfile
+    from pathlib import Path
+
+    from pydantic import SecretStr
+
+    from local_slack import LocalWorkspace
+
+    workspace = LocalWorkspace()
+    await workspace.start("127.0.0.1", 0)
+    try:
+        installed = workspace.install_manifest(commander_manifest(), socket_mode=False)
+        with tempfile.TemporaryDirectory() as folder:
+            local = settings.model_copy(
+                update={
+                    "slack_bot_token": SecretStr(installed.bot_token),
+                    "slack_app_token": None,
+                    "slack_signing_secret": SecretStr(installed.signing_secret),
+                    "slack_api_url": workspace.api_url,
+                    "database_url": f"sqlite+aiosqlite:///{Path(folder) / 'check.db'}",
+                }
+            )
+            db = Database(local.database_url)
+            try:
+                await migrate.upgrade(db)
+            finally:
+                await db.dispose()
+            return await run_checks(local)
+    finally:
+        await workspace.stop()

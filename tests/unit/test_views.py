@@ -50,7 +50,7 @@ def test_card_lists_steps_with_assignees_and_dependencies() -> None:
     )
     text, blocks = plan_card(plan, mentions={"researcher": "<@UR>"}, requester="UMAYA")
     body = body_of(blocks)
-    assert text.startswith("Plan (4 steps) – running, 1/4 finished")
+    assert text.startswith("Plan (4 steps) – running, 1 of 4 done")
     assert "1 ✅ *Research*  ·  <@UR>" in body
     assert "2 ⏳ *Survey*  ·  @analyst  ·  (no deps)" in body
     assert "3 ⏸ *Confirm tiers*  ·  <@UMAYA> (form)  ·  after 1, 2" in body

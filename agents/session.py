@@ -1,15 +1,19 @@
-"""Crash-safe agent sessions: a run's message history stored at every model turn, and its usage.
+"""Crash-safe agent sessions: a run's message history stored as it grows, and its usage.
 
 `RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
-grows (one small write transaction per model turn), so a run interrupted by a crash is
-continued from the last stored turn. Each save also records the tokens spent since the
-previous one in the usage ledger (workspace, channel, plan, step, agent, model), in the same
-transaction, so the ledger and the stored history never disagree, even after a crash.
-Failures are stored as `failed` and re-raised unchanged; `agents.runtime` classifies them.
+grows, each time in one small write transaction: after every model response, after every tool
+call that completes (see `agents/tool_journal.py`), and with the request of tool returns
+before it is sent. A run interrupted by a crash is continued from what was stored: a
+finished tool call is never run again, and a stored request is sent as it is. Each save also
+records the tokens spent since the previous one in the usage ledger (workspace, channel,
+plan, step, agent, model), in the same transaction, so the ledger and the stored history
+never disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
+`agents.runtime` classifies them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -30,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import telemetry
 from agents.models import resolve_model
+from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Database
 from storage.records import AgentRunRecord
@@ -88,6 +93,10 @@ class RunSession:
         # tokens of this session already stored with its history and in the usage ledger
         self.recorded = (previous.input_tokens, previous.output_tokens) if previous else (0, 0)
         self.usage = RunUsage(input_tokens=self.recorded[0], output_tokens=self.recorded[1])
+        # the history as last seen, and the returns of its last response's finished tool calls
+        self.messages: list[ModelMessage] = []
+        self.journal: dict[str, ToolReturnPart] = {}
+        self._writing = asyncio.Lock()  # tool calls of one response finish concurrently
 
     async def drive(
         self,
@@ -102,16 +111,21 @@ class RunSession:
     ) -> tuple[Any, list[ModelMessage]]:
         """Run `agent` to its end, saving the history whenever it grows.
 
-        Returns the output and the full history. On failure the run is stored as `failed`
-        (with the tokens it spent) and the exception is re-raised as it came.
+        A history that ends with a request (tool returns not sent yet) continues by sending
+        it; one that ends with journaled tool returns continues the response's tool calls,
+        answering the finished ones from their stored returns. Returns the output and the
+        full history. On failure the run is stored as `failed` (with the tokens it spent and
+        the tool returns it has) and the exception is re-raised as it came.
         """
-        messages: list[ModelMessage] = list(history or [])
+        pending, self.journal = split_journal(history or [])
+        self.messages = messages = list(pending)
         saved = len(messages)
         resolved = telemetry.measured(resolve_model(model) if isinstance(model, str) else model)
+        journal = ToolJournal(write=self.record_tool_return, stored=dict(self.journal))
         try:
             async with agent.iter(
                 prompt,
-                message_history=history,
+                message_history=pending or None,
                 deferred_tool_results=deferred,
                 deps=deps,
                 model=resolved,
@@ -119,22 +133,33 @@ class RunSession:
                 # the session's earlier tokens count against this drive's limits too
                 usage=RunUsage(input_tokens=self.recorded[0], output_tokens=self.recorded[1]),
                 timeout=limits.timeout_s,
+                capabilities=[journal],
             ) as run:
-                async for _node in run:
+                async for node in run:
                     messages = list(run.all_messages())
-                    self.usage = run.usage
+                    if Agent.is_model_request_node(node) and node.request.parts:
+                        # the request about to be sent (e.g. tool returns) is stored first
+                        messages.append(node.request)
+                        self.journal = {}
+                    self.messages, self.usage = messages, run.usage
                     if len(messages) > saved:
                         await self.save("running", messages)
                         saved = len(messages)
                 assert run.result is not None
-                self.usage = run.usage
+                self.usage, self.journal = run.usage, {}
                 return run.result.output, list(run.result.all_messages())
         except Exception:
             await self.close("failed", messages)
             raise
 
+    async def record_tool_return(self, part: ToolReturnPart) -> None:
+        """Store one finished tool call's return at once, after the response that made the call."""
+        self.journal[part.tool_call_id] = part
+        await self.save("running", self.messages)
+
     async def save(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        async with self.db.write() as conn:
+        """Store `messages` (with the journaled tool returns) and the tokens spent since."""
+        async with self._writing, self.db.write() as conn:
             await self._save(conn, status, messages)
 
     async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
@@ -167,7 +192,7 @@ class RunSession:
             agent_name=self.agent_name,
             model=self.model,
             status=status,
-            messages=dump_messages(messages),
+            messages=dump_messages(with_journal(messages, self.journal)),
             now=self.now(),
             conversation_id=self.job.conversation_id,
             plan_id=self.job.plan_id,

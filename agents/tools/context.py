@@ -1,10 +1,32 @@
-"""What a run's tools can see: the job, the stored thread, and what the run produced."""
+"""What a run's tools can see: the job, the stored thread, and what the run produced.
+
+Every tool call has an idempotency key, `tool_call_key(run_key, tool_call_id)`: the same call
+of the same run (run again after a crash, or retried) always has the same key, and no two calls
+share one. Tools that reach other systems send it (`http_fetch` as an `Idempotency-Key`
+header, MCP calls in the request's `_meta`), so a server can tell a repeat from a new call.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
+from pydantic_ai import RunContext
+
 from storage.records import MessageRecord
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# an MCP `_meta` key: prefixed, as the MCP spec asks of keys that are not its own
+IDEMPOTENCY_META_KEY = "flotilla/idempotency-key"
+
+
+def tool_call_key(run_key: str, tool_call_id: str) -> str:
+    """The idempotency key of one tool call: a hash of the run key and the tool call id.
+
+    Deterministic (no clock, no randomness): a call run again after a crash sends the same key.
+    """
+    digest = hashlib.sha256(f"{len(run_key)}:{run_key}:{tool_call_id}".encode()).hexdigest()
+    return f"flotilla-{digest[:32]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +55,14 @@ class RunDeps:
     thread: list[MessageRecord] = field(default_factory=list)
     http_domains: tuple[str, ...] = ()
     files: list[str] = field(default_factory=list)
+
+    def tool_call_key(self, tool_call_id: str) -> str:
+        """The idempotency key of a tool call of this run (see `tool_call_key`)."""
+        return tool_call_key(self.job.run_key, tool_call_id)
+
+
+def call_key(ctx: RunContext[RunDeps]) -> str:
+    """The idempotency key of the tool call `ctx` belongs to."""
+    if ctx.tool_call_id is None:
+        raise ValueError("call_key is only known inside a tool call")
+    return ctx.deps.tool_call_key(ctx.tool_call_id)

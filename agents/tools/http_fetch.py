@@ -4,7 +4,9 @@ The allow-list is per agent (`http_fetch:<domain>` entries of its tools, see
 `agents/registry.py`); a domain allows itself and its subdomains. Only http(s) on the
 default ports, no redirects to elsewhere (each hop is checked), at most `MAX_BYTES` of body
 and `TIMEOUT_S` seconds per fetch. Refusals and failures go back to the model as a tool
-error it can act on, never as a run failure.
+error it can act on, never as a run failure. Every request carries the tool call's
+`Idempotency-Key` (see `agents/tools/context.py`): the same call fetched again after a crash
+sends the same key.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import aiohttp
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
 
-from agents.tools.context import RunDeps
+from agents.tools.context import IDEMPOTENCY_HEADER, RunDeps, call_key
 
 MAX_BYTES = 200_000
 TIMEOUT_S = 15.0
@@ -35,7 +37,8 @@ async def http_fetch(ctx: RunContext[RunDeps], url: str) -> str:
     """Fetch a web page (text) from an allowed domain. Long pages are cut."""
     allowed = ctx.deps.http_domains
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    headers = {IDEMPOTENCY_HEADER: call_key(ctx)}
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
         for _hop in range(MAX_REDIRECTS + 1):
             if not domain_allowed(url, allowed):
                 domains = ", ".join(allowed) or "none"

@@ -1,4 +1,5 @@
-"""Trying Flotilla without Slack: `flotilla dev` (type into a channel) and `flotilla demo`.
+"""Trying Flotilla without Slack: `flotilla dev` (the local workspace in the browser and a
+console in the terminal) and `flotilla demo` (a scripted scenario).
 
 Both run the local Slack workspace, the real Bolt app over HTTP and a real database (see
 `bot/local.py`), with the offline model unless `FLOTILLA_MODEL` names a provider.
@@ -6,8 +7,12 @@ Both run the local Slack workspace, the real Bolt app over HTTP and a real datab
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
-from collections.abc import Callable
+import sys
+import webbrowser
+from collections.abc import Callable, Mapping
 
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options
@@ -22,7 +27,7 @@ DEMO_REQUEST = (
 
 DEV_HELP = """
 Flotilla is running against a local Slack workspace (offline model unless FLOTILLA_MODEL is set).
-You are @{person} in #{channel}. Try:
+You are @{person} in #{channel}; @dev is a teammate, @alex an admin. Try:
   @Flotilla compare our pricing with the top three competitors and draft a note for the sales team
   @Flotilla research our launch emails and write a short report
   @Flotilla [ask] research our launch emails and write a short report   (an agent asks you)
@@ -31,9 +36,18 @@ You are @{person} in #{channel}. Try:
   :answer tiers=Pro; notes=annual discount     answer a form with several fields
   :cancel                                      press the plan card's [Cancel plan]
   :thread                                      show the whole thread as it is now
-  :as dev text                                 post as someone else (dev, alex)
+  /flotilla help                               the slash command (agents, plans, usage, …)
+  :home                                        Flotilla's App Home tab
+  :as dev > text                               act once as someone else, e.g. a reply by @dev
+  :as alex /flotilla agent add scout           … or the admin surface as @alex
+  :submit name=value; …   :close               fill and submit, or close, an open modal
   :quit                                        stop
 """
+
+NO_WAKE_HINT = (
+    "(Flotilla has no plan at work in this thread, so it does not read replies here: "
+    "start with @Flotilla to ask it something)"
+)
 
 
 def forms_in(driver: Driver, channel: str, thread_ts: str) -> list[Message]:
@@ -65,6 +79,10 @@ class TrialConsole(Console):
         super().__init__(Driver(stack.workspace), person, stack.channel, out)
         self.stack = stack
         self._edits: dict[str, str | None] = {}
+        self._replies: list[Message] = []  # replies typed since the last line was handled
+
+    def help_text(self) -> str:
+        return DEV_HELP.format(person=self.person.name, channel=self.channel.name)
 
     async def handle(self, line: str) -> bool:
         command, _, rest = line.strip().partition(" ")
@@ -74,13 +92,31 @@ class TrialConsole(Console):
             await self._cancel()
         elif command == ":answer":
             await self._answer(rest.strip())
-        elif command == ":as":
-            who, _, text = rest.partition(" ")
-            thread = self.thread_ts
-            self.driver.post(who, self.channel.id, text, thread_ts=thread)
         else:
-            return await super().handle(line)
+            going_on = await super().handle(line)
+            await self._hint_unheard_replies()
+            return going_on
         return True
+
+    def post(self, line: str) -> Message:
+        msg = super().post(line)
+        if msg.thread_ts and msg.thread_ts != msg.ts:
+            self._replies.append(msg)
+        return msg
+
+    async def _hint_unheard_replies(self) -> None:
+        """Say so when a reply without a mention will not reach the commander (no plan at
+        work in that thread: people are talking among themselves)."""
+        replies, self._replies = self._replies, []
+        commander = self.stack.commander.bot_user_id
+        for reply in replies:
+            if f"<@{commander}>" in reply.text or reply.thread_ts is None:
+                continue
+            service = self.stack.service
+            conversation = await service.find_conversation(reply.channel, reply.thread_ts)
+            plan = await service.reconciler.plan(conversation.id) if conversation else None
+            if plan is None or plan.status not in ("running", "paused"):
+                self.out(NO_WAKE_HINT)
 
     def show_new(self) -> None:
         super().show_new()
@@ -129,15 +165,39 @@ class TrialConsole(Console):
                 self.out("(this form has several fields: :answer name=value; name=value)")
 
 
-async def dev(database_url: str, options: Options) -> None:
-    """Run the local stack and a console on stdin until `:quit` or end of input."""
+def can_open_browser(
+    env: Mapping[str, str] | None = None, *, interactive: bool | None = None
+) -> bool:
+    """Open a browser only for a person at a terminal with a display: never in CI or tests."""
+    env = os.environ if env is None else env
+    if env.get("CI") or env.get("PYTEST_CURRENT_TEST"):
+        return False
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if not interactive:
+        return False
+    # on Linux without a display webbrowser would start a text browser inside this terminal
+    return not sys.platform.startswith("linux") or bool(
+        env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")
+    )
+
+
+def page_address(stack: LocalStack, person: str = "maya") -> str:
+    """The local workspace's browser page, showing the channel as `person` sees it."""
+    return f"{stack.workspace.page_url}?as={person}#{stack.channel.id}"
+
+
+async def dev(database_url: str, options: Options, *, open_browser: bool | None = None) -> None:
+    """Run the local stack, its browser page and a console on stdin until `:quit` or end of
+    input. The page's address is printed first (and opened when a browser can be)."""
     stack = await start_local_stack(database_url, options=options)
     try:
         console = TrialConsole(stack)
-        console.out(
-            DEV_HELP.format(person=console.person.name, channel=stack.channel.name)
-            + f"\nLocal Slack Web API: {stack.workspace.api_url}"
-        )
+        address = page_address(stack, console.person.name)
+        console.out(f"Open the local Slack workspace in your browser: {address}")
+        console.out(f"(its Web API for Slack clients: {stack.workspace.api_url})")
+        if can_open_browser() if open_browser is None else open_browser:
+            await asyncio.to_thread(webbrowser.open, address)
         await console.run()
     finally:
         await stack.stop()

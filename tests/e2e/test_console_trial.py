@@ -1,0 +1,167 @@
+"""The terminal console of the local workspace and of `flotilla dev`: one help banner, the
+page's address, `:home` shown, `:as NAME /command` and modals, a hint for unheard replies."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.local import LocalStack, start_local_stack
+from bot.service import Options
+from bot.trial import NO_WAKE_HINT, TrialConsole, can_open_browser, dev
+from local_slack import Driver, InstalledApp, LocalWorkspace
+from local_slack.console import Console
+from tests.e2e.conftest import serve_bolt_app
+
+REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
+PLAIN = "plain_text"
+
+
+def ticket_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
+    app = AsyncApp(client=client, signing_secret=installed.signing_secret)
+
+    @app.command("/ticket")
+    async def on_command(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        view = {"type": "modal", "callback_id": "ticket", "private_metadata": body["channel_id"],
+                "title": {"type": PLAIN, "text": "Ticket"},
+                "submit": {"type": PLAIN, "text": "File"},
+                "blocks": [{"type": "input", "block_id": "title", "label": {"type": PLAIN,
+                            "text": "Title"}, "element": {"type": "plain_text_input",
+                            "action_id": "value", "initial_value": body["text"]}},
+                           {"type": "input", "block_id": "tags", "optional": True,
+                            "label": {"type": PLAIN, "text": "Tags"},
+                            "element": {"type": "checkboxes", "action_id": "value", "options": [
+                                {"text": {"type": PLAIN, "text": t}, "value": t}
+                                for t in ("urgent", "hardware")]}}]}  # fmt: skip
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
+
+    @app.view("ticket")
+    async def on_submit(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        values = body["view"]["state"]["values"]
+        tags = [o["value"] for o in values["tags"]["value"]["selected_options"]]
+        title = values["title"]["value"]["value"]
+        text = f"<@{body['user']['id']}> filed {title} {json.dumps(tags)}"
+        await client.chat_postMessage(channel=body["view"]["private_metadata"], text=text)
+
+    @app.event("app_home_opened")
+    async def on_home(event: dict[str, Any], client: AsyncWebClient) -> None:
+        blocks = [{"type": "header", "text": {"type": PLAIN, "text": "Your tickets"}}]
+        await client.views_publish(user_id=event["user"], view={"type": "home", "blocks": blocks})
+
+    return app
+
+
+@pytest.fixture
+async def console_app(workspace: LocalWorkspace) -> AsyncIterator[tuple[Console, list[str]]]:
+    installed = workspace.install_app(
+        "TicketBot",
+        scopes=["chat:write", "commands", "users:read"],
+        bot_events=["app_home_opened"],
+        commands={"/ticket": None},
+    )
+    alice, bob = workspace.add_person("alice"), workspace.add_person("bob", admin=True)
+    channel = workspace.create_channel("general", [alice, bob, installed])
+    client = AsyncWebClient(token=installed.bot_token, base_url=workspace.api_url)
+    lines: list[str] = []
+    async with serve_bolt_app(workspace, ticket_app(installed, client), installed):
+        yield Console(Driver(workspace), alice, channel, out=lines.append), lines
+
+
+async def shows(console: Console, lines: list[str], text: str) -> None:
+    """Await `text` among what the console printed (it prints on every state change)."""
+
+    def printed() -> bool:
+        console.show_new()
+        return any(text in line for line in lines)
+
+    await console.driver.wait_for(printed, what=f"the console to show {text!r}")
+
+
+async def test_home_renders_and_as_runs_a_command_and_its_modal(
+    console_app: tuple[Console, list[str]],
+) -> None:
+    console, lines = console_app
+    assert "\n".join(lines) == ""
+    assert console.help_text().count(":as NAME") == 1 and "bob" in console.help_text()
+    await console.handle(":home")
+    await shows(console, lines, "== Your tickets ==")
+    assert any(line == "(TicketBot Home, as @alice sees it)" for line in lines)
+
+    await console.handle(":as bob /ticket printer on fire")
+    await shows(console, lines, "only visible to @bob: a modal")
+    assert "Title: [printer on fire]" in lines[-1]
+    await console.handle(":submit title=x")
+    assert lines[-1] == "(@alice has no modal open)"
+    await console.handle(":as bob :submit title=")  # a required field left empty is refused
+    assert lines[-1] == "('Title' is required)"
+    await console.handle(":as bob :submit title=Printer; tags=urgent, hardware")
+    await shows(console, lines, 'filed Printer ["urgent", "hardware"]')
+    assert any("@bob filed" in line for line in lines)
+    await console.handle(":as nobody hello")
+    assert lines[-1] == "(no one called 'nobody' here)"
+    await console.handle("/unknown")
+    assert lines[-1] == "(/unknown is not a valid command here)"
+
+
+def test_a_browser_opens_only_for_a_person_at_a_terminal_with_a_display() -> None:
+    desktop = {"DISPLAY": ":0"}
+    assert can_open_browser(desktop, interactive=True) is True
+    assert can_open_browser({**desktop, "CI": "true"}, interactive=True) is False
+    assert can_open_browser(desktop, interactive=False) is False
+    assert can_open_browser({}, interactive=None) is False  # pytest's stdin is no terminal
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[LocalStack]:
+    started = await start_local_stack(
+        f"sqlite+aiosqlite:///{tmp_path / 'console.db'}",
+        options=Options(),
+        ack_timeout=2.0,
+        retry_delays=(0.0, 0.05, 0.05),
+    )
+    try:
+        yield started
+    finally:
+        await started.stop()
+
+
+async def test_trial_hints_when_a_reply_would_not_wake_the_commander(stack: LocalStack) -> None:
+    lines: list[str] = []
+    console = TrialConsole(stack, out=lines.append)
+    await console.handle("lunch anyone?")
+    await console.handle("> sure")  # no plan in this thread: people talk among themselves
+    assert lines[-1] == NO_WAKE_HINT
+    await console.handle(f"@Flotilla {REQUEST}")
+    root = stack.workspace.state.thread(stack.channel.id, console.thread_ts or "")[0]
+    driver = Driver(stack.workspace, default_timeout=20)
+    await driver.thread_has_message(stack.channel.id, root.ts, containing="needs your input")
+    shown = len(lines)
+    await console.handle(":as dev > can we also mention the free trial?")  # the plan waits
+    assert NO_WAKE_HINT not in lines[shown:]
+    await driver.thread_has_message(stack.channel.id, root.ts, containing="Noted")
+
+
+async def test_dev_prints_the_page_address_and_one_help_banner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read_end, write_end = os.pipe()
+    os.write(write_end, b":quit\n")
+    os.close(write_end)
+    monkeypatch.setattr("sys.stdin", os.fdopen(read_end))
+    opened: list[str] = []
+    monkeypatch.setattr("webbrowser.open", opened.append)
+    await dev(f"sqlite+aiosqlite:///{tmp_path / 'dev.db'}", Options(), open_browser=True)
+    out = capsys.readouterr().out
+    address = next(line for line in out.splitlines() if line.startswith("Open the local Slack"))
+    assert "/client/?as=maya#C" in address and opened == [address.rsplit(" ", 1)[1]]
+    assert out.count("You are @maya in #launch") == 1
+    assert out.count(":as alex /flotilla") == 1

@@ -1,0 +1,82 @@
+"""Flotilla in the browser page of the local workspace (headless Chromium): the walkthrough
+with the mouse and keyboard, cancelling a plan, an admin adding an agent, App Home."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, expect
+
+from bot.local import LocalStack, start_local_stack
+from bot.service import Options
+from tests.e2e.browser import assert_no_page_errors, browser, open_page, screenshot
+
+__all__ = ["browser"]  # the fixture, imported for pytest
+
+REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[LocalStack]:
+    started = await start_local_stack(
+        f"sqlite+aiosqlite:///{tmp_path / 'page.db'}",
+        options=Options(),
+        ack_timeout=2.0,
+        retry_delays=(0.0, 0.05, 0.05),
+    )
+    try:
+        yield started
+    finally:
+        await started.stop()
+
+
+async def say(page: Page, text: str, where: str = "#composer") -> None:
+    box = page.locator(f"{where} textarea")
+    await box.fill(text)
+    await box.press("Enter")
+
+
+async def switch_to(page: Page, name: str) -> None:
+    await page.locator("#person").select_option(label=name)
+    await expect(page.locator("#live")).to_have_text("● live")
+
+
+async def test_walkthrough_in_the_browser(stack: LocalStack, browser: Browser) -> None:
+    page = await open_page(browser, stack.workspace.page_url + "?as=maya")
+    await say(page, f"@Flotilla {REQUEST}")
+    root = page.locator("#messages .message", has_text="compare our pricing")
+    await expect(root.locator(".mention")).to_have_text("@flotilla")
+    await root.locator(".replies-link").click()
+    thread = page.locator("#thread-messages")
+    card = thread.locator(".message", has=page.locator(".bk-header", has_text="Plan (5 steps)"))
+    await expect(card).to_have_count(1)
+    await expect(card.locator("b").first).to_be_visible()  # step titles are mrkdwn bold
+    await expect(card.locator(".bk-button.bk-danger")).to_have_text("Cancel plan")
+    form = thread.locator(".message", has_text="needs your input")
+    await expect(form.locator(".bk-button.bk-primary")).to_have_text("Answer")
+
+    await switch_to(page, "dev")  # a teammate chimes in while the plan waits
+    await say(page, "can we also mention the free trial?", "#thread-composer")
+    await expect(thread.locator(".message", has_text="Noted")).to_have_count(1)
+
+    await switch_to(page, "maya")
+    await form.locator(".bk-button", has_text="Answer").click()
+    modal = page.locator("#modal-backdrop .modal")
+    await expect(modal.locator(".modal-title")).to_have_text("Step 3")
+    tiers = modal.locator(".bk-input", has=page.locator(".bk-label", has_text="tier"))
+    await modal.locator(".modal-submit").click()  # no tier chosen: refused under the field
+    await expect(tiers.locator(".bk-error")).to_have_text("Please complete this required field.")
+    await screenshot(page, "walkthrough-modal")
+    await tiers.locator("select").select_option("Pro")
+    await modal.locator(".bk-input", has_text="mention").locator("textarea").fill("annual discount")
+    await modal.locator(".modal-submit").click()
+    await expect(page.locator("#modal-backdrop")).to_be_hidden()
+    await expect(thread.locator(".message", has_text="Answered by")).to_contain_text("@maya")
+    final = thread.locator(".message", has_text="[offline model] commander:")
+    await expect(final).to_have_count(1)
+    await expect(card.locator(".bk-context")).to_contain_text("completed")
+    await expect(card.locator(".edited")).to_have_count(1)  # the card was edited in place
+    await screenshot(page, "walkthrough-done")
+    assert_no_page_errors(page)

@@ -41,6 +41,11 @@ class Finding:
 
 async def open_database(settings: Settings) -> Database:
     """A `Database` that answered a first connection; `DatabaseUnavailable` otherwise."""
+    path = settings.sqlite_path()
+    if path is not None and not path.parent.is_dir():  # say so before aiosqlite tries
+        raise DatabaseUnavailable(
+            database_problem(settings, FileNotFoundError("the folder does not exist"))
+        )
     db = Database(settings.database_url)
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):

@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from aiohttp import web
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -178,6 +179,43 @@ async def test_each_tool_return_is_stored_as_it_completes(db: Database) -> None:
         ("request", ["tool-return", "tool-return"]),
         ("response", ["tool-call"]),
         ("request", ["tool-return"]),
+    ]
+
+
+async def test_a_retry_the_tool_asked_for_is_stored_like_a_return(db: Database) -> None:
+    ran: list[str] = []
+
+    async def reserve(seat: str) -> str:
+        """Reserve a seat."""
+        ran.append("reserve")
+        raise ModelRetry(f"{seat} was taken meanwhile; try another seat")
+
+    async def pay(seat: str) -> str:
+        """Pay for a seat."""
+        ran.append("pay")
+        if ran.count("pay") == 1:
+            raise Crash()
+        return f"paid {seat}"
+
+    tools = FunctionToolset([reserve, pay], sequential=True)
+    seen: list[list[tuple[str, str]]] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if isinstance(messages[-1].parts[0], UserPromptPart):
+            calls = [ToolCallPart(name, {"seat": "12A"}) for name in ("reserve", "pay")]
+            return ModelResponse(parts=calls)
+        returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        seen.append([(p.outcome, str(p.content)) for p in returned])
+        return final("12A was taken.")
+
+    run = job("durable:3", "Book seat 12A")
+    with pytest.raises(Crash):
+        await run_step(db, run, SPEC, model=FunctionModel(script), toolsets=[tools])
+    await run_step(db, run, SPEC, model=FunctionModel(script), toolsets=[tools])
+
+    assert ran == ["reserve", "pay", "pay"]  # the retried call's side effects happened once
+    assert seen == [
+        [("retried", "12A was taken meanwhile; try another seat"), ("success", "paid 12A")]
     ]
 
 

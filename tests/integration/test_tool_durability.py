@@ -343,7 +343,7 @@ async def mcp_server() -> AsyncIterator[McpServerUnderTest]:
     sock.close()
 
 
-async def test_mcp_tool_calls_carry_the_idempotency_key_in_meta(
+async def test_mcp_tool_calls_carry_the_idempotency_key_and_run_once(
     db: Database, mcp_server: McpServerUnderTest
 ) -> None:
     spec = AgentSpec(
@@ -354,19 +354,27 @@ async def test_mcp_tool_calls_carry_the_idempotency_key_in_meta(
         mcp_servers=(McpServerSpec(url=mcp_server.url, allowed_tools=("place_order",)),),
     )
     call_ids: list[str] = []
+    crash = [True]
 
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        returned = returns_of(messages)
+        returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
         if not returned:
             calls = [ToolCallPart("place_order", {"product": p}) for p in ("Pro", "Team")]
             call_ids.extend(c.tool_call_id for c in calls)
             return ModelResponse(parts=calls)
-        return ModelResponse(parts=[TextPart(f"tool said: {returned['place_order']}")])
+        if crash:
+            crash.clear()
+            raise Crash()  # both orders placed; the process dies before the next model turn
+        return ModelResponse(parts=[TextPart(" and ".join(str(p.content) for p in returned))])
 
     run = job("mcp-key:1", "Buy Pro and Team")
+    with pytest.raises(Crash):
+        await run_step(db, run, spec, model=FunctionModel(script))
     result = await run_step(db, run, spec, model=FunctionModel(script))
 
-    assert isinstance(result, StepRunResult)
-    expected = {("Pro", tool_call_key(run.run_key, call_ids[0]))}
-    expected.add(("Team", tool_call_key(run.run_key, call_ids[1])))
-    assert set(mcp_server.calls) == expected
+    assert isinstance(result, StepRunResult) and result.message == "ordered Pro and ordered Team"
+    # each order placed once, each with its own call's key in the request's `_meta`
+    assert sorted(mcp_server.calls) == [
+        ("Pro", tool_call_key(run.run_key, call_ids[0])),
+        ("Team", tool_call_key(run.run_key, call_ids[1])),
+    ]

@@ -40,7 +40,7 @@ async def say(page: Page, text: str, where: str = "#composer") -> None:
 
 async def switch_to(page: Page, name: str) -> None:
     await page.locator("#person").select_option(label=name)
-    await expect(page.locator("#live")).to_have_text("● live")
+    await expect(page.locator("#me-avatar .avatar")).to_have_text(name[0].upper())
 
 
 async def test_walkthrough_in_the_browser(stack: LocalStack, browser: Browser) -> None:
@@ -79,4 +79,56 @@ async def test_walkthrough_in_the_browser(stack: LocalStack, browser: Browser) -
     await expect(card.locator(".bk-context")).to_contain_text("completed")
     await expect(card.locator(".edited")).to_have_count(1)  # the card was edited in place
     await screenshot(page, "walkthrough-done")
+    assert_no_page_errors(page)
+
+
+async def test_cancel_from_the_plan_card_asks_first(stack: LocalStack, browser: Browser) -> None:
+    page = await open_page(browser, stack.workspace.page_url + "?as=maya")
+    await say(page, f"@Flotilla {REQUEST}")
+    await page.locator("#messages .replies-link").click()
+    card = page.locator("#thread-messages .message", has=page.locator(".bk-header"))
+    await card.locator(".bk-button", has_text="Cancel plan").click()
+    dialog = page.locator("#confirm-backdrop .dialog")
+    await expect(dialog.locator(".dialog-title")).to_have_text("Cancel this plan?")
+    await dialog.get_by_role("button", name="Keep going").click()  # nothing happens
+    await expect(dialog).to_be_hidden()
+    await card.locator(".bk-button", has_text="Cancel plan").click()
+    await dialog.get_by_role("button", name="Cancel plan").click()
+    await expect(card.locator(".bk-context")).to_contain_text("cancelled")
+    await expect(card.locator(".bk-button")).to_have_count(0)
+    assert_no_page_errors(page)
+
+
+async def test_an_admin_adds_an_agent_in_the_modal_and_app_home_shows_it(
+    stack: LocalStack, browser: Browser
+) -> None:
+    page = await open_page(browser, stack.workspace.page_url + "?as=maya")
+    await page.locator("#app-list .side-item", has_text="Flotilla").click()
+    home = page.locator("#home")
+    await expect(home.locator(".bk-header")).to_have_text("Flotilla")
+    await expect(home.locator(".bk-section", has_text="Agents")).to_contain_text("researcher")
+    await expect(home.locator(".bk-button", has_text="Add an agent")).to_have_count(0)
+
+    await switch_to(page, "alex (admin)")  # App Home as an admin has the button
+    await home.locator(".bk-button", has_text="Add an agent").click()
+    modal = page.locator("#modal-backdrop .modal")
+    await expect(modal.locator(".modal-title")).to_have_text("Add an agent")
+    name = modal.locator('.bk-input[data-block-id="name"]')
+    await name.locator("input").fill("Scout Bot")
+    await (
+        modal.locator(".bk-input", has_text="What it does")
+        .locator("textarea")
+        .fill("Finds leads for the sales team.")
+    )
+    instructions = modal.locator(".bk-input", has_text="Instructions")
+    await instructions.locator("textarea").fill("You find leads. Be brief.")
+    await modal.locator(".modal-submit").click()  # Flotilla refuses the name, under the field
+    await expect(name.locator(".bk-error")).not_to_have_count(0)
+    await name.locator("input").fill("scout")
+    await screenshot(page, "admin-modal")
+    await modal.locator(".modal-submit").click()
+    await expect(page.locator("#modal-backdrop")).to_be_hidden()
+
+    await page.locator(".tab", has_text="Home").click()  # opening the tab again refreshes it
+    await expect(home.locator(".bk-section", has_text="Agents")).to_contain_text("scout")
     assert_no_page_errors(page)

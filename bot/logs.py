@@ -1,7 +1,9 @@
 """Logging for operators: one line (text) or one JSON object (json) per record.
 
 Domain lines carry their ids as `extra` fields (`log.info("step dispatched", extra={"team":
-…, "plan": …, "step": …})`); both formats show every id that is present. Library loggers
+…, "channel": …, "thread_ts": …, "plan": …, "step": …, "attempt": …})`); both formats show
+every id that is present, the Slack thread as `thread`. (`extra={"thread": …}` is refused
+by the logging module itself: a LogRecord's `thread` is the OS thread id.) Library loggers
 (HTTP clients, SDKs, asyncio) speak at WARNING and above only, and never inside the
 `flotilla dev` console.
 """
@@ -14,8 +16,18 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
-# ids a domain log line may carry, in the order the text format prints them
-CONTEXT_KEYS = ("team", "channel", "thread", "plan", "step", "attempt", "agent", "model", "key")
+# ids a domain log line may carry (`extra` key, printed name), in the order they are printed
+CONTEXT_KEYS = (
+    ("team", "team"),
+    ("channel", "channel"),
+    ("thread_ts", "thread"),
+    ("plan", "plan"),
+    ("step", "step"),
+    ("attempt", "attempt"),
+    ("agent", "agent"),
+    ("model", "model"),
+    ("key", "key"),
+)
 LIBRARY_LOGGERS = (
     "httpx",
     "httpcore",
@@ -36,8 +48,8 @@ _HANDLER_NAME = "flotilla"
 
 def _context(record: logging.LogRecord) -> dict[str, Any]:
     return {
-        key: getattr(record, key)
-        for key in CONTEXT_KEYS
+        name: getattr(record, key)
+        for key, name in CONTEXT_KEYS
         if getattr(record, key, None) not in (None, "")
     }
 

@@ -80,6 +80,9 @@ class FakeOpenAI:
     respond: Responder = field(default=lambda body: text_message("ok"))
     respond_responses: ResponsesResponder = field(default=lambda body: [message_item("ok")])
     requests: list[RecordedRequest] = field(default_factory=list)
+    # when set, only these keys (Bearer) and model names are accepted, as OpenAI would
+    api_keys: set[str] | None = None
+    models: set[str] | None = None
     _failures: deque[tuple[int, float | None]] = field(default_factory=deque)
     _runner: web.AppRunner | None = None
     base_url: str = ""
@@ -109,6 +112,11 @@ class FakeOpenAI:
         self.requests.append(RecordedRequest(request.path, dict(request.headers), body))
         if request.headers.get("Authorization", "") == "":
             return _error(401, "invalid_request_error", "missing_api_key", None)
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if self.api_keys is not None and key not in self.api_keys:
+            return _error(401, "invalid_request_error", "invalid_api_key", None)
+        if self.models is not None and body.get("model") not in self.models:
+            return _error(404, "invalid_request_error", "model_not_found", None)
         if self._failures:
             status, retry_after = self._failures.popleft()
             kind = {429: ("requests", "rate_limit_exceeded")}.get(status, ("server_error", None))
@@ -171,7 +179,7 @@ class FakeOpenAI:
 
 def _error(status: int, type_: str, code: str | None, retry_after: float | None) -> web.Response:
     headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
-    message = {429: "Rate limit reached.", 401: "No API key."}.get(
+    message = {429: "Rate limit reached.", 401: "No API key.", 404: "No such model."}.get(
         status, "The server had an error."
     )
     return web.json_response(

@@ -203,19 +203,24 @@ async def dev(database_url: str, options: Options, *, open_browser: bool | None 
         await stack.stop()
 
 
+async def _walk_to_the_form(stack: LocalStack, driver: Driver) -> tuple[Message, Message]:
+    """The walkthrough up to the open form: the request, a teammate's interjection, and
+    @maya's modal open. Returns the thread's first message and the form message."""
+    root = driver.mention("maya", "launch", stack.commander, DEMO_REQUEST)
+    form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
+    driver.post("dev", "launch", "can we also mention the free trial?", thread_ts=root.ts)
+    await driver.thread_has_message("launch", root.ts, from_="Flotilla", containing="Noted")
+    await driver.click("maya", form, OPEN_ACTION)
+    await driver.wait_for(lambda: driver.state.top_modal(driver.person("maya").id), what="the form")
+    return root, form
+
+
 async def demo(database_url: str, options: Options) -> str:
     """Play the walkthrough's scenario and return the thread as a person sees it."""
     stack = await start_local_stack(database_url, options=options)
     try:
         driver = Driver(stack.workspace, default_timeout=60)
-        root = driver.mention("maya", "launch", stack.commander, DEMO_REQUEST)
-        form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
-        driver.post("dev", "launch", "can we also mention the free trial?", thread_ts=root.ts)
-        await driver.thread_has_message("launch", root.ts, from_="Flotilla", containing="Noted")
-        await driver.click("maya", form, OPEN_ACTION)
-        await driver.wait_for(
-            lambda: driver.state.top_modal(driver.person("maya").id), what="the form"
-        )
+        root, _ = await _walk_to_the_form(stack, driver)
         await driver.submit("maya", {"field:tiers": "Pro", "field:notes": "the annual discount"})
         await driver.thread_has_message(
             "launch", root.ts, from_="Flotilla", containing="commander: Review"
@@ -224,3 +229,38 @@ async def demo(database_url: str, options: Options) -> str:
         return driver.transcript("launch", root.ts)
     finally:
         await stack.stop()
+
+
+async def screenshot(path: str, database_url: str, chromium: str = "/usr/bin/chromium") -> None:
+    """A PNG of the browser page: the walkthrough's thread with the plan card beside the
+    channel and the form's modal open (headless system Chromium via Playwright, a dev extra)."""
+    from playwright.async_api import async_playwright
+
+    stack = await start_local_stack(database_url, options=Options())
+    try:
+        driver = Driver(stack.workspace, default_timeout=60)
+        root, _ = await _walk_to_the_form(stack, driver)
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=chromium, headless=True)
+            try:
+                page = await browser.new_page(viewport={"width": 1400, "height": 860})
+                await page.goto(f"{page_address(stack)}/{root.ts}")
+                await page.locator("#modal-backdrop .modal-title").wait_for()
+                card = page.locator("#thread-messages .message", has=page.locator(".bk-header"))
+                await card.scroll_into_view_if_needed()
+                await page.screenshot(path=path)
+            finally:
+                await browser.close()
+    finally:
+        await stack.stop()
+
+
+if __name__ == "__main__":  # python -m bot.trial screenshot PATH [CHROMIUM]
+    import tempfile
+
+    if len(sys.argv) not in (3, 4) or sys.argv[1] != "screenshot":
+        sys.exit("usage: python -m bot.trial screenshot PATH.png [/path/to/chromium]")
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite+aiosqlite:///{folder}/screenshot.db"
+        asyncio.run(screenshot(sys.argv[2], url, *sys.argv[3:]))
+    print(f"wrote {sys.argv[2]}")

@@ -347,7 +347,10 @@ function drawMessage(msg, ctx, inThread, key) {
   const content = body.appendChild(h("div", "message-content"));
   if (msg.blocks && msg.blocks.length) content.append(renderBlocks(msg.blocks, msgCtx));
   else content.append(mrkdwn(msg.text, msgCtx));
-  if (msg.edited) content.lastChild.append(h("span", "edited", " (edited)"));
+  if (msg.edited) {
+    const texts = content.querySelectorAll(".mrkdwn, .plain, .md-p, .rt-section");
+    (texts.length ? texts[texts.length - 1] : content).append(h("span", "edited", " (edited)"));
+  }
   if (msg.streaming) content.append(h("span", "typing", "▍"));
   if (msg.subtype === "thread_broadcast" && !inThread) body.append(h("div", "broadcast", "replied to a thread"));
   if (!inThread && msg.reply_count) {

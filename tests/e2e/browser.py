@@ -26,19 +26,26 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def chromium_or_skip() -> str:
+    """The system Chromium's path, once Playwright and the browser are known to be there."""
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        _unavailable("the playwright package is not installed (pip install -e '.[dev]')")
+    if not CHROMIUM.exists():
+        _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
+    return str(CHROMIUM)
+
+
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
     """Chromium from the system package, headless; never a downloaded browser."""
-    try:
-        from playwright.async_api import async_playwright, expect
-    except ImportError:
-        _unavailable("the playwright package is not installed (pip install -e '.[dev]')")
-        raise
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
+    executable = chromium_or_skip()
+    from playwright.async_api import async_playwright, expect
+
     expect.set_options(timeout=TIMEOUT_MS)
     async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        launched = await pw.chromium.launch(executable_path=executable, headless=True)
         try:
             yield launched
         finally:

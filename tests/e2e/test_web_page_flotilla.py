@@ -11,7 +11,14 @@ from playwright.async_api import Browser, Page, expect
 
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options
-from tests.e2e.browser import assert_no_page_errors, browser, open_page, screenshot
+from bot.trial import screenshot as readme_screenshot
+from tests.e2e.browser import (
+    assert_no_page_errors,
+    browser,
+    chromium_or_skip,
+    open_page,
+    screenshot,
+)
 
 __all__ = ["browser"]  # the fixture, imported for pytest
 
@@ -132,3 +139,10 @@ async def test_an_admin_adds_an_agent_in_the_modal_and_app_home_shows_it(
     await page.locator(".tab", has_text="Home").click()  # opening the tab again refreshes it
     await expect(home.locator(".bk-section", has_text="Agents")).to_contain_text("scout")
     assert_no_page_errors(page)
+
+
+async def test_the_readme_screenshot_command_writes_a_png(tmp_path: Path) -> None:
+    chromium = chromium_or_skip()
+    out = tmp_path / "page.png"
+    await readme_screenshot(str(out), f"sqlite+aiosqlite:///{tmp_path / 'shot.db'}", chromium)
+    assert out.read_bytes().startswith(b"\x89PNG\r\n")

@@ -3,7 +3,8 @@
     python -m local_slack --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
     python -m local_slack --manifest manifest.yml        # Socket Mode, as the manifest says
 
-prints the Web API URL and each app's tokens, then lets you type as a person (see console.py).
+prints the Web API URL, the browser page's address (see web_page.py) and each app's tokens,
+then lets you type as a person (see console.py).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ async def main(argv: list[str] | None = None) -> None:
     channel = ws.create_channel(args.channel, [*people, *apps])
     print(f"Local Slack workspace {ws.state.team_name} ({ws.state.team_id})")
     print(f"  Web API base URL: {ws.api_url}")
+    print(f"  In the browser: {ws.page_url}?as={people[0].name}")
     print(f"  #{channel.name} = {channel.id}; people: {', '.join(p.name for p in people)}")
     for app in apps:
         where = "Socket Mode" if app.socket_mode else app.request_url

@@ -61,8 +61,12 @@ const BLOCKS = {
     const el = h("div", "bk-input");
     const label = el.appendChild(h("label", "bk-label", plainText(block.label)));
     if (block.optional) label.appendChild(h("span", "bk-optional", " (optional)"));
-    el.append(element(block.element || {}, block, ctx));
+    const field = block.element || {};
+    el.append(element(field, block, ctx));
     if (block.hint) el.appendChild(h("div", "bk-hint")).append(textObject(block.hint, ctx));
+    if (block.dispatch_action && field.type && field.type.endsWith("input")) {
+      el.append(h("div", "bk-hint", "Press Enter to send"));  // as Slack hints under such inputs
+    }
     const error = ctx.errors && ctx.errors[block.block_id];
     if (error) {
       el.classList.add("has-error");

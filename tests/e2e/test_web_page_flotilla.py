@@ -89,6 +89,22 @@ async def test_walkthrough_in_the_browser(stack: LocalStack, browser: Browser) -
     assert_no_page_errors(page)
 
 
+async def test_an_agents_question_is_answered_inline_with_the_keyboard(
+    stack: LocalStack, browser: Browser
+) -> None:
+    page = await open_page(browser, stack.workspace.page_url + "?as=maya")
+    await say(page, "@Flotilla [ask] research the history of our launch emails and write it up")
+    await page.locator("#messages .replies-link").click()
+    question = page.locator("#thread-messages .message", has_text="asks:")
+    await expect(question.locator(".bk-hint")).to_have_text("Press Enter to send")
+    await question.locator("textarea").fill("focus on 2024")
+    await question.locator("textarea").press("Enter")
+    answered = page.locator("#thread-messages .message", has_text="Answered by")
+    await expect(answered).to_contain_text("focus on 2024")
+    await expect(page.locator("#thread-messages .message", has_text="Writer")).not_to_have_count(0)
+    assert_no_page_errors(page)
+
+
 async def test_cancel_from_the_plan_card_asks_first(stack: LocalStack, browser: Browser) -> None:
     page = await open_page(browser, stack.workspace.page_url + "?as=maya")
     await say(page, f"@Flotilla {REQUEST}")

@@ -236,8 +236,10 @@ function renderMain(ctx) {
     const showHome = v.tab === "home";
     home.hidden = !showHome;
     list.hidden = composer.hidden = showHome;
+    $("#join-bar").hidden = true;
     if (showHome) return renderHome(ctx, v.appId);
     if (v.dm) renderChannel(ctx, v.dm, `Message ${app ? app.name : "the app"}`);
+    else fillList(list, []);
     return;
   }
   home.hidden = true;

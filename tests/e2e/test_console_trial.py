@@ -165,3 +165,15 @@ async def test_dev_prints_the_page_address_and_one_help_banner(
     assert "/client/?as=maya#C" in address and opened == [address.rsplit(" ", 1)[1]]
     assert out.count("You are @maya in #launch") == 1
     assert out.count(":as alex /flotilla") == 1
+
+
+async def test_trial_console_tries_the_admin_surface_as_alex(stack: LocalStack) -> None:
+    lines: list[str] = []
+    console = TrialConsole(stack, out=lines.append)
+    await console.handle(":as alex /flotilla agent add scout")
+    await shows(console, lines, "only visible to @alex: a modal")
+    await console.handle(":as alex :submit description=Finds leads.; system_prompt=Be brief.")
+    await shows(console, lines, "(only visible to @alex) *scout* is added.")
+    await console.handle(":home Flotilla")
+    await shows(console, lines, "(Flotilla Home, as @maya sees it)")
+    assert "scout" in lines[-1] and "[Add an agent]" not in lines[-1]  # maya is no admin

@@ -14,6 +14,7 @@ Use it from Python::
     await ws.stop()
 
 or standalone: ``python -m local_slack --port 3333 --app Flotilla=http://…/slack/events``.
+People can use it in a browser too: ``ws.page_url`` is a Slack-like page (see web_page.py).
 
 Web API: auth.test, chat.postMessage, chat.update, chat.delete, chat.postEphemeral,
 chat.startStream/appendStream/stopStream, conversations.replies/history/info/members/open,

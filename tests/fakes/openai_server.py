@@ -11,6 +11,7 @@ with its headers, so tests can check what the real `openai` client sent and how 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import deque
 from collections.abc import Callable
@@ -83,6 +84,9 @@ class FakeOpenAI:
     # when set, only these keys (Bearer) and model names are accepted, as OpenAI would
     api_keys: set[str] | None = None
     models: set[str] | None = None
+    # when set, requests are recorded and then held until the test sets the event
+    hold: asyncio.Event | None = None
+    received: asyncio.Event = field(default_factory=asyncio.Event)
     _failures: deque[tuple[int, float | None]] = field(default_factory=deque)
     _runner: web.AppRunner | None = None
     base_url: str = ""
@@ -157,6 +161,9 @@ class FakeOpenAI:
         refused = self._refusal(request, body)
         if refused is not None:
             return refused
+        self.received.set()
+        if self.hold is not None:
+            await self.hold.wait()
         message = self.respond(body)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = len(json.dumps(body["messages"])) // 4

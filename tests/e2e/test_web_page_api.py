@@ -1,0 +1,149 @@
+"""The browser page's HTTP side without a browser: the page and its files, what a person
+sees as JSON, the Server-Sent Events stream, and actions refused with a sentence."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from local_slack import Driver, LocalWorkspace
+from local_slack.state import Channel, InstalledApp, Person
+from tests.e2e.conftest import Receiver
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def populate(ws: LocalWorkspace, url: str) -> tuple[Person, Person, InstalledApp, Channel]:
+    alice, bob = ws.add_person("alice"), ws.add_person("bob")
+    app = ws.install_app("TinyBot", request_url=url, commands={"/tiny": None})
+    channel = ws.create_channel("general", [alice, bob, app])
+    ws.create_channel("secret", [bob], private=True)
+    return alice, bob, app, channel
+
+
+async def act(http: aiohttp.ClientSession, ws: LocalWorkspace, **body: Any) -> dict[str, Any]:
+    async with http.post(ws.page_url + "act", json=body) as response:
+        answer: dict[str, Any] = await response.json()
+        return answer
+
+
+async def test_the_page_and_every_file_it_loads_are_served(
+    workspace: LocalWorkspace, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(workspace.page_url) as response:
+        assert response.status == 200 and response.content_type == "text/html"
+        html = await response.text()
+    files = re.findall(r'(?:src|href)="(static/[^"]+)"', html)
+    assert {"static/page.css", "static/page.js"} <= set(files)
+    async with http.get(workspace.page_url + "static/page.js") as response:
+        files += re.findall(r'from "\./([^"]+)"', await response.text())
+    for name in files:
+        path = name if name.startswith("static/") else f"static/{name}"
+        async with http.get(workspace.page_url + path) as response:
+            assert response.status == 200, path
+    assert "https://" not in html  # nothing from the network: the page works offline
+
+
+async def test_a_person_sees_their_channels_and_their_ephemeral_messages(
+    workspace: LocalWorkspace, receiver: Receiver, http: aiohttp.ClientSession
+) -> None:
+    alice, bob, app, channel = populate(workspace, receiver.url)
+    workspace.state.ephemerals.clear()
+    async with http.get(workspace.page_url + "state", params={"user": "alice"}) as response:
+        seen = await response.json()
+    assert seen["me"] == alice.id
+    assert [c["name"] for c in seen["channels"]] == ["general"]  # not bob's private channel
+    assert {a["name"]: a["commands"] for a in seen["apps"]} == {"TinyBot": ["/tiny"]}
+    async with http.get(workspace.page_url + "state", params={"user": "nobody"}) as response:
+        assert response.status == 404
+
+
+async def test_actions_reach_the_workspace_or_are_refused_with_a_sentence(
+    workspace: LocalWorkspace, receiver: Receiver, http: aiohttp.ClientSession
+) -> None:
+    alice, _, app, channel = populate(workspace, receiver.url)
+    posted = await act(http, workspace, type="post", user=alice.id, channel=channel.id,
+                       text="@TinyBot hello")  # fmt: skip
+    assert posted["ok"] is True
+    message = workspace.state.messages[channel.id][posted["ts"]]
+    assert message.text == f"<@{app.bot_user_id}> hello" and message.user == alice.id
+    assert await act(http, workspace, type="post", user=alice.id, channel=channel.id, text=" ") == {
+        "ok": False,
+        "error": "Type a message first",
+    }
+    refused = await act(http, workspace, type="command", user=alice.id, channel=channel.id,
+                        command="/nope", text="")  # fmt: skip
+    assert refused == {"ok": False, "error": "/nope is not a valid command"}
+    ran = await act(http, workspace, type="command", user=alice.id, channel=channel.id,
+                    command="/tiny", text="go")  # fmt: skip
+    assert ran == {"ok": True, "acked": True}
+    form = dict(x.split("=", 1) for x in receiver.requests[-1][1].decode().split("&"))
+    assert form["command"] == "%2Ftiny" and form["user_id"] == alice.id
+    async with http.post(workspace.page_url + "act", data=b"not json") as response:
+        assert response.status == 400
+    unknown = await act(http, workspace, type="dance", user=alice.id)
+    assert unknown == {"ok": False, "error": "Unknown action."}
+
+
+async def test_a_required_field_left_empty_never_reaches_the_app(
+    workspace: LocalWorkspace, receiver: Receiver, http: aiohttp.ClientSession
+) -> None:
+    alice, _, app, _ = populate(workspace, receiver.url)
+    spec = {"type": "modal", "title": {"type": "plain_text", "text": "T"},
+            "submit": {"type": "plain_text", "text": "Go"},
+            "blocks": [{"type": "input", "block_id": "b", "label": {"type": "plain_text",
+                        "text": "Name"}, "element": {"type": "plain_text_input",
+                        "action_id": "a"}}]}  # fmt: skip
+    view = workspace.state.new_view(app, alice.id, spec, None)
+    workspace.state.modal_stacks[(alice.id, app.app_id)] = [view.id]
+    seen = len(receiver.requests)
+    answer = await act(http, workspace, type="submit", user=alice.id, view_id=view.id,
+                       values={"b": {"a": ""}})  # fmt: skip
+    assert answer == {"ok": True, "errors": {"b": "Please complete this required field."}}
+    assert len(receiver.requests) == seen and view.errors == answer["errors"]
+    sent = await act(http, workspace, type="submit", user=alice.id, view_id=view.id,
+                     values={"b": {"a": "Ada"}})  # fmt: skip
+    assert sent["ok"] is True and len(receiver.requests) == seen + 1
+    assert view.state_values["b"]["a"] == {"type": "plain_text_input", "value": "Ada"}
+
+
+async def read_event(stream: aiohttp.StreamReader) -> dict[str, Any]:
+    """The next `state` event of a Server-Sent Events stream."""
+    data = ""
+    while True:
+        line = (await stream.readline()).decode().rstrip("\n")
+        if line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and data:
+            snapshot: dict[str, Any] = json.loads(data)
+            return snapshot
+
+
+async def test_the_stream_pushes_each_change_and_ends_when_the_workspace_stops(
+    receiver: Receiver, http: aiohttp.ClientSession
+) -> None:
+    ws = LocalWorkspace()
+    await ws.start("127.0.0.1", 0)
+    alice, _, _, channel = populate(ws, receiver.url)
+    response = await http.get(ws.page_url + "events", params={"user": alice.id})
+    assert response.headers["Content-Type"] == "text/event-stream"
+    async with asyncio.timeout(10):
+        first = await read_event(response.content)
+        assert first["messages"][channel.id] == []
+        Driver(ws).post("alice", "general", "live!")
+        second = await read_event(response.content)
+    assert [m["text"] for m in second["messages"][channel.id]] == ["live!"]
+    assert second["version"] > first["version"]
+    async with asyncio.timeout(10):  # an open stream does not hold the server up
+        await ws.stop()
+    response.close()

@@ -132,7 +132,7 @@ def test_label_values_are_lowercase_words() -> None:
     assert word("rate limited") == "rate_limited" and word("ModelTimeout") == "model_timeout"
 
 
-async def test_the_slack_call_meter_counts_each_attempt_and_never_retries(tmp_path: Path) -> None:
+async def test_the_slack_call_meter_counts_each_attempt_and_never_retries() -> None:
     metrics = Metrics()
     meter = SlackCallMeter(metrics.slack_calls)
     request = HttpRequest(
@@ -150,5 +150,5 @@ async def test_the_slack_call_meter_counts_each_attempt_and_never_retries(tmp_pa
     assert not await meter.can_retry_async(state=state, request=request, error=OSError("down"))
     text = metrics.exposition().decode()
     for outcome in ("rate_limited", "ok", "error", "server_error", "unreachable"):
-        line = f'flotilla_slack_api_calls_total{{method="chat.postMessage",outcome="{outcome}"}} 1.0'
-        assert line in text
+        labels = f'method="chat.postMessage",outcome="{outcome}"'
+        assert f"flotilla_slack_api_calls_total{{{labels}}} 1.0" in text

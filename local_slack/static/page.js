@@ -17,6 +17,7 @@ const S = {
   user: new URLSearchParams(location.search).get("as"),
   view: null, // {kind: "channel", id} or {kind: "app", appId, tab, dm}
   thread: null, // {channel, ts}
+  seen: new Map(), // channel id -> newest ts the person has had on screen
   source: null,
   dismissed: new Set(),
   nodes: new Map(), // message key -> {sig, node}
@@ -36,8 +37,8 @@ function connect() {
     S.snap = JSON.parse(ev.data);
     S.user = S.snap.me;
     render();
+    setLive(true); // only once the page shows the workspace as it is
   });
-  source.onopen = () => setLive(true);
   source.onerror = () => setLive(false);
   S.source = source;
 }
@@ -178,6 +179,8 @@ function render() {
 
 function renderTop(ctx) {
   $("#team-name").textContent = S.snap.team.name;
+  const place = S.view && S.view.kind === "channel" && ctx.channels.get(S.view.id);
+  document.title = `${place ? (place.is_im ? place.label : "#" + place.name) + " – " : ""}${S.snap.team.name}`;
   const select = $("#person");
   const people = S.snap.people.filter((p) => !p.is_bot);
   const sig = JSON.stringify(people) + S.user;
@@ -201,15 +204,24 @@ function sideItem(label, active, onClick, cls) {
   return li;
 }
 
+/** Channels with messages the person has not had on screen are bold, as in Slack. */
+function unread(channelId) {
+  const v = S.view || {};
+  const latest = (S.snap.messages[channelId] || []).reduce((m, msg) => (msg.ts > m ? msg.ts : m), "");
+  const open = (v.kind === "channel" && v.id === channelId) || v.dm === channelId;
+  if (open || !S.seen.has(channelId)) S.seen.set(channelId, latest);
+  return latest > S.seen.get(channelId) ? " unread" : "";
+}
+
 function renderSidebar(ctx) {
   const v = S.view || {};
   const channels = S.snap.channels.filter((c) => !c.is_im);
   $("#channel-list").replaceChildren(...channels.map((c) => sideItem(
     (c.is_private ? "🔒 " : "# ") + c.name, v.kind === "channel" && v.id === c.id,
-    () => openChannel(c.id), c.is_member ? "" : "not-member")));
+    () => openChannel(c.id), (c.is_member ? "" : "not-member") + unread(c.id))));
   const appUsers = new Set(S.snap.apps.map((a) => a.bot_user_id));
   const dms = S.snap.channels.filter((c) => c.is_im && !c.members.some((m) => appUsers.has(m)));
-  $("#dm-list").replaceChildren(...dms.map((c) => sideItem("● " + c.label, v.id === c.id, () => openChannel(c.id))));
+  $("#dm-list").replaceChildren(...dms.map((c) => sideItem("● " + c.label, v.id === c.id, () => openChannel(c.id), unread(c.id))));
   const apps = S.snap.apps.filter((a) => a.has_home || a.commands.length);
   $("#app-list").replaceChildren(...apps.map((a) => sideItem(
     "🤖 " + a.name, v.kind === "app" && v.appId === a.app_id, () => openApp(a.app_id, "home"))));
@@ -457,7 +469,7 @@ function renderModal(ctx) {
 
 async function send(textarea, channel, threadTs) {
   const text = textarea.value.trim();
-  if (!text || !channel) return;
+  if (!text || !channel || !S.snap) return;
   textarea.value = "";
   hideCommands();
   if (text.startsWith("/")) {

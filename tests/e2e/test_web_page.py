@@ -6,6 +6,7 @@ person switcher – all through the workspace's real Events API and interactivit
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,7 @@ async def running(workspace: LocalWorkspace) -> AsyncIterator[Running]:
     )
     alice, bob = workspace.add_person("alice"), workspace.add_person("bob", admin=True)
     channel = workspace.create_channel("general", [alice, bob, installed])
+    workspace.create_channel("random", [alice, installed])
     client = AsyncWebClient(token=installed.bot_token, base_url=workspace.api_url)
     async with serve_bolt_app(workspace, page_app(installed, client), installed):
         yield Running(workspace, installed, client, channel.id, alice, bob)
@@ -235,6 +237,15 @@ async def test_live_updates_edits_streaming_and_ephemeral_messages(
     await client.chat_stopStream(channel=channel, ts=stream["ts"])
     await expect(page.locator("#thread-messages .message.streaming")).to_have_count(0)
     await expect(page.locator("#thread-messages .message", has_text="step 2")).to_have_count(1)
+
+    random = running.workspace.state.channel_named("random").id
+    await client.chat_postMessage(channel=random, text="Over here")  # elsewhere: shown as unread
+    await expect(page.locator("#channel-list .side-item.unread")).to_have_text("# random")
+    await page.locator("#channel-list .side-item", has_text="random").click()
+    await expect(page.locator("#messages .message")).to_have_text(re.compile("Over here"))
+    await expect(page.locator("#channel-list .side-item.unread")).to_have_count(0)
+    await expect(page).to_have_title("#random – Flotilla Local")
+    await page.locator("#channel-list .side-item", has_text="general").click()
 
     await client.chat_postEphemeral(channel=channel, user=running.alice.id, text="Just for _you_")
     only_alice = page.locator("#messages .message.ephemeral", has_text="Just for")

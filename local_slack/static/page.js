@@ -31,9 +31,13 @@ const S = {
 
 function connect() {
   if (S.source) S.source.close();
+  S.lastData = null;
   const query = S.user ? `?user=${encodeURIComponent(S.user)}` : "";
   const source = new EventSource("events" + query);
   source.addEventListener("state", (ev) => {
+    const same = ev.data.replace(/^\{"version":\d+,/, "{"); // most changes are not this person's
+    if (same === S.lastData && S.snap) return;
+    S.lastData = same;
     S.snap = JSON.parse(ev.data);
     S.user = S.snap.me;
     render();

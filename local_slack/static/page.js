@@ -2,30 +2,9 @@
 // composer that also runs slash commands. Everything shown comes from the workspace's state,
 // pushed over Server-Sent Events; everything done goes to POST act as the chosen person.
 import { renderBlocks } from "./blocks.js";
-import { mrkdwn, plainText, textObject } from "./mrkdwn.js";
-
-const $ = (sel) => document.querySelector(sel);
-const h = (tag, cls, text) => {
-  const el = document.createElement(tag);
-  if (cls) el.className = cls;
-  if (text !== undefined) el.textContent = text;
-  return el;
-};
-
-const S = {
-  snap: null,
-  user: new URLSearchParams(location.search).get("as"),
-  view: null, // {kind: "channel", id} or {kind: "app", appId, tab, dm}
-  thread: null, // {channel, ts}
-  seen: new Map(), // channel id -> newest ts the person has had on screen
-  source: null,
-  dismissed: new Set(),
-  nodes: new Map(), // message key -> {sig, node}
-  modalKey: null,
-  modalInputs: [],
-  homeKey: null,
-  homeInputs: [],
-};
+import { $, S, act, h, toast } from "./client.js";
+import { mrkdwn } from "./mrkdwn.js";
+import { confirm, renderHome, renderModal } from "./surfaces.js";
 
 // ----- talking to the workspace ---------------------------------------------------------------
 
@@ -53,26 +32,6 @@ function setLive(live) {
   el.classList.toggle("offline", !live);
 }
 
-async function act(type, args) {
-  try {
-    const response = await fetch("act", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ ...args, type, user: S.user }),
-    });
-    const answer = await response.json();
-    if (!answer.ok) toast(answer.error || "That did not work.");
-    return answer;
-  } catch (err) {
-    toast("The local workspace is not answering.");
-    return { ok: false, error: String(err) };
-  }
-}
-
-function toast(text) {
-  const el = $("#toasts").appendChild(h("div", "toast", text));
-  setTimeout(() => el.remove(), 6000);
-}
 
 // ----- context for rendering text and blocks -------------------------------------------------
 
@@ -88,31 +47,11 @@ function baseCtx() {
       if (!m || !ctx.channels.has(m[1])) return null;
       return () => (m[2] ? openThread(m[1], `${m[2]}.${m[3]}`) : openChannel(m[1]));
     },
-    confirm,
+    confirm: (obj) => confirm(obj, ctx),
   };
   return ctx;
 }
 
-function confirm(obj) {
-  return new Promise((resolve) => {
-    const back = $("#confirm-backdrop");
-    const box = back.querySelector(".dialog");
-    box.replaceChildren();
-    box.append(h("h2", "dialog-title", plainText(obj.title) || "Are you sure?"));
-    box.appendChild(h("div", "dialog-body")).append(textObject(obj.text, baseCtx()));
-    const row = box.appendChild(h("div", "dialog-buttons"));
-    const deny = row.appendChild(h("button", "bk-button", plainText(obj.deny) || "Cancel"));
-    const ok = row.appendChild(h("button", `bk-button ${obj.style === "danger" ? "bk-danger" : "bk-primary"}`, plainText(obj.confirm) || "Yes"));
-    const done = (answer) => {
-      back.hidden = true;
-      resolve(answer);
-    };
-    deny.onclick = () => done(false);
-    ok.onclick = () => done(true);
-    back.hidden = false;
-    ok.focus();
-  });
-}
 
 // ----- navigation --------------------------------------------------------------------------
 
@@ -396,78 +335,6 @@ async function messageAction(msg, block, element, value) {
   });
 }
 
-// ----- App Home and modals --------------------------------------------------------------------
-
-function collect(inputs) {
-  const values = {};
-  for (const input of inputs) {
-    (values[input.blockId] = values[input.blockId] || {})[input.actionId] = input.read();
-  }
-  return values;
-}
-
-function renderHome(ctx, appId) {
-  const view = S.snap.homes[appId];
-  const home = $("#home");
-  const key = view ? view.id + view.hash : "none";
-  if (key === S.homeKey) return;
-  const restore = S.homeKey ? collect(S.homeInputs) : null;
-  S.homeKey = key;
-  if (!view) {
-    home.replaceChildren(h("div", "empty", "This app has not published a Home tab for you yet."));
-    return;
-  }
-  const inputs = [];
-  const homeCtx = { ...ctx, state: view.state.values, restore, errors: view.errors, inputs,
-    act: (block, element, value) => act("view_action", {
-      view_id: view.id, block_id: block.block_id, action_id: element.action_id, value, values: collect(inputs),
-    }) };
-  S.homeInputs = inputs;
-  home.replaceChildren(renderBlocks(view.blocks, homeCtx));
-}
-
-function renderModal(ctx) {
-  const back = $("#modal-backdrop");
-  const view = S.snap.modal;
-  if (!view) {
-    back.hidden = true;
-    S.modalKey = null;
-    return;
-  }
-  const key = view.id + view.hash + JSON.stringify(view.errors);
-  if (key === S.modalKey) return;
-  const restore = S.modalKey && S.modalKey.startsWith(view.id) ? collect(S.modalInputs) : null;
-  S.modalKey = key;
-  const inputs = [];
-  S.modalInputs = inputs;
-  const modalCtx = { ...ctx, state: view.state.values, restore, errors: view.errors, inputs,
-    act: (block, element, value) => act("view_action", {
-      view_id: view.id, block_id: block.block_id, action_id: element.action_id, value, values: collect(inputs),
-    }) };
-  const box = back.querySelector(".modal");
-  box.replaceChildren();
-  const head = box.appendChild(h("div", "modal-head"));
-  head.append(h("h2", "modal-title", plainText(view.title)));
-  const x = head.appendChild(h("button", "modal-x", "✕"));
-  x.title = "Close";
-  x.onclick = () => act("close", { view_id: view.id });
-  box.appendChild(h("div", "modal-body")).append(renderBlocks(view.blocks, modalCtx));
-  const foot = box.appendChild(h("div", "modal-foot"));
-  const problem = foot.appendChild(h("div", "modal-problem"));
-  const close = foot.appendChild(h("button", "bk-button", plainText(view.close) || (view.submit ? "Cancel" : "Close")));
-  close.onclick = () => act("close", { view_id: view.id });
-  if (view.submit) {
-    const submit = foot.appendChild(h("button", "bk-button bk-primary modal-submit", plainText(view.submit)));
-    submit.onclick = async () => {
-      submit.disabled = true;
-      problem.textContent = "";
-      const answer = await act("submit", { view_id: view.id, values: collect(inputs) });
-      if (!answer.ok) problem.textContent = answer.error;
-      submit.disabled = false;
-    };
-  }
-  back.hidden = false;
-}
 
 // ----- composing -----------------------------------------------------------------------------
 

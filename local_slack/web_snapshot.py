@@ -31,7 +31,7 @@ def person_json(person: Person) -> Json:
     }
 
 
-def app_json(state: WorkspaceState, app: InstalledApp) -> Json:
+def app_json(app: InstalledApp) -> Json:
     return {
         "app_id": app.app_id,
         "name": app.name,
@@ -135,7 +135,7 @@ def snapshot(state: WorkspaceState, viewer: Person) -> Json:
         "team": {"id": state.team_id, "name": state.team_name, "domain": state.domain},
         "me": viewer.id,
         "people": [person_json(p) for p in state.people.values()],
-        "apps": [app_json(state, a) for a in state.apps.values()],
+        "apps": [app_json(a) for a in state.apps.values()],
         "channels": [channel_json(state, c, viewer) for c in channels],
         "messages": {c.id: channel_messages(state, c.id) for c in channels},
         "ephemerals": ephemerals,

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from local_slack.events import Delivery
 from local_slack.interactivity import SubmissionOutcome
 from local_slack.shapes import message_json, rich_text_block
 from local_slack.state import Ephemeral, InstalledApp, Json, Message, Person, View
 from local_slack.transcript import render_thread
-from local_slack.workspace import LocalWorkspace
+
+if TYPE_CHECKING:
+    from local_slack.workspace import LocalWorkspace
 
 Who = Person | str
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from local_slack.api import WORKSPACE
 from local_slack.blocks import check_blocks, check_view
 from local_slack.events import Delivery, signed_post
 from local_slack.shapes import message_json
@@ -23,6 +24,7 @@ from local_slack.state import (
     Person,
     View,
 )
+from local_slack.web_views import assign_ids
 
 if TYPE_CHECKING:
     from local_slack.workspace import LocalWorkspace
@@ -332,13 +334,10 @@ def _command_answer(body: str) -> Json:
 
 
 def _with_ids(spec: Json) -> Json:
-    from local_slack.web_views import assign_ids
-
     return assign_ids(dict(spec))
 
 
 async def handle_response_url(request: web.Request) -> web.Response:
-    from local_slack.server import WORKSPACE
 
     ws = request.app[WORKSPACE]
     try:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
+from local_slack.api import WORKSPACE, ApiError, Call, method
 from local_slack.events import Attempt
-from local_slack.server import ApiError, Call, method
 from local_slack.state import InstalledApp, Json
 
 if TYPE_CHECKING:
@@ -92,7 +92,6 @@ async def open_connection(ws: LocalWorkspace, app: InstalledApp) -> Json:
 
 
 async def handle_socket(request: web.Request) -> web.StreamResponse:
-    from local_slack.server import WORKSPACE
 
     ws = request.app[WORKSPACE]
     hub = ws.socket_hub

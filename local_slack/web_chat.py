@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import secrets
 
+from local_slack.api import ApiError, Call, method
 from local_slack.blocks import check_blocks
-from local_slack.server import ApiError, Call, method
 from local_slack.shapes import message_json
 from local_slack.state import Channel, Ephemeral, Json, Message
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from local_slack.server import ApiError, Call, method
+from local_slack.api import ApiError, Call, method
 from local_slack.shapes import message_json
 from local_slack.state import Channel, Json, Message, Person
 

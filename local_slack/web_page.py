@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from local_slack.api import WORKSPACE
 from local_slack.console import mentions_to_slack
 from local_slack.driver import Driver, block_action, input_value
 from local_slack.state import Json, Message, Person, View, WorkspaceState
@@ -60,7 +61,6 @@ def add_page_routes(app: web.Application) -> None:
 
 
 def _workspace(request: web.Request) -> LocalWorkspace:
-    from local_slack.server import WORKSPACE
 
     return request.app[WORKSPACE]
 
@@ -123,7 +123,6 @@ def _news(state: WorkspaceState, sent: int, hub: PageHub) -> Callable[[], bool]:
 
 
 async def _close_streams(app: web.Application) -> None:
-    from local_slack.server import WORKSPACE
 
     app[HUB].closing = True
     app[WORKSPACE].state.changed()  # wake the streams so they end before the server waits

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import secrets
 
+from local_slack.api import ApiError, Call, method
 from local_slack.blocks import check_view
-from local_slack.server import ApiError, Call, method
 from local_slack.state import Json, Trigger, View, new_view_hash
 
 TRIGGER_TTL_SECONDS = 3.0

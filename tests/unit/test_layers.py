@@ -124,9 +124,13 @@ def _resolve(name: str, known: dict[str, Path]) -> str:
 
 
 def cycles(found: list[Import]) -> list[str]:
-    """One readable path per shortest cycle through each module that is in a cycle."""
+    """One readable path per shortest cycle through each module that is in a cycle.
+
+    Lazy imports count; imports under `if TYPE_CHECKING:` do not (they never run)."""
     edges: dict[str, dict[str, Import]] = {}
     for each in found:
+        if each.how == "under TYPE_CHECKING":
+            continue  # never executed: a type-only import cannot close a cycle at run time
         edges.setdefault(each.source, {}).setdefault(each.target, each)
     paths: set[tuple[str, ...]] = set()
     for start in sorted(edges):

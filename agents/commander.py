@@ -39,9 +39,8 @@ from agents.plan import (
     RetryStep,
     SkipStep,
     Step,
-    parse_plan,
-    validate_plan,
 )
+from agents.plan_validation import parse_plan, validate_plan
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, drive, load_session, step_prompt
 from agents.session import (

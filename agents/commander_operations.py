@@ -15,6 +15,7 @@ from agents.plan import (
     AbortPlan,
     AddSteps,
     CancelPlan,
+    CommanderOperation,
     EditStep,
     Plan,
     RetryStep,
@@ -22,15 +23,13 @@ from agents.plan import (
     Step,
     new_steps,
 )
-from agents.plan_ops import abort_plan, cancel_plan, replace_step, with_status
+from agents.plan_transitions import abort_plan, cancel_plan, replace_step, with_status
 from agents.plan_validation import input_problems, problems_of
-
-Operation = RetryStep | SkipStep | AddSteps | EditStep | AbortPlan | CancelPlan
 
 
 def apply_operation(
     plan: Plan,
-    op: Operation,
+    op: CommanderOperation,
     *,
     assignees: Collection[str] = (),
     disabled: Collection[str] = (),

@@ -1,5 +1,8 @@
 """Plan models and pure DAG logic.
 
+Validation of a proposal lives in `agents/plan_validation.py` (`validate_plan`,
+`parse_plan`).
+
 CONTRACT: the names and shapes in this first section are imported by the runtime and
 commander (agents/runtime.py, agents/commander.py) and by the Slack layer (bot/), which
 are being written in parallel. Add to them; do not rename or reshape them.
@@ -8,9 +11,9 @@ Pure logic below has no I/O, no clock and no randomness: time comes in as parame
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,34 +53,6 @@ class StepProposal(_Strict):
 
 class PlanProposal(_Strict):
     steps: list[StepProposal]
-
-
-def validate_plan(
-    proposal: PlanProposal,
-    *,
-    assignees: Collection[str],
-    disabled: Collection[str] = (),
-    existing: Sequence[Step] = (),
-) -> PlanProposal:
-    """Return the normalised proposal (wait_for filled in) or raise PlanValidationError.
-
-    `assignees` = names of enabled sub-agents ("user" and "commander" are always allowed).
-    One actionable sentence per problem. A proposal carrying runtime fields (status,
-    output_summary, …) is rejected with a sentence saying the orchestrator sets those.
-    (That rejection happens when the model's dict is parsed: see `parse_plan`.)
-    Optional: `disabled` = names of disabled sub-agents (for a precise sentence), and
-    `existing` = the plan's stored steps when `proposal` adds steps to it.
-    """
-    from agents.plan_validation import validated
-
-    return validated(proposal, assignees=assignees, disabled=disabled, existing=existing)
-
-
-def parse_plan(data: Any) -> PlanProposal:
-    """The model's raw plan (a dict) as a proposal, or PlanValidationError in sentences."""
-    from agents.plan_validation import parse
-
-    return parse(data)
 
 
 # --- commander operations: explicit, validated, applied by the orchestrator -------------

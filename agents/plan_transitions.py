@@ -13,6 +13,23 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from agents.effects import (
+    AskCommander,
+    AskUser,
+    Effect,
+    PlanFinished,
+    PostDispatch,
+    ResumeStep,
+    RetryDue,
+    RunCommanderStep,
+    ShowForm,
+    answer_key,
+    failed_key,
+    finished_key,
+    question_key,
+    retry_key,
+    step_key,
+)
 from agents.plan import (
     COMMANDER,
     SUCCESSFUL,
@@ -29,16 +46,10 @@ from agents.plan import (
     StepSucceeded,
 )
 from agents.plan_validation import STEP_REF, TEMPLATE
-from agents.ports import Effect
 
 Result = tuple[Plan, list[Effect]]
 BACKOFF_BASE = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=10)
-
-
-def step_key(plan_id: int, index: int, attempt: int) -> str:
-    """The idempotency key of a step's dispatch; other effects of the attempt add a suffix."""
-    return f"plan:{plan_id}:step:{index}:attempt:{attempt}"
 
 
 def backoff(transient_failures: int) -> timedelta:
@@ -160,7 +171,14 @@ def _update(step: Step, **changes: Any) -> Step:
 
 
 def _meta(plan: Plan, step: Step) -> dict[str, Any]:
-    return {"plan_id": plan.id, "step": step.index, "attempt": step.attempts}
+    """The fields every effect of a step attempt carries (and its key is built from)."""
+    return {
+        "key": step_key(plan.id, step.index, step.attempts),
+        "conversation_id": plan.conversation_id,
+        "plan_id": plan.id,
+        "step": step.index,
+        "attempt": step.attempts,
+    }
 
 
 def dispatch(plan: Plan, now: datetime) -> Result:
@@ -174,14 +192,12 @@ def dispatch(plan: Plan, now: datetime) -> Result:
 
 
 def _dispatch_effect(plan: Plan, step: Step) -> Effect:
-    payload = _meta(plan, step) | {"title": step.title, "text": render_input(step, plan)}
-    key = step_key(plan.id, step.index, step.attempts)
+    fields = _meta(plan, step) | {"title": step.title, "text": render_input(step, plan)}
     if step.assignee == USER:
-        form = step.form.model_dump() if step.form else None
-        return Effect(key, "show_form", plan.conversation_id, payload | {"form": form})
+        return ShowForm(**fields, form=step.form)
     if step.assignee == COMMANDER:
-        return Effect(key, "wake_commander", plan.conversation_id, payload | {"reason": "step"})
-    return Effect(key, "post_dispatch", plan.conversation_id, payload | {"agent": step.assignee})
+        return RunCommanderStep(**fields)
+    return PostDispatch(**fields, agent=step.assignee)
 
 
 def apply_outcome(plan: Plan, outcome: Outcome, now: datetime) -> Result:
@@ -229,14 +245,15 @@ def _answered(plan: Plan, step: Step, outcome: StepAnswered) -> Result:
             update={"answer": dict(outcome.values), "answered_by": outcome.answered_by}
         )
         resumed = _update(step, status="in_progress", question=question)
-        payload = _meta(plan, step) | {
-            "agent": step.assignee,
-            "question": question.text,
-            "answer": dict(outcome.values),
-            "answered_by": outcome.answered_by,
-        }
-        key = f"{step_key(plan.id, step.index, step.attempts)}:answer:{question.round}"
-        effect = Effect(key, "resume_step", plan.conversation_id, payload)
+        effect = ResumeStep(
+            **_meta(plan, step)
+            | {"key": answer_key(plan.id, step.index, step.attempts, question.round)},
+            agent=step.assignee,
+            question=question.text,
+            answer=dict(outcome.values),
+            answered_by=outcome.answered_by,
+            round=question.round,
+        )
         return replace_step(plan, resumed), [effect]
     if step.status == "in_progress" and step.assignee == USER:
         summary = "\n".join(f"{name}: {value}" for name, value in outcome.values.items())
@@ -253,10 +270,13 @@ def _blocked(plan: Plan, step: Step, outcome: StepBlocked) -> Result:
     rnd = last.round + 1 if last is not None else 1
     question = Question(text=outcome.question, form=outcome.form, round=rnd)
     blocked = _update(step, status="blocked", question=question)
-    form = outcome.form.model_dump() if outcome.form else None
-    payload = _meta(plan, step) | {"question": outcome.question, "form": form, "round": rnd}
-    key = f"{step_key(plan.id, step.index, step.attempts)}:question:{rnd}"
-    return replace_step(plan, blocked), [Effect(key, "ask_user", plan.conversation_id, payload)]
+    ask = AskUser(
+        **_meta(plan, step) | {"key": question_key(plan.id, step.index, step.attempts, rnd)},
+        question=outcome.question,
+        form=outcome.form,
+        round=rnd,
+    )
+    return replace_step(plan, blocked), [ask]
 
 
 def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Result:
@@ -271,8 +291,10 @@ def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Resul
             failure_reason=outcome.reason,
             question=None,
         )
-        key = f"{step_key(plan.id, step.index, step.attempts)}:retry"
-        timer = Effect(key, "retry_due", plan.conversation_id, _meta(plan, step), not_before)
+        timer = RetryDue(
+            **_meta(plan, step) | {"key": retry_key(plan.id, step.index, step.attempts)},
+            available_at=not_before,
+        )
         return replace_step(plan, retry), [timer]
     reason = outcome.reason
     if outcome.retryable:
@@ -293,17 +315,16 @@ def fail_step(plan: Plan, step: Step, reason: str) -> Result:
     if step.on_failure == "abort_plan":
         aborted = abort_plan(new, f"step {step.index} failed: {reason}")
         return _finish(plan, aborted, [])
-    payload = _meta(plan, step) | {
-        "reason": "step_failed",
-        "title": step.title,
-        "assignee": step.assignee,
-        "failure_reason": reason,
-        "transient_failures": failed.transient_failures,
-        "input": step.input,
-        "waiting": [s.index for s in new.steps if step.index in s.wait_for],
-    }
-    key = f"{step_key(plan.id, step.index, step.attempts)}:failed"
-    return new, [Effect(key, "wake_commander", plan.conversation_id, payload)]
+    ask = AskCommander(
+        **_meta(plan, step) | {"key": failed_key(plan.id, step.index, step.attempts)},
+        title=step.title,
+        assignee=step.assignee,
+        failure_reason=reason,
+        transient_failures=failed.transient_failures,
+        input=step.input,
+        waiting=[s.index for s in new.steps if step.index in s.wait_for],
+    )
+    return new, [ask]
 
 
 def abort_plan(plan: Plan, reason: str) -> Plan:
@@ -341,7 +362,19 @@ def _stop(plan: Plan, status: PlanStatus, note: str, also: Sequence[str]) -> Pla
 def _finish(before: Plan, after: Plan, effects: list[Effect]) -> Result:
     """Tell the commander once when the plan has just completed or been aborted."""
     if after.status in ("completed", "aborted") and before.status != after.status:
-        payload = {"plan_id": after.id, "reason": "plan_finished", "status": after.status}
-        key = f"plan:{after.id}:finished"
-        effects = [*effects, Effect(key, "wake_commander", after.conversation_id, payload)]
+        finished = PlanFinished(
+            key=finished_key(after.id),
+            conversation_id=after.conversation_id,
+            plan_id=after.id,
+            status=after.status,
+        )
+        effects = [*effects, finished]
     return after, effects
+
+
+def stalled(plan: Plan) -> bool:
+    """A running plan with nothing in flight, no timer due and no person asked: only a
+    decision (the commander's, or a person's) can move it. Pure."""
+    if plan.status != "running" or in_flight(plan):
+        return False
+    return not any(s.status == "pending" and s.not_before is not None for s in plan.steps)

@@ -225,3 +225,27 @@ def input_problems(template: str, upstream: frozenset[int]) -> list[str]:
                 "step; add it to wait_for (directly or through a step it waits for)"
             )
     return problems
+
+
+def validate_plan(
+    proposal: PlanProposal,
+    *,
+    assignees: Collection[str],
+    disabled: Collection[str] = (),
+    existing: Sequence[Step] = (),
+) -> PlanProposal:
+    """Return the normalised proposal (wait_for filled in) or raise PlanValidationError.
+
+    `assignees` = names of enabled sub-agents ("user" and "commander" are always allowed).
+    One actionable sentence per problem. A proposal carrying runtime fields (status,
+    output_summary, …) is rejected with a sentence saying the orchestrator sets those.
+    (That rejection happens when the model's dict is parsed: see `parse_plan`.)
+    Optional: `disabled` = names of disabled sub-agents (for a precise sentence), and
+    `existing` = the plan's stored steps when `proposal` adds steps to it.
+    """
+    return validated(proposal, assignees=assignees, disabled=disabled, existing=existing)
+
+
+def parse_plan(data: Any) -> PlanProposal:
+    """The model's raw plan (a dict) as a proposal, or PlanValidationError in sentences."""
+    return parse(data)

@@ -1,70 +1,120 @@
-"""The narrow port through which the orchestrator causes side effects.
+"""The narrow port through which `agents/` acts in Slack, and what it reports.
 
-The reconciler never posts anything itself: it decides `Effect`s, which are stored in the
-outbox in the same transaction as the state change and performed after commit through a
-`SideEffectPort` (the Slack layer implements it; tests use a recording one). Delivery is
-at least once, so the port also answers "did this already happen?" – e.g. a message
-carrying the effect's idempotency key in its metadata is already in the thread.
+The reconciler decides typed effects (`agents/effects.py`); the executor performs them:
+it runs steps and commander turns itself and asks the Slack layer – through `SlackPort`,
+which `bot/port.py` implements – to post, update and look things up in a thread. The
+port knows Block Kit, identities and Slack's errors; `agents/` knows none of them.
+
+Errors: the port raises `TransientError` for what is worth trying again (429, 5xx, a
+network failure) and `PostingRefused` (a `PermanentError`) when Slack refused for good
+(`not_in_channel`, `channel_not_found`, …), with a sentence a person can act on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+from agents.errors import PermanentError
 
 if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+    from agents.effects import AskUser, PostDispatch, ShowForm
     from agents.plan import Plan
-
-EffectKind = Literal[
-    "post_dispatch",  # the commander posts `@agent <rendered input>` in the thread
-    "show_form",  # a user step: a Block Kit form in the thread (the plan pauses)
-    "wake_commander",  # an internal commander turn: its own step, a failure, the plan's end
-    "ask_user",  # a blocked step's question (or form) for a person
-    "resume_step",  # a blocked step's answer: resume the same run with it
-    "update_plan_card",  # re-render the plan card (coalesced: at most one pending per plan)
-    "retry_due",  # a timer: reconcile the conversation when a backoff has passed
-    "commander_turn",  # a person's message for the commander (a request or an interjection)
-]
+    from storage.records import ConversationRecord
 
 
-class Delivery(Enum):
-    """What `perform` did. `IN_PROGRESS`: it started long work (an agent run, a commander
-    turn) that settles the effect itself (`OutboxSender.finish`); until then the outbox row
-    stays claimed, its lease renewed by the work, so a crash hands it to another process."""
-
-    DONE = "done"
-    IN_PROGRESS = "in_progress"
+class PostingRefused(PermanentError):
+    """Slack refused a post for good; `str()` says why in a sentence."""
 
 
-@dataclass(frozen=True, slots=True)
-class Effect:
-    """One side effect, identified by a key that is unique for ever (the outbox's key).
+class StepTag(Protocol):
+    """Which step attempt a posted message belongs to (carried in its metadata)."""
 
-    Keys: `plan:P:step:N:attempt:A` for a dispatch, with a suffix for the other effects of
-    that attempt (`:failed`, `:question:R`, `:answer:R`, `:retry`); `plan:P:card:vV` for a
-    card refresh; `plan:P:finished`. `payload` carries `plan_id`, `step` and `attempt`
-    (the metadata a posted message must carry so any replica can tie it to its step).
-    """
-
-    key: str
-    kind: EffectKind
-    conversation_id: int
-    payload: dict[str, Any]
-    available_at: datetime | None = None  # not before this time (timers); None = at once
-    plan: Plan | None = field(default=None, compare=False)  # fresh snapshot, for the card
-    created_at: datetime | None = field(default=None, compare=False)  # decided at (metrics)
-    delivery: int = field(default=1, compare=False)  # 2+: claimed before, may have happened
+    @property
+    def plan_id(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
 
 
-class SideEffectPort(Protocol):
-    """What the Slack layer implements for the orchestrator."""
+class SlackPort(Protocol):
+    """What the executor needs from Slack (or the local workspace)."""
 
-    async def perform(self, effect: Effect) -> Delivery | None:
-        """Perform the effect (None means DONE); raise `TransientError` to retry it later."""
+    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+        """Post `@agent <input>` in the thread, carrying the effect's key."""
         ...
 
-    async def already_performed(self, effect: Effect) -> bool:
-        """True when the effect demonstrably happened (asked on redelivery only)."""
+    async def post_form(
+        self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Plan | None
+    ) -> None:
+        """Post a user step's form, or a blocked step's question, carrying the key."""
         ...
+
+    async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
+        """Post the plan card once, then edit it in place (`first`: only if not posted)."""
+        ...
+
+    async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
+        """Replace the plan's open forms with `note` (no buttons left to click)."""
+        ...
+
+    async def say(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        *,
+        agent: str | None = None,
+        result_of: StepTag | None = None,
+        key: str | None = None,
+    ) -> str:
+        """Post in the thread as the commander, or as `agent`; the message's ts.
+
+        `result_of` + `key` mark a step's answer (metadata), so a redelivery can find it.
+        """
+        ...
+
+    async def thread_has_key(
+        self, conversation: ConversationRecord, key: str, *, agent: str | None = None
+    ) -> bool:
+        """Whether Flotilla (its own bot, or `agent`'s identity) already posted a message
+        carrying `key` in its metadata. Messages of other apps and people never count."""
+        ...
+
+
+ChooseModel = Callable[[str | None], Awaitable["Model"]]
+
+
+class RunObserver(Protocol):
+    """Telemetry of the executor (bot/ implements it with Prometheus metrics)."""
+
+    def queued(self, seconds: float) -> None: ...
+    def ran(self, agent: str, seconds: float) -> None: ...
+    def dispatched(self, kind: str) -> None: ...
+    def outcome(self, kind: str) -> None: ...
+    def commander_turn(self, result: str) -> None: ...
+    def jobs_running(self, count: int) -> None: ...
+
+
+class NoObserver:
+    """Telemetry that records nothing (tests, the benchmark)."""
+
+    def queued(self, seconds: float) -> None:
+        return None
+
+    def ran(self, agent: str, seconds: float) -> None:
+        return None
+
+    def dispatched(self, kind: str) -> None:
+        return None
+
+    def outcome(self, kind: str) -> None:
+        return None
+
+    def commander_turn(self, result: str) -> None:
+        return None
+
+    def jobs_running(self, count: int) -> None:
+        return None

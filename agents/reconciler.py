@@ -12,26 +12,35 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from agents.commander_operations import apply_operation
+from agents.effects import (
+    Effect,
+    PlanFinished,
+    PlanStopped,
+    UpdatePlanCard,
+    card_key,
+    finished_key,
+    stopped_key,
+    to_row,
+)
 from agents.errors import OperationRejected
 from agents.plan import (
     DEFAULT_MAX_ATTEMPTS,
     TERMINAL_PLAN,
-    FormSpec,
+    CancelPlan,
+    CommanderOperation,
     Outcome,
     Plan,
     PlanProposal,
-    Question,
     Step,
     new_steps,
-    validate_plan,
 )
-from agents.plan_operations import Operation, apply_operation
-from agents.plan_ops import apply_outcome, dispatch, fail_step, with_status
-from agents.ports import Effect
+from agents.plan_store import plan_from_rows, step_row
+from agents.plan_transitions import apply_outcome, dispatch, fail_step, with_status
+from agents.plan_validation import validate_plan
 from storage import plans as store
 from storage.conversations import request_text
 from storage.db import Database
@@ -63,11 +72,15 @@ def decide(
     now: datetime,
     *,
     outcomes: Sequence[Outcome] = (),
-    operations: Sequence[Operation] = (),
+    operations: Sequence[CommanderOperation] = (),
     assignees: Collection[str] = (),
     disabled: Collection[str] = (),
+    actor: str | None = None,
 ) -> Decision:
     """Apply commander operations, then outcomes, then choose dispatches. Pure.
+
+    `actor`: the Slack user on whose behalf the operations are applied (a person who
+    cancels from the card or with `/flotilla cancel`), named in the stop notice.
 
     Nothing new (or only stale/repeated outcomes) gives a decision with the same plan
     and no effects. A change bumps the plan's version and adds one plan-card refresh.
@@ -76,7 +89,9 @@ def decide(
     current = plan
     effects: list[Effect] = []
     for op in operations:
+        was = current
         current = apply_operation(current, op, assignees=assignees, disabled=disabled)
+        effects.extend(_stopped(was, current, op, actor))
     for outcome in outcomes:
         current, more = apply_outcome(current, outcome, now)
         effects.extend(more)
@@ -104,14 +119,38 @@ def decide_agent_gone(plan: Plan, now: datetime, agent: str, reason: str) -> Dec
     return _versioned(plan, current, effects)
 
 
+def _stopped(before: Plan, after: Plan, op: CommanderOperation, actor: str | None) -> list[Effect]:
+    """The effects of an operation that ended the plan: stop its runs, say why, once."""
+    if after.status == before.status:
+        return []
+    if isinstance(op, CancelPlan):
+        stop = PlanStopped(
+            key=stopped_key(after.id),
+            conversation_id=after.conversation_id,
+            plan_id=after.id,
+            reason=op.reason,
+            by=actor,
+        )
+        return [stop]
+    if after.status == "aborted":
+        finished = PlanFinished(
+            key=finished_key(after.id),
+            conversation_id=after.conversation_id,
+            plan_id=after.id,
+            status="aborted",
+        )
+        return [finished]
+    return []
+
+
 def _versioned(before: Plan | None, plan: Plan, effects: list[Effect]) -> Decision:
     version = (before.version if before is not None else plan.version) + 1
     plan = plan.model_copy(update={"version": version})
-    card = Effect(
-        f"plan:{plan.id}:card:v{version}",
-        "update_plan_card",
-        plan.conversation_id,
-        {"plan_id": plan.id, "version": version},
+    card = UpdatePlanCard(
+        key=card_key(plan.id, version),
+        conversation_id=plan.conversation_id,
+        plan_id=plan.id,
+        version=version,
     )
     return Decision(before, plan, [*effects, card])
 
@@ -218,7 +257,7 @@ class Reconciler:
                 steps=tuple(steps),
             )
             decision = start(plan, now)
-            store.insert_steps(conn, plan_id, [_row(s, None, now) for s in decision.plan.steps])
+            store.insert_steps(conn, plan_id, [step_row(s, None, now) for s in decision.plan.steps])
             _write_plan_and_effects(conn, decision, now, card_waiting=False)
             return decision
 
@@ -232,9 +271,10 @@ class Reconciler:
         *,
         event_key: str | None = None,
         outcomes: Sequence[Outcome] = (),
-        operations: Sequence[Operation] = (),
+        operations: Sequence[CommanderOperation] = (),
         assignees: Collection[str] = (),
         disabled: Collection[str] = (),
+        actor: str | None = None,
     ) -> Decision | None:
         """Apply what happened and dispatch what is ready; idempotent. None: no plan.
 
@@ -265,6 +305,7 @@ class Reconciler:
                 operations=operations,
                 assignees=assignees,
                 disabled=disabled,
+                actor=actor,
             )
             if decision.changed:
                 _store(conn, decision, now, card_waiting=loaded.card_waiting)
@@ -324,12 +365,12 @@ def _store(conn: Connection, decision: Decision, now: datetime, *, card_waiting:
     old = before.steps
     changed = decision.changed_steps()
     updates = [
-        (_row(s, old[s.index - 1], now), old[s.index - 1].status, old[s.index - 1].attempts)
+        (step_row(s, old[s.index - 1], now), old[s.index - 1].status, old[s.index - 1].attempts)
         for s in changed
         if s.index <= len(old)
     ]
     store.update_steps(conn, before.id, updates)
-    added = [_row(s, None, now) for s in changed if s.index > len(old)]
+    added = [step_row(s, None, now) for s in changed if s.index > len(old)]
     store.insert_steps(conn, before.id, added)
     _write_plan_and_effects(conn, decision, now, card_waiting=card_waiting)
 
@@ -343,72 +384,6 @@ def _write_plan_and_effects(
         conn, plan.id, status=plan.status, version=plan.version, was_version=was, now=now
     )
     rows = [
-        _effect_row(e)
-        for e in decision.effects
-        if not (card_waiting and e.kind == "update_plan_card")
+        to_row(e) for e in decision.effects if not (card_waiting and e.kind == "update_plan_card")
     ]
     enqueue_effects(conn, rows, now)
-
-
-def _effect_row(effect: Effect) -> dict[str, Any]:
-    return {
-        "idempotency_key": effect.key,
-        "kind": effect.kind,
-        "conversation_id": effect.conversation_id,
-        "payload": effect.payload,
-        "available_at": effect.available_at,
-    }
-
-
-# --- rows <-> models ---------------------------------------------------------------------
-
-
-def _row(step: Step, was: Step | None, now: datetime) -> dict[str, Any]:
-    started = was is None or was.status != "in_progress"
-    return {
-        "index": step.index,
-        "title": step.title,
-        "assignee": step.assignee,
-        "input": step.input,
-        "wait_for": list(step.wait_for),
-        "on_failure": step.on_failure,
-        "form": step.form.model_dump() if step.form is not None else None,
-        "status": step.status,
-        "output_summary": step.output_summary,
-        "output_files": list(step.output_files),
-        "failure_reason": step.failure_reason,
-        "attempts": step.attempts,
-        "transient_failures": step.transient_failures,
-        "not_before": step.not_before,
-        "blocked_question": step.question.model_dump() if step.question is not None else None,
-        "started_at": now if step.status == "in_progress" and started else None,
-        "finished_at": now if step.status in ("done", "failed", "skipped") else None,
-    }
-
-
-def step_from_row(row: dict[str, Any]) -> Step:
-    """A stored row as a `Step` (trusted data: constructed without re-validation)."""
-    form = row["form"]
-    question = row["blocked_question"]
-    return Step.model_construct(
-        index=row["index"],
-        title=row["title"],
-        assignee=row["assignee"],
-        input=row["input"],
-        wait_for=tuple(row["wait_for"]),
-        on_failure=row["on_failure"],
-        form=FormSpec.model_validate(form) if form is not None else None,
-        status=row["status"],
-        output_summary=row["output_summary"],
-        output_files=tuple(row["output_files"]),
-        failure_reason=row["failure_reason"],
-        attempts=row["attempts"],
-        transient_failures=row["transient_failures"],
-        not_before=row["not_before"],
-        question=Question.model_validate(question) if question is not None else None,
-    )
-
-
-def plan_from_rows(plan: dict[str, Any], steps: list[dict[str, Any]]) -> Plan:
-    """A stored plan (see `storage.plans.load_latest_plan`) as a `Plan`."""
-    return Plan.model_construct(**plan, steps=tuple(step_from_row(r) for r in steps))

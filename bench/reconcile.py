@@ -28,9 +28,9 @@ from sqlalchemy import event, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.outbox import OutboxSender  # noqa: E402
+from agents.effects import Effect  # noqa: E402
+from agents.outbox import Claimed, OutboxSender  # noqa: E402
 from agents.plan import Step, StepSucceeded  # noqa: E402
-from agents.ports import Effect  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
 from storage.conversations import open_conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
@@ -53,6 +53,13 @@ class RecordingPort:
 
     async def already_performed(self, effect: Effect) -> bool:
         return effect.key in self.performed
+
+    async def __call__(self, claimed: Claimed) -> bool:
+        """The outbox's performer (redeliveries checked first, as the executor does)."""
+        if claimed.delivery > 1 and await self.already_performed(claimed.effect):
+            return False
+        await self.perform(claimed.effect)
+        return False
 
 
 class RoundTrips:

@@ -45,13 +45,11 @@ def build_app(service: Flotilla, *, signing_secret: str | None) -> AsyncApp:
     # `Flotilla.settle()` sees it as soon as the event was acknowledged.
     @app.event("app_mention")
     async def on_mention(event: Body, body: Body) -> None:
-        key = f"event:{body.get('event_id') or event.get('ts')}"
-        service.jobs.start(key, lambda: handlers.on_mention(service, event, body.get("event_id")))
+        service.events.start(lambda: handlers.on_mention(service, event, body.get("event_id")))
 
     @app.event("message")
     async def on_message(event: Body, body: Body) -> None:
-        key = f"event:{body.get('event_id') or event.get('ts')}"
-        service.jobs.start(key, lambda: handlers.on_message(service, event))
+        service.events.start(lambda: handlers.on_message(service, event))
 
     @app.action(INLINE_ACTION)
     async def on_inline_answer(

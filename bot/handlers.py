@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agents import step_runs
+from agents.effects import step_key, turn_key
 from agents.plan import CancelPlan, StepAnswered, StepSucceeded
 from agents.run_results import result_from_history
 from agents.session import load_messages
-from bot import work
 from bot.listeners.payloads import (
     DISPATCH_EVENT,
     MAX_REQUEST_CHARS,
@@ -46,7 +47,7 @@ async def _enqueue_turn(
     """Record the message as work for the commander, in the transaction that stores it:
     once the message is seen, its turn is sure to happen (the outbox delivers it)."""
     row = {
-        "idempotency_key": f"turn:{conversation_id}:{message.ts}",
+        "idempotency_key": turn_key(conversation_id, message.ts),
         "kind": "commander_turn",
         "payload": {"text": text, "user": message.user, "ts": message.ts},
         "conversation_id": conversation_id,
@@ -152,14 +153,14 @@ async def _agent_result(
     if step.assignee != agent or step.attempts != meta.attempt or step.status != "in_progress":
         return
     async with service.db.read() as conn:
-        run = await load_run(conn, work.run_key(plan.id, step.index, meta.attempt))
+        run = await load_run(conn, step_key(plan.id, step.index, meta.attempt))
     if run is None or run.status != "finished":
         return
     result = result_from_history(load_messages(run.messages))
     outcome = StepSucceeded(
         index=step.index, attempt=meta.attempt, summary=result.summary, files=result.files
     )
-    await work.report(service, conversation.id, outcome)
+    await step_runs.report(service.context, conversation.id, outcome)
 
 
 async def answer_form(
@@ -246,10 +247,11 @@ async def cancel_plan(
         return f"This plan is already {plan.status}."
     if user != conversation.requested_by and not await service.is_admin(user):
         return f"Only <@{conversation.requested_by}> or a workspace admin can cancel this plan."
+    # the stop notice, the runs stopped and the forms closed follow from the decision
     await service.reconciler.reconcile(
         conversation.id,
         operations=[CancelPlan(reason=f"cancelled by <@{user}>")],
         assignees=await service.enabled_names(),
+        actor=user,
     )
-    await service.say(conversation, f"Plan cancelled by <@{user}>. Nothing else will run.")
     return None

@@ -1,170 +1,311 @@
-"""`SlackPort`: the orchestrator's side effects, performed in Slack.
+"""`SlackPort`: the executor's posts, edits and thread look-ups, performed in Slack.
 
-Every message a dispatch posts carries the effect's idempotency key in its metadata, so
-after a crash `already_performed` can look in the thread (one `conversations.replies`
-call, on redelivery only) instead of posting twice.
+It implements `agents.ports.SlackPort`: renders Block Kit, chooses the identity to post
+as, and turns Slack's errors into `TransientError` (try again) or `PostingRefused` (a
+sentence). Every message Flotilla posts for a step carries its key in the metadata, so
+after a crash `thread_has_key` can look in the thread instead of posting twice – and it
+counts only Flotilla's own messages: another app's message with the same key never
+silences a post.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
 
+from pydantic import SecretStr
 from slack_sdk.errors import SlackApiError
+from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
+from slack_sdk.web.async_client import AsyncWebClient
 
+from agents.effects import AskUser, PostDispatch, ShowForm
 from agents.errors import TransientError
-from agents.plan import FormSpec, Plan
-from agents.ports import Delivery, Effect
-from bot.listeners.payloads import dispatch_metadata
+from agents.plan import USER, Plan
+from agents.ports import PostingRefused, StepTag
+from bot.identities import COMMANDER_NAME, Identity, Poster
+from bot.listeners.payloads import (
+    DISPATCH_EVENT,
+    FLOTILLA_EVENTS,
+    FORM_EVENT,
+    NOTICE_EVENT,
+    RESULT_EVENT,
+    step_metadata,
+)
+from bot.secrets import TokenCipher
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
+from storage.agents import get_agent, list_agents
+from storage.conversations import store_message, thread_messages
+from storage.db import Database
 from storage.plans import claim_plan_card, plan_card_ts
-
-if TYPE_CHECKING:
-    from bot.service import Flotilla
+from storage.records import AgentRecord, ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 
-# Effects that only post a message carrying their key: redelivery checks the thread first.
-# (A dispatch also starts a run, so it checks the thread itself and runs in any case.)
-POSTING = frozenset({"show_form", "ask_user"})
+# Slack keeps a message's text up to 40,000 characters; stay clear of it.
+MESSAGE_TEXT_MAX = 39_000
+# Slack errors worth another try (besides HTTP 429/5xx, which the client retries first)
+_TRANSIENT_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable"}
+)
+_REFUSALS = {
+    "not_in_channel": "I am not in this channel any more (invite me back with /invite)",
+    "channel_not_found": "this channel no longer exists or I cannot see it",
+    "is_archived": "this channel is archived",
+    "thread_not_found": "the thread is gone",
+    "restricted_action": "posting here is restricted by the workspace's settings",
+    "msg_too_long": "the message was too long for Slack",
+}
+
+
+def fit_text(text: str, limit: int = MESSAGE_TEXT_MAX) -> str:
+    """Text that Slack accepts: cut at the limit with a visible note."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 40].rstrip() + "\n… (cut: the full text was too long)"
+
+
+def identity_of(agent: AgentRecord, cipher: TokenCipher) -> Identity:
+    """How to post as (and mention) an agent: its own app, or a persona of ours."""
+    token = None
+    if agent.identity == "app" and agent.bot_token_encrypted:
+        token = SecretStr(cipher.decrypt(agent.bot_token_encrypted))
+    return Identity(
+        name=agent.name,
+        display_name=agent.display_name,
+        icon=agent.icon,
+        kind="app" if token is not None else "persona",
+        bot_user_id=agent.bot_user_id,
+        bot_id=agent.bot_id,
+        token=token,
+    )
 
 
 class SlackPort:
-    """Implements `agents.ports.SideEffectPort` for Slack (or the local workspace)."""
+    """Implements `agents.ports.SlackPort` for Slack (or the local workspace)."""
 
-    def __init__(self, service: Flotilla) -> None:
-        self.service = service
+    def __init__(
+        self,
+        db: Database,
+        client: AsyncWebClient,
+        poster: Poster,
+        cipher: TokenCipher,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.client = client
+        self.poster = poster
+        self.cipher = cipher
+        self.team_id = ""
+        self.bot_user_id: str | None = None
+        self.bot_id: str | None = None
 
-    async def perform(self, effect: Effect) -> Delivery:
+    # --- identities ---------------------------------------------------------------------
+
+    async def identity(self, name: str) -> Identity:
+        """How to post as (and mention) an agent; a removed agent still gets a persona."""
+        async with self.db.read() as conn:
+            agent = await get_agent(conn, self.team_id, name)
+        return identity_of(agent, self.cipher) if agent else Identity(name=name, display_name=name)
+
+    async def identities(self) -> dict[str, Identity]:
+        """Every agent's identity, in one query (for the plan card)."""
+        async with self.db.read() as conn:
+            agents = await list_agents(conn, self.team_id)
+        return {agent.name: identity_of(agent, self.cipher) for agent in agents}
+
+    # --- posting ------------------------------------------------------------------------
+
+    async def say(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        *,
+        agent: str | None = None,
+        result_of: StepTag | None = None,
+        key: str | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Post in the thread (as the commander or `agent`) and keep the message for later
+        turns' context (our own posts do not come back to this app as events)."""
+        identity = await self.identity(agent) if agent else None
+        if metadata is None and key is not None:
+            if result_of is not None:
+                metadata = step_metadata(RESULT_EVENT, result_of, key)
+            else:
+                metadata = {"event_type": NOTICE_EVENT, "event_payload": {"key": key}}
+        text = fit_text(text)
+        ts = await self._post(conversation, text, identity, blocks, metadata)
+        record = MessageRecord(
+            channel_id=conversation.channel_id,
+            ts=ts,
+            user_id=identity.bot_user_id if identity is not None else self.bot_user_id,
+            bot_id=identity.bot_id if identity is not None else self.bot_id,
+            author_name=identity.display_name if identity is not None else COMMANDER_NAME,
+            text=text,
+            metadata=metadata,
+        )
+        async with self.db.write() as conn:
+            await store_message(conn, conversation.id, record, self.clock())
+        return ts
+
+    async def _post(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        identity: Identity | None,
+        blocks: list[dict[str, Any]] | None,
+        metadata: dict[str, Any] | None,
+    ) -> str:
         try:
-            return await self._perform(effect)
-        except SlackApiError as exc:
-            status = exc.response.status_code if exc.response is not None else 0
-            if status == 429 or status >= 500:
-                raise TransientError(f"Slack answered {status}") from exc
-            raise
-
-    async def _perform(self, effect: Effect) -> Delivery:
-        from bot import work
-
-        kind = effect.kind
-        if kind == "post_dispatch":
-            await self._post_dispatch(effect)
-            return Delivery.IN_PROGRESS
-        if kind in ("show_form", "ask_user"):
-            await self._post_form(effect)
-        elif kind == "resume_step":
-            work.start_resume(self.service, effect)
-            return Delivery.IN_PROGRESS
-        elif kind == "commander_turn":
-            work.start_turn(self.service, effect)
-            return Delivery.IN_PROGRESS
-        elif kind == "wake_commander":
-            if work.start_commander_wake(self.service, effect):
-                return Delivery.IN_PROGRESS
-            await work.plan_finished(self.service, effect)
-        elif kind == "update_plan_card":
-            await self._update_card(effect)
-        else:
-            log.warning("no Slack action for effect kind %s", kind)
-        return Delivery.DONE
-
-    async def already_performed(self, effect: Effect) -> bool:
-        if effect.kind not in POSTING:
-            return False  # runs continue their stored session; cards are idempotent
-        conversation = await self.service.conversation(effect.conversation_id)
-        return await self.service.thread_has_key(conversation, effect.key)
-
-    async def _post_dispatch(self, effect: Effect) -> None:
-        from bot import work
-
-        service = self.service
-        payload = effect.payload
-        await self._card_first(effect.conversation_id)
-        conversation = await service.conversation(effect.conversation_id)
-        identity = await service.identity(str(payload["agent"]))
-        posted = effect.delivery > 1 and await service.thread_has_key(conversation, effect.key)
-        if not posted:  # after a crash the message may be there already: never post twice
-            await service.say(
-                conversation,
-                f"{identity.mention} {payload['text']}".strip(),
-                metadata=_metadata(effect),
+            return await self.poster.post(
+                channel=conversation.channel_id,
+                thread_ts=conversation.thread_ts,
+                text=text,
+                identity=identity,
+                blocks=blocks,
+                metadata=metadata,
             )
-            service.metrics.dispatches.labels("agent").inc()
-        work.start_step(service, effect)
+        except SlackApiError as exc:
+            raise _classified(exc) from exc
 
-    async def _post_form(self, effect: Effect) -> None:
-        service = self.service
-        payload = effect.payload
-        await self._card_first(effect.conversation_id)
-        conversation = await service.conversation(effect.conversation_id)
-        form_data = payload.get("form")
-        form = FormSpec.model_validate(form_data) if form_data else None
-        key = FormKey(
-            int(payload["plan_id"]),
-            int(payload["step"]),
-            int(payload["attempt"]),
-            int(payload.get("round", 1)),
+    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+        identity = await self.identity(effect.agent)
+        await self.say(
+            conversation,
+            f"{identity.mention} {effect.text}".strip(),
+            metadata=step_metadata(DISPATCH_EVENT, effect, effect.key),
         )
-        if effect.kind == "ask_user":
-            plan = await service.reconciler.plan(effect.conversation_id)
-            step = plan.step(key.step_index) if plan is not None else None
-            assignee = step.assignee if step is not None else "an agent"
+
+    async def post_form(
+        self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Plan | None
+    ) -> None:
+        step = plan.step(effect.step) if plan is not None else None
+        if isinstance(effect, AskUser):
+            key = FormKey(effect.plan_id, effect.step, effect.attempt, effect.round)
+            identity = await self.identity(step.assignee if step else "an agent")
             title = step.title if step is not None else ""
-            identity = await service.identity(assignee)
-            question = f"{identity.mention} asks: {payload['question']}"
+            question = f"{identity.mention} asks: {effect.question}"
         else:
-            title = str(payload.get("title", ""))
-            question = str(payload.get("text", "")) or title
+            key = FormKey(effect.plan_id, effect.step, effect.attempt, 1)
+            title, question = effect.title, effect.text or effect.title
         text, blocks = form_message(
-            key, title=title, question=question, form=form, ask=conversation.requested_by
+            key, title=title, question=question, form=effect.form, ask=conversation.requested_by
         )
-        await service.say(
+        await self.say(
             conversation,
             text,
             blocks=[b.to_dict() for b in blocks],
-            metadata=_metadata(effect),
+            metadata=step_metadata(FORM_EVENT, effect, effect.key),
         )
-        if effect.kind == "show_form":
-            service.metrics.dispatches.labels("user").inc()
 
-    async def _update_card(self, effect: Effect) -> None:
-        plan = effect.plan or await self.service.reconciler.plan(effect.conversation_id)
-        if plan is not None:
-            await self._show_card(plan, effect.conversation_id, post_only=False)
-
-    async def _card_first(self, conversation_id: int) -> None:
-        """Post the plan card before a plan's first dispatch, so the thread reads in order."""
-        plan = await self.service.reconciler.plan(conversation_id)
-        if plan is not None:
-            await self._show_card(plan, conversation_id, post_only=True)
-
-    async def _show_card(self, plan: Plan, conversation_id: int, *, post_only: bool) -> None:
+    async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
         """Post the card once (the first poster wins), then edit it in place."""
-        service = self.service
-        async with service.db.read() as conn:
+        async with self.db.read() as conn:
             card_ts = await plan_card_ts(conn, plan.id)
-        if card_ts is not None and post_only:
+        if card_ts is not None and first:
             return
-        conversation = await service.conversation(conversation_id)
-        mentions = {name: who.mention for name, who in (await service.identities()).items()}
+        mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(plan, mentions=mentions, requester=conversation.requested_by)
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
-            await service.poster.update(
-                channel=conversation.channel_id, ts=card_ts, text=text, blocks=rendered
-            )
+            await self.update(conversation, card_ts, text, rendered)
             return
-        ts = await service.say(conversation, text, blocks=rendered)
-        async with service.db.write() as conn:
+        ts = await self.say(conversation, text, blocks=rendered)
+        async with self.db.write() as conn:
             won = await claim_plan_card(conn, plan.id, ts)
         if not won:  # another sender posted the card first: keep one card
-            await service.client.chat_delete(channel=conversation.channel_id, ts=ts)
+            await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
+
+    async def update(
+        self, conversation: ConversationRecord, ts: str, text: str, blocks: list[dict[str, Any]]
+    ) -> None:
+        try:
+            await self.poster.update(
+                channel=conversation.channel_id, ts=ts, text=text, blocks=blocks
+            )
+        except SlackApiError as exc:
+            raise _classified(exc) from exc
+
+    async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
+        """The plan's forms that nobody answered lose their buttons and say `note`."""
+        open_steps = {
+            s.index: s.attempts
+            for s in plan.steps
+            if s.status == "skipped"
+            and (s.assignee == USER or (s.question is not None and s.question.answer is None))
+        }
+        if not open_steps:
+            return
+        async with self.db.read() as conn:
+            messages = await thread_messages(conn, conversation.id)
+        for message in messages:
+            meta = _payload_of(message.metadata, FORM_EVENT, DISPATCH_EVENT)
+            if meta is None or meta.get("plan_id") != plan.id:
+                continue
+            step = plan.step(int(meta.get("step", 0)))
+            if step is None or open_steps.get(step.index) != meta.get("attempt"):
+                continue
+            if step.assignee != USER and not str(meta.get("key", "")).count(":question:"):
+                continue  # a dispatch message, not a form
+            text = f"Step {step.index}: {step.title} – {note} This form is closed."
+            blocks = [
+                SectionBlock(text=MarkdownTextObject(text=f"~{_escape(step.title)}~")).to_dict(),
+                ContextBlock(elements=[MarkdownTextObject(text=text[:3000])]).to_dict(),
+            ]
+            try:
+                await self.update(conversation, message.ts, text, blocks)
+            except PostingRefused as exc:
+                log.warning("could not close the form %s: %s", message.ts, exc)
+
+    # --- looking in the thread ----------------------------------------------------------
+
+    async def thread_has_key(
+        self, conversation: ConversationRecord, key: str, *, agent: str | None = None
+    ) -> bool:
+        """Whether Flotilla (its bot, or `agent`'s own app) posted a message carrying `key`
+        with one of Flotilla's metadata event types (redelivery and recovery only)."""
+        authors = {self.bot_id} if self.bot_id else set()
+        if agent:
+            identity = await self.identity(agent)
+            if identity.bot_id:
+                authors.add(identity.bot_id)
+        response = await self.client.conversations_replies(
+            channel=conversation.channel_id,
+            ts=conversation.thread_ts,
+            include_all_metadata=True,
+            limit=200,
+        )
+        async for page in response:  # slack_sdk follows next_cursor page by page
+            for message in page.get("messages") or []:
+                if message.get("bot_id") not in authors:
+                    continue  # people and other apps can never silence a post
+                meta = _payload_of(message.get("metadata"), *FLOTILLA_EVENTS)
+                if meta is not None and meta.get("key") == key:
+                    return True
+        return False
 
 
-def _metadata(effect: Effect) -> dict[str, Any]:
-    payload = effect.payload
-    return dispatch_metadata(
-        int(payload["plan_id"]), int(payload["step"]), int(payload["attempt"]), effect.key
-    )
+def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[str, Any] | None:
+    if not metadata or metadata.get("event_type") not in event_types:
+        return None
+    payload = metadata.get("event_payload")
+    return dict(payload) if isinstance(payload, Mapping) else None
+
+
+def _classified(exc: SlackApiError) -> Exception:
+    """Slack's error as `TransientError` (try again) or `PostingRefused` (a sentence)."""
+    status = exc.response.status_code if exc.response is not None else 0
+    error = str(exc.response.get("error", "")) if exc.response is not None else ""
+    if status == 429 or status >= 500 or error in _TRANSIENT_ERRORS:
+        return TransientError(f"Slack answered {error or status}")
+    sentence = _REFUSALS.get(error, f"Slack refused the message ({error or status})")
+    return PostingRefused(sentence)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

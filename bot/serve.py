@@ -1,51 +1,64 @@
 """`flotilla run`: serve the real Slack workspace, in Socket Mode or over HTTP.
 
-Start-up checks Slack and the database first and refuses to start when they fail (a
-sentence says what to fix); a failing model check starts anyway with a loud ERROR. On
-SIGTERM or SIGINT it stops taking events (Socket Mode closed, HTTP site stopped), gives
-in-flight work `FLOTILLA_SHUTDOWN_GRACE_SECONDS` to finish and hands the rest over.
+The HTTP surface comes up first (/healthz answers while the rest loads; /readyz says
+"starting"), then the heavy modules load in a thread. Start-up checks Slack and the
+database and refuses to start when they fail (a sentence says what to fix); a failing
+model check starts anyway with a loud ERROR. On SIGTERM or SIGINT it stops taking events
+(Socket Mode closed, HTTP site stopped), gives in-flight work
+`FLOTILLA_SHUTDOWN_GRACE_SECONDS` to finish and hands the rest over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import build_app
-from bot.check import Finding, check_model, check_slack, open_database, render
-from bot.housekeeping import housekeeping_forever
-from bot.http import measure_requests, web_app
-from bot.identities import make_client
-from bot.metrics import meter
-from bot.secrets import TokenCipher
-from bot.service import Flotilla, Options
+from bot.http import Serving, http_surface
 from bot.settings import ConfigurationError, DatabaseUnavailable, Settings
-from storage import migrate
-from storage.db import Database
+
+if TYPE_CHECKING:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bot.check import Finding
+    from bot.service import Flotilla, Options
+    from storage.db import Database
 
 log = logging.getLogger("flotilla.serve")
 # Slack's secrets are read once, by the settings; libraries must not read them again
 # (Bolt reads SLACK_BOT_TOKEN itself and then warns that the client's token wins).
 SLACK_SECRETS = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET")
+# loaded in a thread while /healthz already answers
+HEAVY_MODULES = (
+    "bot.app",
+    "bot.service",
+    "bot.check",
+    "bot.housekeeping",
+    "storage.migrate",
+    "slack_bolt.adapter.socket_mode.async_handler",
+)
 
 __all__ = ["ConfigurationError", "options_from", "run"]
 
 
 def options_from(settings: Settings) -> Options:
     """The service's options from the settings (model keys handed over explicitly)."""
+    from bot.service import Options
+
     return Options(
         default_model=settings.model,
         max_parallel=settings.max_parallel,
-        max_attempts=settings.max_step_attempts,
+        max_transient_failures=settings.max_step_attempts,
         admin_user_ids=frozenset(settings.admin_user_ids),
         form_answerers=settings.form_answerers,
         provider_keys=settings.provider_keys(),
@@ -53,19 +66,20 @@ def options_from(settings: Settings) -> Options:
 
 
 def _refuse(findings: list[Finding]) -> None:
-    problems = [f for f in findings if f.level == "error"]
-    if problems:
+    from bot.check import render
+
+    if any(f.level == "error" for f in findings):
         raise ConfigurationError("cannot start:\n" + render(findings))
 
 
 async def _stop_service(service: Flotilla, grace: float) -> list[str]:
     """`service.stop(grace=…)`, returning the keys of the work handed over."""
-    stop = service.stop
-    if "grace" in inspect.signature(stop).parameters:
-        handed = await stop(grace=grace)  # type: ignore[call-arg,func-returns-value]
-        return list(handed or [])
-    await stop()
-    return []
+    stop: Callable[..., Awaitable[object]] = service.stop
+    if "grace" not in inspect.signature(stop).parameters:  # a service without hand-over
+        await stop()
+        return []
+    handed = await stop(grace=grace)
+    return [str(key) for key in handed] if isinstance(handed, list) else []
 
 
 def _on_signals(stop: asyncio.Event) -> list[signal.Signals]:
@@ -84,13 +98,63 @@ def _signalled(stop: asyncio.Event, sig: signal.Signals) -> None:
     stop.set()
 
 
+async def _until(stop: asyncio.Event, work: asyncio.Future[Any]) -> bool:
+    """Await `work` unless `stop` is set first (then `work` is cancelled): True if done."""
+    stopping = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if work in done:
+        work.result()
+        return True
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
+    return False
+
+
 async def run(
     settings: Settings,
     *,
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Check, migrate, start the service and serve until SIGTERM/SIGINT (or `stop`)."""
+    """Serve /healthz at once, then check, migrate, start the service and serve Slack until
+    SIGTERM/SIGINT (or `stop`)."""
+    stop = stop or asyncio.Event()
+    signals = _on_signals(stop)
+    serving = Serving()
+    runner = web.AppRunner(http_surface(serving, events=not settings.socket_mode))
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot listen on {settings.http_host}:{settings.http_port} ({exc.strerror}): "
+                "set FLOTILLA_HTTP_PORT to a free port"
+            ) from exc
+        loading = asyncio.ensure_future(
+            asyncio.to_thread(lambda: [importlib.import_module(m) for m in HEAVY_MODULES])
+        )
+        if await _until(stop, loading):
+            await _checked_and_served(settings, serving, runner, ready=ready, stop=stop)
+    finally:
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+
+
+async def _checked_and_served(
+    settings: Settings,
+    serving: Serving,
+    runner: web.AppRunner,
+    *,
+    ready: asyncio.Event | None,
+    stop: asyncio.Event,
+) -> None:
+    from bot.check import check_slack, open_database
+    from bot.identities import make_client
+
     client = make_client(
         settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None,
         settings.slack_api_url,
@@ -100,12 +164,15 @@ async def run(
         os.environ.pop(name, None)
     db = await open_database(settings)
     try:
-        await _serve(settings, db, client, ready=ready, stop=stop)
+        await _upgrade(settings, db)
+        await _serve(settings, db, client, serving, runner, ready=ready, stop=stop)
     finally:
         await db.dispose()
 
 
 async def _upgrade(settings: Settings, db: Database) -> None:
+    from storage import migrate
+
     try:
         await migrate.upgrade(db)
     except Exception as exc:  # a schema newer than this version, a read-only database …
@@ -115,15 +182,9 @@ async def _upgrade(settings: Settings, db: Database) -> None:
         ) from exc
 
 
-async def _serve(
-    settings: Settings,
-    db: Database,
-    client: AsyncWebClient,
-    *,
-    ready: asyncio.Event | None,
-    stop: asyncio.Event | None,
-) -> None:
-    await _upgrade(settings, db)
+async def _model_is_checked(settings: Settings) -> None:
+    from bot.check import check_model
+
     for finding in await check_model(settings):
         if finding.level == "error":
             log.error(
@@ -131,6 +192,26 @@ async def _serve(
                 "unavailable until this is fixed (run `flotilla check`).",
                 finding.sentence,
             )
+
+
+async def _serve(
+    settings: Settings,
+    db: Database,
+    client: AsyncWebClient,
+    serving: Serving,
+    runner: web.AppRunner,
+    *,
+    ready: asyncio.Event | None,
+    stop: asyncio.Event,
+) -> None:
+    from bot.app import build_app
+    from bot.housekeeping import housekeeping_forever
+    from bot.http import measure_requests
+    from bot.metrics import meter
+    from bot.secrets import TokenCipher
+    from bot.service import Flotilla
+
+    await _model_is_checked(settings)
     key = settings.encryption_key.get_secret_value() if settings.encryption_key else None
     service = Flotilla(
         db,
@@ -148,53 +229,20 @@ async def _serve(
     secret = settings.slack_signing_secret
     app = build_app(service, signing_secret=secret.get_secret_value() if secret else None)
     measure_requests(app, service)
-    stop = stop or asyncio.Event()
-    signals = _on_signals(stop)
-    runner: web.AppRunner | None = None
     handler: AsyncSocketModeHandler | None = None
     try:
         if settings.socket_mode:
-            assert settings.slack_app_token is not None
-            handler = AsyncSocketModeHandler(
-                app,
-                settings.slack_app_token.get_secret_value(),
-                web_client=make_client(None, settings.slack_api_url),
-            )
-            await handler.connect_async()  # type: ignore[no-untyped-call]
-        # HTTP mode takes Slack's requests here; both modes serve /healthz, /readyz, /metrics
-        runner = web.AppRunner(web_app(app, service, events=not settings.socket_mode))
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, settings.http_host, settings.http_port).start()
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot listen on {settings.http_host}:{settings.http_port} ({exc.strerror}): "
-                "set FLOTILLA_HTTP_PORT to a free port"
-            ) from exc
-        log.info(
-            "Flotilla started in %s mode for workspace %s; database %s; model %s; "
-            "HTTP on %s:%s (/healthz, /readyz, /metrics%s)",
-            "Socket" if settings.socket_mode else "HTTP",
-            service.team_id,
-            settings.database_label(),
-            settings.model,
-            settings.http_host,
-            settings.http_port,
-            "" if settings.socket_mode else ", /slack/events",
-            extra={"team": service.team_id},
-        )
+            handler = await _socket_mode(settings, app)
+        serving.app, serving.service = app, service
+        _started(settings, service)
         if ready is not None:
             ready.set()
         await stop.wait()
     finally:
-        loop = asyncio.get_running_loop()
-        for sig in signals:
-            loop.remove_signal_handler(sig)
         # stop taking events first, then let in-flight work finish or hand it over
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]
-        if runner is not None:
-            await runner.cleanup()
+        await runner.cleanup()
         housekeeping.cancel()
         await asyncio.gather(housekeeping, return_exceptions=True)
         grace = settings.shutdown_grace_seconds
@@ -203,3 +251,34 @@ async def _serve(
         if handed:
             log.info("handed over to another replica: %s", ", ".join(handed))
         log.info("stopped")
+
+
+async def _socket_mode(settings: Settings, app: object) -> AsyncSocketModeHandler:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+    from slack_bolt.async_app import AsyncApp
+
+    from bot.identities import make_client
+
+    assert settings.slack_app_token is not None and isinstance(app, AsyncApp)
+    handler = AsyncSocketModeHandler(
+        app,
+        settings.slack_app_token.get_secret_value(),
+        web_client=make_client(None, settings.slack_api_url),
+    )
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+    return handler
+
+
+def _started(settings: Settings, service: Flotilla) -> None:
+    log.info(
+        "Flotilla started in %s mode for workspace %s; database %s; model %s; "
+        "HTTP on %s:%s (/healthz, /readyz, /metrics%s)",
+        "Socket" if settings.socket_mode else "HTTP",
+        service.team_id,
+        settings.database_label(),
+        settings.model,
+        settings.http_host,
+        settings.http_port,
+        "" if settings.socket_mode else ", /slack/events",
+        extra={"team": service.team_id},
+    )

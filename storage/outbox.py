@@ -91,6 +91,7 @@ async def claim_effects(
             kind=r["kind"],
             payload=r["payload"],
             attempts=r["attempts"] + 1,
+            failures=r["failures"],
             created_at=r["created_at"],
         )
         for r in rows
@@ -127,7 +128,11 @@ async def retry_effect_later(
     await conn.execute(
         update(outbox_t)
         .where(outbox_t.c.id == effect_id)
-        .values(available_at=available_at, last_error=error[:2000])
+        .values(
+            available_at=available_at,
+            last_error=error[:2000],
+            failures=outbox_t.c.failures + 1,
+        )
     )
 
 

@@ -57,7 +57,8 @@ class OutboxRecord:
     conversation_id: int | None
     kind: str
     payload: dict[str, Any]
-    attempts: int
+    attempts: int  # claims so far (2+: it may have been performed before a crash)
+    failures: int = 0  # failed deliveries so far (re-claims after a crash not counted)
     created_at: datetime | None = None  # when the effect was decided (queue time)
 
 

@@ -92,7 +92,7 @@ async def claim_run(
     stmt = stmt.on_conflict_do_update(
         index_elements=[leases_t.c.run_key],
         set_={"owner": owner, "lease_until": until},
-        where=(leases_t.c.lease_until < now) | (leases_t.c.owner == owner),
+        where=(leases_t.c.lease_until <= now) | (leases_t.c.owner == owner),
     )
     return bool((await conn.execute(stmt)).rowcount)
 

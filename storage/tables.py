@@ -167,6 +167,8 @@ class PlanStep(Base):
     # transient failures so far, counted against the plan's max_attempts (a cancelled run
     # is re-dispatched as a new attempt without counting)
     transient_failures: Mapped[int] = mapped_column(Integer, default=0)
+    # the commander's retry_step operations on this step (capped)
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     not_before: Mapped[datetime | None] = mapped_column(Timestamp)
     blocked_question: Mapped[dict[str, Any] | None] = mapped_column(Json)
     dispatch_ts: Mapped[str | None] = mapped_column(String(32))
@@ -219,7 +221,9 @@ class OutboxEntry(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     # pending | sent | failed
     state: Mapped[str] = mapped_column(String(16), default="pending")
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims (deliveries)
+    # failed deliveries only (a re-claim after a crash is not one): the give-up count
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     available_at: Mapped[datetime] = mapped_column(Timestamp)
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Timestamp)

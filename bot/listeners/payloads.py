@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 # Message metadata event types Flotilla writes (Slack: metadata.event_type / event_payload).
-DISPATCH_EVENT = "flotilla_dispatch"
-RESULT_EVENT = "flotilla_result"
+DISPATCH_EVENT = "flotilla_dispatch"  # `@agent <input>` for a step
+RESULT_EVENT = "flotilla_result"  # a step's answer
+FORM_EVENT = "flotilla_form"  # a user step's form, or a blocked step's question
+NOTICE_EVENT = "flotilla_notice"  # a notice that must appear once (plan stopped, finished)
+FLOTILLA_EVENTS = (DISPATCH_EVENT, RESULT_EVENT, FORM_EVENT, NOTICE_EVENT)
 MAX_REQUEST_CHARS = 12_000
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
@@ -117,15 +120,16 @@ def mentioned_users(text: str) -> list[str]:
     return MENTION.findall(text)
 
 
-def dispatch_metadata(plan_id: int, step: int, attempt: int, key: str) -> dict[str, Any]:
-    return {
-        "event_type": DISPATCH_EVENT,
-        "event_payload": {"plan_id": plan_id, "step": step, "attempt": attempt, "key": key},
-    }
+class _StepTag(Protocol):
+    @property
+    def plan_id(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
 
 
-def result_metadata(plan_id: int, step: int, attempt: int, key: str) -> dict[str, Any]:
-    return {
-        "event_type": RESULT_EVENT,
-        "event_payload": {"plan_id": plan_id, "step": step, "attempt": attempt, "key": key},
-    }
+def step_metadata(event_type: str, tag: _StepTag, key: str) -> dict[str, Any]:
+    """The metadata a step's message carries: which plan, step and attempt, and its key."""
+    payload = {"plan_id": tag.plan_id, "step": tag.step, "attempt": tag.attempt, "key": key}
+    return {"event_type": event_type, "event_payload": payload}

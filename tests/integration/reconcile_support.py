@@ -20,15 +20,16 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
-from agents.outbox import OutboxSender
+from agents.effects import Effect, RetryDue
+from agents.outbox import Claimed, OutboxSender
 from agents.plan import PlanProposal, StepProposal, StepSucceeded
-from agents.ports import Effect
 from agents.reconciler import Reconciler
 from storage.conversations import open_conversation
 from storage.db import Database
@@ -41,8 +42,13 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 class RecordingPort:
     """Records performed effects; `already_performed` answers from the record."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        on_retry_due: Callable[[int], Awaitable[object]] | None = None,
+    ) -> None:
         self.path = path
+        self.on_retry_due = on_retry_due
         self.performed: list[Effect] = []
         self.checked: list[str] = []
         self.hang_after_perform: asyncio.Event | None = None
@@ -68,6 +74,19 @@ class RecordingPort:
     async def already_performed(self, effect: Effect) -> bool:
         self.checked.append(effect.key)
         return effect.key in self.keys()
+
+    async def __call__(self, claimed: Claimed) -> bool:
+        """The outbox's performer: a redelivered effect is checked first (as the executor
+        checks the thread), timers reconcile."""
+        effect = claimed.effect
+        if isinstance(effect, RetryDue):
+            if self.on_retry_due is not None:
+                await self.on_retry_due(effect.conversation_id)
+            return False
+        if claimed.delivery > 1 and await self.already_performed(effect):
+            return False
+        await self.perform(effect)
+        return False
 
 
 class Clock:

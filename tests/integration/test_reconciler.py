@@ -8,10 +8,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
+from agents.effects import Effect, PostDispatch, ShowForm, UpdatePlanCard
 from agents.errors import OperationRejected, PermanentError, PlanValidationError, TransientError
 from agents.outbox import OutboxSender
 from agents.plan import (
     AddSteps,
+    CommanderOperation,
     Question,
     SkipStep,
     StepAnswered,
@@ -20,8 +22,6 @@ from agents.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.plan_operations import Operation
-from agents.ports import Effect
 from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.plans import outbox_t, steps_t
@@ -62,7 +62,7 @@ async def test_a_chain_runs_to_completion_with_one_dispatch_per_step(db: Databas
     assert [s.output_summary for s in plan.steps] == ["done 1", "done 2", "done 3", "done 4"]
     keys = await outbox_keys(db, "post_dispatch")
     assert keys == [f"plan:{plan.id}:step:{i}:attempt:1" for i in range(1, 5)]
-    assert await outbox_keys(db, "wake_commander") == [f"plan:{plan.id}:finished"]
+    assert await outbox_keys(db, "plan_finished") == [f"plan:{plan.id}:finished"]
 
 
 async def test_reconciling_again_changes_nothing_and_enqueues_nothing(db: Database) -> None:
@@ -126,7 +126,8 @@ async def test_card_refreshes_coalesce_while_one_is_waiting(db: Database) -> Non
     assert len(await outbox_keys(db, "update_plan_card")) == 1  # three changes, one row
     await sender.drain()
     (card,) = [e for e in port.performed if e.kind == "update_plan_card"]
-    assert card.plan is not None and card.plan.version == 4  # rendered from the latest state
+    plan = await reconciler.plan(cid)  # the card renders the plan as stored when it is sent
+    assert isinstance(card, UpdatePlanCard) and plan is not None and plan.version == 4
     await finish_running(reconciler, cid)
     assert len(await outbox_keys(db, "update_plan_card")) == 2
 
@@ -148,7 +149,7 @@ async def test_outbox_delivers_each_effect_once(db: Database) -> None:
     assert set(performed) == set(await outbox_keys(db))
     first = port.performed[0]
     assert first.kind == "post_dispatch"
-    assert first.payload["step"] == 1 and first.payload["attempt"] == 1
+    assert isinstance(first, PostDispatch) and (first.step, first.attempt) == (1, 1)
     assert port.checked == []  # nothing was redelivered, so nothing had to be checked
 
 
@@ -156,7 +157,7 @@ async def test_transient_failure_backs_off_through_an_outbox_timer(db: Database)
     cid = await new_conversation(db, "1.8")
     clock = Clock()
     reconciler = Reconciler(db, clock=clock)
-    sender = OutboxSender(db, RecordingPort(), clock=clock, on_retry_due=reconciler.reconcile)
+    sender = OutboxSender(db, RecordingPort(on_retry_due=reconciler.reconcile), clock=clock)
     await reconciler.start_plan(cid, chain(1), assignees=AGENTS)
     await sender.drain()
     fail = StepFailed(index=1, attempt=1, reason="429", retryable=True)
@@ -227,7 +228,8 @@ async def test_blocked_step_and_user_form_survive_storage(db: Database) -> None:
     decision = await fresh.reconcile(cid, outcomes=[StepSucceeded(index=1, attempt=1, summary="s")])
     assert decision is not None
     (show,) = [e for e in decision.effects if e.kind == "show_form"]
-    assert show.payload["form"]["fields"][0]["options"] == ["EU", "US"]
+    assert isinstance(show, ShowForm) and show.form is not None
+    assert show.form.fields[0].options == ["EU", "US"]
     plan = await Reconciler(db).plan(cid)
     assert plan is not None and plan.status == "paused"
     assert plan.steps[0].question is not None and plan.steps[0].question.answer == {"answer": "10k"}
@@ -245,10 +247,10 @@ async def test_commander_operations_are_stored(db: Database) -> None:
     failed = StepFailed(index=1, attempt=1, reason="no access", retryable=False)
     decision = await reconciler.reconcile(cid, outcomes=[failed])
     assert decision is not None
-    assert [e.payload.get("reason") for e in decision.effects][0] == "step_failed"
+    assert decision.effects[0].kind == "ask_commander"
     extra = StepProposal(index=3, title="use the archive", assignee="writer", wait_for=[])
     skip = SkipStep(index=1, reason="route around")
-    ops: list[Operation] = [skip, AddSteps(steps=[extra])]
+    ops: list[CommanderOperation] = [skip, AddSteps(steps=[extra])]
     with pytest.raises(PlanValidationError):  # an unknown agent: nothing of the call is kept
         bad = StepProposal(index=3, title="x", assignee="ghost")
         await reconciler.reconcile(cid, operations=[skip, AddSteps(steps=[bad])], assignees=AGENTS)

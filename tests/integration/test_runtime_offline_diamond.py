@@ -2,7 +2,7 @@
 
 There is no reconciler here on purpose: the test plays the orchestrator in the simplest
 way (steps in index order, which respects `wait_for`; summaries passed on with
-`agents.plan_ops.render_input`; the form answered in code) so the runtime, the commander and
+`agents.plan_transitions.render_input`; the form answered in code) so the runtime, the commander and
 the offline model are shown end to end. Run with `-s` to see the transcript.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from agents.commander import CommanderWake, commander_step_spec, commander_turn
 from agents.errors import PermanentError, TransientError
 from agents.plan import Plan, RetryStep, Step, new_steps
-from agents.plan_ops import render_input, replace_step
+from agents.plan_transitions import render_input, replace_step
 from agents.registry import enabled_agents, seed_default_agents
 from agents.runtime import RunJob, StepQuestion, StepRunResult, resume_step, run_step
 from storage.conversations import open_conversation, store_message

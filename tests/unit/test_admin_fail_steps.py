@@ -6,6 +6,7 @@ PostgreSQL (the `db` fixture).
 
 from __future__ import annotations
 
+from agents.effects import AskCommander
 from agents.reconciler import Reconciler, decide_agent_gone
 from storage.db import Database
 from storage.plans import conversations_waiting_on_agent
@@ -21,9 +22,9 @@ def test_a_pending_step_fails_and_asks_the_commander() -> None:
     step = decision.plan.steps[1]
     assert step.status == "failed" and step.failure_reason == REASON
     assert [s.status for s in decision.plan.steps] == ["in_progress", "failed", "pending"]
-    wakes = [e for e in decision.effects if e.kind == "wake_commander"]
-    assert len(wakes) == 1 and wakes[0].payload["failure_reason"] == REASON
-    assert wakes[0].payload["waiting"] == [3]
+    wakes = [e for e in decision.effects if isinstance(e, AskCommander)]
+    assert len(wakes) == 1 and wakes[0].failure_reason == REASON
+    assert wakes[0].waiting == [3]
     assert decision.plan.version == plan.version + 1
     assert any(e.kind == "update_plan_card" for e in decision.effects)
 
@@ -70,7 +71,7 @@ async def test_reconciler_fails_stored_steps_once(db: Database) -> None:
     assert [s.status for s in stored.steps] == ["in_progress", "failed"]
     assert stored.steps[1].failure_reason == REASON
     wake = f"plan:{stored.id}:step:2:attempt:0:failed"
-    assert wake in await support.outbox_keys(db, "wake_commander")
+    assert wake in await support.outbox_keys(db, "ask_commander")
     async with db.read() as conn:
         assert await conversations_waiting_on_agent(conn, "T1", "writer") == []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from agents.effects import AskCommander, Effect, PostDispatch, ShowForm
 from agents.plan import (
     FormField,
     FormSpec,
@@ -14,7 +15,7 @@ from agents.plan import (
     StepFailed,
     StepSucceeded,
 )
-from agents.plan_ops import (
+from agents.plan_transitions import (
     apply_outcome,
     dispatch,
     next_dispatches,
@@ -22,7 +23,6 @@ from agents.plan_ops import (
     ready_steps,
     render_input,
 )
-from agents.ports import Effect
 from tests.unit.reconcile_helpers import (
     T0,
     chain,
@@ -48,7 +48,7 @@ def test_chain_runs_one_step_after_another() -> None:
     assert statuses(plan) == "ipp"
     assert [e.key for e in effects] == ["plan:7:step:1:attempt:1"]
     assert effects[0].kind == "post_dispatch"
-    assert effects[0].payload["agent"] == "researcher"
+    assert isinstance(effects[0], PostDispatch) and effects[0].agent == "researcher"
     plan, effects = finish(plan, 1)
     assert statuses(plan) == "dip"
     assert [e.key for e in effects] == ["plan:7:step:2:attempt:1"]
@@ -56,7 +56,7 @@ def test_chain_runs_one_step_after_another() -> None:
     plan, effects = finish(plan, 3)
     assert statuses(plan) == "ddd"
     assert plan.status == "completed"
-    assert [e.payload["reason"] for e in effects] == ["plan_finished"]
+    assert [e.kind for e in effects] == ["plan_finished"]
 
 
 def test_ready_steps_need_every_upstream_done_or_skipped() -> None:
@@ -120,10 +120,9 @@ def test_render_input_uses_summaries_files_and_request() -> None:
     outcome = StepSucceeded(index=1, attempt=1, summary="- market +20%", files=["F1", "F2"])
     plan, _ = apply_outcome(plan, outcome, T0)
     plan, effects = dispatch(plan, T0)
-    assert effects[0].payload["text"] == (
-        "Draft from:\n- market +20%\nfiles: F1\nF2 for launch note"
-    )
-    assert render_input(plan.steps[1], plan) == effects[0].payload["text"]
+    assert isinstance(effects[0], PostDispatch)
+    assert effects[0].text == ("Draft from:\n- market +20%\nfiles: F1\nF2 for launch note")
+    assert render_input(plan.steps[1], plan) == effects[0].text
 
 
 def test_same_outcome_twice_and_stale_attempts_change_nothing() -> None:
@@ -167,7 +166,7 @@ def test_transient_cap_turns_into_a_real_failure() -> None:
     step = plan.steps[0]
     assert step.status == "failed"
     assert step.failure_reason == "timeout (gave up after 3 attempts)"
-    assert [e.payload["reason"] for e in effects] == ["step_failed"]  # ask_commander
+    assert [e.kind for e in effects] == ["ask_commander"]
 
 
 def test_abort_plan_policy_skips_everything_pending() -> None:
@@ -186,7 +185,7 @@ def test_abort_plan_policy_skips_everything_pending() -> None:
     assert plan.steps[3].failure_reason == (
         "not run: the plan was aborted (step 1 failed: no data)"
     )
-    assert [e.payload["reason"] for e in effects] == ["plan_finished"]
+    assert [e.kind for e in effects] == ["plan_finished"]
     assert dispatch(plan, T0)[1] == []
 
 
@@ -199,7 +198,7 @@ def test_continue_policy_skips_and_downstream_runs_without_it() -> None:
     assert plan.steps[0].status == "skipped"
     assert plan.steps[0].failure_reason == "paywall"
     plan, effects = dispatch(plan, T0)
-    assert effects[0].payload["text"] == "[]"
+    assert isinstance(effects[0], PostDispatch) and effects[0].text == "[]"
 
 
 def test_ask_commander_policy_fails_and_wakes_the_commander_with_context() -> None:
@@ -210,10 +209,10 @@ def test_ask_commander_policy_fails_and_wakes_the_commander_with_context() -> No
     assert statuses(plan) == "fppp"
     assert plan.status == "running"
     (wake,) = effects
-    assert wake.kind == "wake_commander"
+    assert isinstance(wake, AskCommander)
     assert wake.key == "plan:7:step:1:attempt:1:failed"
-    assert wake.payload["failure_reason"] == "bad key"
-    assert wake.payload["waiting"] == [2, 3]
+    assert wake.failure_reason == "bad key"
+    assert wake.waiting == [2, 3]
     assert dispatch(plan, T0)[1] == []  # dependants wait for the commander
 
 
@@ -233,7 +232,9 @@ def test_blocked_pauses_the_plan_and_the_answer_resumes_the_same_step() -> None:
     step = plan.steps[1]
     assert (step.status, step.attempts, plan.status) == ("in_progress", 1, "running")
     assert step.question is not None and step.question.answer == {"answer": "EU"}
-    assert [(e.kind, e.payload["answer"]) for e in effects] == [("resume_step", {"answer": "EU"})]
+    assert [(e.kind, getattr(e, "answer", None)) for e in effects] == [
+        ("resume_step", {"answer": "EU"})
+    ]
     # repeated deliveries of the question and the answer change nothing
     again = StepBlocked(index=2, attempt=1, question="Which market?")
     assert apply_outcome(plan, again, T0)[0] is plan
@@ -247,7 +248,8 @@ def test_user_step_is_a_form_that_pauses_until_submitted() -> None:
     plan = make_plan({"assignee": "user", "form": form.model_dump()}, {})
     plan, effects = dispatch(plan, T0)
     assert effects[0].kind == "show_form"
-    assert effects[0].payload["form"]["fields"][0]["name"] == "budget"
+    assert isinstance(effects[0], ShowForm) and effects[0].form is not None
+    assert effects[0].form.fields[0].name == "budget"
     assert plan.status == "paused"
     plan, effects = apply_outcome(
         plan, StepAnswered(index=1, values={"budget": "10k"}, answered_by="U1"), T0
@@ -260,7 +262,7 @@ def test_user_step_is_a_form_that_pauses_until_submitted() -> None:
 
 def test_commander_step_is_an_internal_wake_up() -> None:
     plan, effects = dispatch(make_plan({"assignee": "commander", "input": "sum up"}), T0)
-    assert (effects[0].kind, effects[0].payload["reason"]) == ("wake_commander", "step")
+    assert effects[0].kind == "run_commander_step"
 
 
 def test_cancelled_run_is_requeued_without_using_the_cap() -> None:
@@ -297,7 +299,7 @@ def test_an_answer_to_an_older_question_or_attempt_is_ignored() -> None:
 
 def test_abort_closes_an_open_form_but_lets_runs_in_flight_finish() -> None:
     from agents.plan import Plan, Step
-    from agents.plan_ops import abort_plan
+    from agents.plan_transitions import abort_plan
 
     plan = Plan(
         id=1,

@@ -8,12 +8,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agents.commander_operations import apply_operation
+from agents.effects import AskCommander, Effect, StepEffect
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
     TERMINAL_PLAN,
     AbortPlan,
     AddSteps,
     CancelPlan,
+    CommanderOperation,
     EditStep,
     Outcome,
     Plan,
@@ -26,9 +29,7 @@ from agents.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.plan_operations import Operation, apply_operation
-from agents.plan_ops import in_flight
-from agents.ports import Effect
+from agents.plan_transitions import in_flight
 from agents.reconciler import decide, start
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 
@@ -54,9 +55,7 @@ def plans(draw: st.DrawFn) -> Plan:
 
 
 def is_dispatch(effect: Effect) -> bool:
-    return effect.kind in DISPATCH_KINDS or (
-        effect.kind == "wake_commander" and effect.payload.get("reason") == "step"
-    )
+    return effect.kind in DISPATCH_KINDS or (effect.kind == "run_commander_step")
 
 
 class Simulation:
@@ -66,7 +65,7 @@ class Simulation:
         self.data = data
         self.now = T0
         self.pool: list[Outcome] = []  # deliveries in flight, in any order, maybe twice
-        self.commander: list[Operation] = []
+        self.commander: list[CommanderOperation] = []
         self.dispatched: set[str] = set()
         self.applied: list[Outcome] = []
         decision = start(plan, self.now)
@@ -81,20 +80,19 @@ class Simulation:
                 self.pool.append(self.result_of(effect))
             elif effect.kind == "ask_user":
                 values = {"answer": "yes"}
-                self.pool.append(
-                    StepAnswered(index=effect.payload["step"], values=values, answered_by="U1")
-                )
+                self.pool.append(StepAnswered(index=effect.step, values=values, answered_by="U1"))
             elif effect.kind == "resume_step":  # the resumed run finishes
-                index, attempt = effect.payload["step"], effect.payload["attempt"]
+                index, attempt = effect.step, effect.attempt
                 self.pool.append(StepSucceeded(index=index, attempt=attempt, summary="after"))
-            elif effect.kind == "wake_commander" and effect.payload["reason"] == "step_failed":
+            elif isinstance(effect, AskCommander):
                 self.commander.append(self.commander_choice(effect))
         assert in_flight(self.plan) <= self.plan.max_parallel
         if self.plan.max_parallel == 1:
             assert in_flight(self.plan) <= 1
 
     def result_of(self, effect: Effect) -> Outcome:
-        index, attempt = effect.payload["step"], effect.payload["attempt"]
+        assert isinstance(effect, StepEffect)
+        index, attempt = effect.step, effect.attempt
         if effect.kind == "show_form":
             return StepAnswered(index=index, values={"a": "b"}, answered_by="U1")
         kind = self.data.draw(st.sampled_from(["ok", "ok", "transient", "fail", "block", "cancel"]))
@@ -108,8 +106,9 @@ class Simulation:
             return StepCancelled(index=index, attempt=attempt)
         return StepSucceeded(index=index, attempt=attempt, summary=f"s{index}")
 
-    def commander_choice(self, wake: Effect) -> Operation:
-        index, attempt = wake.payload["step"], wake.payload["attempt"]
+    def commander_choice(self, wake: Effect) -> CommanderOperation:
+        assert isinstance(wake, AskCommander)
+        index, attempt = wake.step, wake.attempt
         choice = self.data.draw(st.sampled_from(["retry", "skip", "abort"]))
         if choice == "retry" and attempt < 4:
             return RetryStep(index=index)
@@ -177,7 +176,7 @@ def test_reconciling_with_nothing_new_changes_nothing(plan: Plan, data: st.DataO
             assert repeat.plan is sim.plan and repeat.effects == []
 
 
-def operations(n_steps: int) -> st.SearchStrategy[Operation]:
+def operations(n_steps: int) -> st.SearchStrategy[CommanderOperation]:
     index = st.integers(0, n_steps + 2)
     text = st.sampled_from(["x", "{{request}}", "{{step_1.output_summary}}"])
     new_step = st.builds(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from agents.commander_operations import apply_operation
+from agents.effects import PostDispatch
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
     AbortPlan,
@@ -16,8 +18,7 @@ from agents.plan import (
     StepFailed,
     StepProposal,
 )
-from agents.plan_operations import apply_operation
-from agents.plan_ops import apply_outcome, dispatch
+from agents.plan_transitions import apply_outcome, dispatch
 from agents.reconciler import decide
 from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
 
@@ -39,7 +40,7 @@ def test_retry_with_a_new_input_dispatches_a_new_attempt() -> None:
     )
     plan, effects = dispatch(plan, T0)
     assert [e.key for e in effects] == ["plan:7:step:1:attempt:2"]
-    assert effects[0].payload["text"] == "use the other source"
+    assert isinstance(effects[0], PostDispatch) and effects[0].text == "use the other source"
 
 
 def test_retry_is_only_for_failed_or_skipped_steps() -> None:

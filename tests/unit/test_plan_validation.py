@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from agents.errors import PlanValidationError
-from agents.plan import PlanProposal, StepProposal, new_steps, parse_plan, validate_plan
+from agents.plan import PlanProposal, StepProposal, new_steps
+from agents.plan_validation import parse_plan, validate_plan
 from tests.unit.reconcile_helpers import AGENTS, proposal
 
 

@@ -66,7 +66,10 @@ class Run:
             seen = len(self.stack.workspace.events.deliveries)
             await self.service.settle()
             await self.driver.deliveries_settled()
-            if len(self.stack.workspace.events.deliveries) == seen and not self.service.jobs.tasks:
+            if (
+                len(self.stack.workspace.events.deliveries) == seen
+                and not self.service.executor.jobs
+            ):
                 return
         raise AssertionError("the stack did not come to rest")
 
@@ -95,7 +98,7 @@ class Run:
         found = []
         for message in self.messages(root):
             meta = message.metadata or {}
-            if meta.get("event_type") == "flotilla_dispatch":
+            if meta.get("event_type") in ("flotilla_dispatch", "flotilla_form"):
                 payload = meta["event_payload"]
                 found.append((payload["step"], payload["attempt"]))
         return found

@@ -66,7 +66,7 @@ async def test_forged_and_stale_signatures_are_refused(start: Callable[..., Any]
             assert status == 401
         await run.quiesce()
         assert run.stack.workspace.state.thread(run.stack.channel.id, "1700000000.000100") == []
-        assert run.service.jobs.tasks == {}
+        assert run.service.executor.jobs == {} and not run.service.events.tasks
         async with run.service.db.read() as conn:
             assert (
                 await find_conversation(

@@ -87,7 +87,7 @@ async def test_a_second_replica_never_runs_a_step_another_is_running(
             options=first.options, clock=run.clock, model=offline.offline_model(),
         )  # fmt: skip
         await second.start()  # its recovery finds the writer's step in progress...
-        await second.jobs.idle()
+        await second.settle()
         texts = [m.text for m in run.messages(root)]
         assert not any(t.startswith("[offline model] writer:") for t in texts)  # ...leased
 

@@ -129,7 +129,7 @@ async def test_metrics_count_what_happened(start: Callable[..., Any]) -> None:
             'flotilla_dispatches_total{kind="agent"} 3.0',
             'flotilla_dispatches_total{kind="user"} 1.0',
             'flotilla_dispatches_total{kind="commander"} 1.0',
-            'flotilla_step_outcomes_total{outcome="StepSucceeded"} 4.0',
+            'flotilla_step_outcomes_total{outcome="succeeded"} 4.0',
             'flotilla_commander_turns_total{result="plan"} 1.0',
             "flotilla_step_queue_seconds_count 4.0",  # every run: 3 agents and the synthesis
             'flotilla_step_run_seconds_count{agent="researcher"} 1.0',
@@ -140,7 +140,8 @@ async def test_metrics_count_what_happened(start: Callable[..., Any]) -> None:
 
 async def test_redelivery_check_reads_past_the_first_page(start: Callable[..., Any]) -> None:
     """`thread_has_key` (asked on redelivery) follows conversations.replies' cursor."""
-    from bot.listeners.payloads import dispatch_metadata
+    from agents.effects import PostDispatch
+    from bot.listeners.payloads import DISPATCH_EVENT, step_metadata
 
     async with start() as run:
         root = run.ask("what time zone is the launch in?")
@@ -154,9 +155,15 @@ async def test_redelivery_check_reads_past_the_first_page(start: Callable[..., A
                 Message(channel=root.channel, ts=state.ts_clock.next(), text=f"chat {i}",
                         user=run.driver.person("dev").id, thread_ts=root.ts)
             )  # fmt: skip
-        await run.service.say(conversation, "late", metadata=dispatch_metadata(1, 1, 1, "needle"))
+        tag = PostDispatch(
+            key="needle", conversation_id=conversation.id, plan_id=1, step=1, attempt=1,
+            agent="researcher", title="t", text="t",
+        )  # fmt: skip
+        await run.service.say(
+            conversation, "late", metadata=step_metadata(DISPATCH_EVENT, tag, "needle")
+        )
         calls_before = len(run.stack.workspace.api_log)
-        assert await run.service.thread_has_key(conversation, "needle")
-        assert not await run.service.thread_has_key(conversation, "plan:9:step:9:attempt:9")
+        assert await run.service.port.thread_has_key(conversation, "needle")
+        assert not await run.service.port.thread_has_key(conversation, "plan:9:step:9:attempt:9")
         pages = [m for m, _ in run.stack.workspace.api_log[calls_before:]]
         assert pages.count("conversations.replies") >= 6  # 3 pages each, 200 per page

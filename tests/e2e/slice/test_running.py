@@ -95,10 +95,10 @@ def test_run_refuses_to_start_without_tokens(
     monkeypatch.chdir(tmp_path)
     for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["run"]) == 2
+    assert main(["run"]) == 3  # a configuration mistake (EXIT_CONFIG)
     assert "SLACK_BOT_TOKEN is not set" in capsys.readouterr().err
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
-    assert main(["run"]) == 2
+    assert main(["run"]) == 3  # a configuration mistake (EXIT_CONFIG)
     assert "HTTP mode needs SLACK_SIGNING_SECRET" in capsys.readouterr().err
 
 

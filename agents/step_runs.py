@@ -1,0 +1,245 @@
+"""Running one step attempt: its agent's run, its answer in the thread, its outcome.
+
+Called by the executor inside a job that holds the run's lease. The run is keyed by the
+step attempt (`step_key`), so a job started twice continues the same stored session
+instead of paying for the work again. Before an answer is posted the step is checked to
+be still this attempt's to finish: a cancelled or aborted plan gets nothing more in its
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from agents.commander import commander_step_spec
+from agents.effects import (
+    AskUser,
+    Effect,
+    PostDispatch,
+    ResumeStep,
+    RunCommanderStep,
+    ShowForm,
+    result_key,
+    step_key,
+)
+from agents.errors import PermanentError, RunError, TransientError
+from agents.plan import (
+    COMMANDER,
+    TERMINAL_PLAN,
+    USER,
+    Outcome,
+    Plan,
+    StepBlocked,
+    StepFailed,
+    StepSucceeded,
+)
+from agents.plan_store import plan_from_rows
+from agents.registry import AgentSpec, spec_from_record
+from agents.run_results import StepQuestion
+from agents.runtime import RunJob, resume_step, run_step
+from storage.agents import get_agent
+from storage.plans import load_plan
+from storage.records import ConversationRecord
+
+if TYPE_CHECKING:
+    from agents.executor import Context, Job
+
+log = logging.getLogger(__name__)
+RunnableStep = PostDispatch | RunCommanderStep | ResumeStep
+STEP_KINDS = (PostDispatch, RunCommanderStep, ResumeStep, ShowForm, AskUser)
+
+
+def run_key_of(effect: RunnableStep) -> str:
+    """The stored session of the step attempt an effect runs."""
+    return step_key(effect.plan_id, effect.step, effect.attempt)
+
+
+def ids(conversation: ConversationRecord, effect: Effect | None = None) -> dict[str, object]:
+    """The ids an operator's log line carries (see bot/logs.py)."""
+    out: dict[str, object] = {
+        "team": conversation.team_id,
+        "channel": conversation.channel_id,
+        "thread_ts": conversation.thread_ts,
+    }
+    for name in ("plan_id", "step", "attempt"):
+        value = getattr(effect, name, None)
+        if value is not None:
+            out["plan" if name == "plan_id" else name] = value
+    return out
+
+
+async def load(ctx: Context, conversation_id: int, plan_id: int) -> Plan | None:
+    """A plan as stored now, read under its conversation's lock (so a change being
+    committed is seen whole)."""
+    loaded = await ctx.reconciler.locks.run(
+        ctx.db, conversation_id, lambda conn: load_plan(conn, plan_id)
+    )
+    return plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+
+
+async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> bool:
+    """Whether the effect's step attempt is still in flight in a plan at work."""
+    plan = await ctx.reconciler.plan(effect.conversation_id)
+    if plan is None or plan.id != effect.plan_id or plan.status in TERMINAL_PLAN:
+        return False
+    step = plan.step(effect.step)
+    return (
+        step is not None
+        and step.attempts == effect.attempt
+        and step.status in ("in_progress", "blocked")
+    )
+
+
+async def job_still_wanted(ctx: Context, job: Job) -> bool:
+    """Whether a running job's work is still wanted (asked by its heartbeat)."""
+    if job.plan_id is None:
+        return True  # a person's message: always answered
+    conversation_id = await _conversation_of(ctx, job.plan_id)
+    plan = await ctx.reconciler.plan(conversation_id) if conversation_id is not None else None
+    if plan is None or plan.id != job.plan_id or plan.status in TERMINAL_PLAN:
+        return False
+    if job.kind in ("ask_commander", "plan_stalled"):
+        return True
+    step = plan.step(job.step or 0)
+    return step is not None and step.attempts == job.attempt and step.status == "in_progress"
+
+
+async def _conversation_of(ctx: Context, plan_id: int) -> int | None:
+    async with ctx.db.read() as conn:
+        loaded = await conn.run_sync(load_plan, plan_id)
+    return int(loaded.plan["conversation_id"]) if loaded is not None else None
+
+
+async def run(
+    ctx: Context, conversation: ConversationRecord, effect: RunnableStep, redelivered: bool
+) -> None:
+    """Run (or resume, or continue after a crash) the step's agent and report the outcome."""
+    name = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
+    spec = await _assignee(ctx, name)
+    outcome: Outcome
+    if spec is None:
+        outcome = _failed(effect, f"the agent {name} is not available (removed or disabled)")
+    else:
+        began = time.perf_counter()
+        outcome = await _execute(ctx, conversation, effect, spec, redelivered)
+        ctx.observer.ran(spec.name, time.perf_counter() - began)
+    await report(ctx, conversation.id, outcome)
+    log.info(
+        "step outcome: %s",
+        type(outcome).__name__.removeprefix("Step").lower(),
+        extra=ids(conversation, effect),
+    )
+
+
+async def _assignee(ctx: Context, name: str) -> AgentSpec | None:
+    if name == COMMANDER:
+        return commander_step_spec()
+    async with ctx.db.read() as conn:
+        record = await get_agent(conn, ctx.team_id, name)
+    if record is None or not record.enabled:
+        return None
+    return spec_from_record(record)
+
+
+def _failed(effect: RunnableStep, reason: str, *, retryable: bool = False) -> StepFailed:
+    return StepFailed(index=effect.step, attempt=effect.attempt, reason=reason, retryable=retryable)
+
+
+async def _execute(
+    ctx: Context,
+    conversation: ConversationRecord,
+    effect: RunnableStep,
+    spec: AgentSpec,
+    redelivered: bool,
+) -> Outcome:
+    job = RunJob(
+        run_key=run_key_of(effect),
+        team_id=ctx.team_id,
+        input=effect.text if isinstance(effect, PostDispatch | RunCommanderStep) else "",
+        request=conversation.request_text,
+        channel_id=conversation.channel_id,
+        conversation_id=conversation.id,
+        plan_id=effect.plan_id,
+        step_index=effect.step,
+    )
+    try:
+        model = await ctx.choose_model(spec.model)
+        # the runtime builds the agent's own MCP toolsets from `spec`
+        if isinstance(effect, ResumeStep):
+            result = await resume_step(ctx.db, job, spec, effect.answer, model=model)
+        else:
+            result = await run_step(ctx.db, job, spec, model=model)
+    except RunError as exc:
+        log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
+        return _failed(effect, public(exc), retryable=exc.retryable)
+    except ValueError as exc:  # a model string that cannot be used
+        log.error("step run cannot start: %s", exc, extra=ids(conversation, effect))
+        return _failed(effect, "its model is not configured correctly (an admin can fix it)")
+    if isinstance(result, StepQuestion):
+        return StepBlocked(
+            index=effect.step, attempt=effect.attempt, question=result.question, form=result.form
+        )
+    if not await still_current(ctx, effect):
+        return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing
+    key = result_key(effect.plan_id, effect.step, effect.attempt)
+    ts: str | None = None
+    try:
+        if not (redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name)):
+            agent = None if spec.name == COMMANDER else spec.name
+            ts = await ctx.port.say(
+                conversation, result.message, agent=agent, result_of=effect, key=key
+            )
+    except TransientError:
+        raise  # the job is handed over: the stored run answers again, at no cost
+    except PermanentError as exc:
+        return _failed(effect, f"its answer could not be posted: {public(exc)}")
+    return StepSucceeded(
+        index=effect.step,
+        attempt=effect.attempt,
+        summary=result.summary,
+        files=result.files,
+        message_ts=ts,
+    )
+
+
+def public(exc: RunError) -> str:
+    """The sentence a person may read about a run error (never library advice)."""
+    return str(getattr(exc, "public", None) or exc)
+
+
+async def report(ctx: Context, conversation_id: int, outcome: Outcome) -> None:
+    """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing)."""
+    ctx.observer.outcome(type(outcome).__name__.removeprefix("Step").lower())
+    await ctx.reconciler.reconcile(
+        conversation_id, outcomes=[outcome], assignees=await ctx.enabled_names()
+    )
+
+
+async def fail_given_up(ctx: Context, effect: Effect, reason: str) -> None:
+    """An effect of a step was given up (Slack refused the post, or kept failing): the
+    step fails with a sentence and its `on_failure` applies."""
+    if not isinstance(effect, STEP_KINDS):
+        return
+    failed = StepFailed(
+        index=effect.step,
+        attempt=effect.attempt,
+        reason=f"I could not post in this thread: {reason}",
+        retryable=False,
+    )
+    await report(ctx, effect.conversation_id, failed)
+
+
+def closing_note(plan: Plan) -> str | None:
+    """What closes the thread of a plan that ended without the commander's synthesis."""
+    if plan.status == "aborted":
+        failed = [s for s in plan.steps if s.status == "failed"]
+        why = f": step {failed[0].index} failed ({failed[0].failure_reason})" if failed else ""
+        return f"The plan was stopped{why}. Nothing else will run."
+    if plan.status == "completed" and plan.steps and plan.steps[-1].assignee != COMMANDER:
+        last = [s for s in plan.steps if s.status == "done" and s.assignee != USER]
+        if last and last[-1].output_summary:
+            return f"✅ All steps are done. In short: {last[-1].output_summary}"
+        return "✅ All steps are done."
+    return None

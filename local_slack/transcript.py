@@ -178,7 +178,8 @@ def render_view(state: WorkspaceState, view: View) -> str:
     title = _text(state, view.spec.get("title")) or "Home"
     lines = [f"┌ {title} ┐"]
     for block in view.spec.get("blocks", []):
-        lines += ["│ " + line for line in render_block(state, block, view.state_values)]
+        for rendered in render_block(state, block, view.state_values):
+            lines += ["│ " + line for line in rendered.splitlines() or [""]]
         error = view.errors.get(block.get("block_id", ""))
         if error:
             lines.append(f"│   ⚠ {error}")

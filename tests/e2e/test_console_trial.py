@@ -177,3 +177,4 @@ async def test_trial_console_tries_the_admin_surface_as_alex(stack: LocalStack) 
     await console.handle(":home Flotilla")
     await shows(console, lines, "(Flotilla Home, as @maya sees it)")
     assert "scout" in lines[-1] and "[Add an agent]" not in lines[-1]  # maya is no admin
+    assert all(line.startswith(("┌", "│")) for line in lines[-1].splitlines())  # one frame

@@ -2,8 +2,13 @@
 
 - `POST /slack/events` – signed requests from Slack (HTTP mode only), handed to Bolt.
 - `GET /healthz` – liveness: the process serves requests (no dependency is checked).
-- `GET /readyz` – readiness: the database answers a query; 503 with the reason otherwise.
+- `GET /readyz` – readiness: the service has started and the database answers a query;
+  503 with the reason otherwise.
 - `GET /metrics` – Prometheus exposition (the outbox backlog is read at scrape time).
+
+`flotilla run` serves this before the service has started (`Serving` still empty): the
+process is alive (/healthz) but not ready (/readyz 503 "starting"), and Slack's requests
+get a 503, which Slack retries.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from slack_bolt.async_app import AsyncApp
-from sqlalchemy import text
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # both are heavy to import: the surface is served before they are loaded
+    from slack_bolt.async_app import AsyncApp
+
     from bot.service import Flotilla
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,8 @@ def measure_requests(app: AsyncApp, service: Flotilla) -> None:
 
 async def database_ready(service: Flotilla) -> str | None:
     """None when the database answers, else a sentence saying what is wrong."""
+    from sqlalchemy import text
+
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             async with service.db.read() as conn:
@@ -62,35 +70,55 @@ async def database_ready(service: Flotilla) -> str | None:
     return None
 
 
+@dataclass
+class Serving:
+    """What the HTTP surface serves: empty while the service starts, then filled in."""
+
+    app: AsyncApp | None = None
+    service: Flotilla | None = None
+
+
 def web_app(app: AsyncApp, service: Flotilla, *, events: bool = True) -> web.Application:
-    """The aiohttp application: `/slack/events` (when `events`), `/healthz`, `/readyz`,
-    `/metrics`."""
-    from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+    """The aiohttp application of a started service (see `http_surface`)."""
+    return http_surface(Serving(app, service), events=events)
+
+
+def http_surface(serving: Serving, *, events: bool = True) -> web.Application:
+    """`/slack/events` (when `events`), `/healthz`, `/readyz`, `/metrics` for `serving`."""
 
     async def slack_events(request: web.Request) -> web.Response:
+        if serving.app is None:
+            return web.json_response({"error": "starting"}, status=503)  # Slack retries
+        from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+
         try:
             bolt_request = await to_bolt_request(request)
         except ValueError:  # a body that is neither JSON nor a form Slack would send
             return web.json_response({"error": "invalid request body"}, status=400)
-        bolt_response = await app.async_dispatch(bolt_request)
+        bolt_response = await serving.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
 
     async def healthz(_request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "team": service.team_id})
+        team = serving.service.team_id if serving.service is not None else None
+        return web.json_response({"ok": True, "team": team})
 
     async def readyz(_request: web.Request) -> web.Response:
-        problem = await database_ready(service)
+        if serving.service is None:
+            return web.json_response({"ok": False, "problem": "starting"}, status=503)
+        problem = await database_ready(serving.service)
         if problem is not None:
             return web.json_response({"ok": False, "problem": problem}, status=503)
-        return web.json_response({"ok": True, "team": service.team_id})
+        return web.json_response({"ok": True, "team": serving.service.team_id})
 
     async def metrics(_request: web.Request) -> web.Response:
+        if serving.service is None:
+            return web.Response(status=503, text="starting\n")
         try:
-            await service.metrics.refresh(service.db)
+            await serving.service.metrics.refresh(serving.service.db)
         except Exception as exc:  # the backlog gauges keep their last value; /readyz says why
             log.warning("metrics: could not read the outbox backlog: %s", exc)
         return web.Response(
-            body=service.metrics.exposition(),
+            body=serving.service.metrics.exposition(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

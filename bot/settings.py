@@ -9,13 +9,14 @@ Every field is documented in the README's configuration table.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from agents.models import ProviderKeys
+if TYPE_CHECKING:  # agents.models loads pydantic-ai: only when the keys are needed
+    from agents.models import ProviderKeys
 
 SLACK_API_URL_DEFAULT = "https://slack.com/api/"
 DATABASE_URL_DEFAULT = "sqlite+aiosqlite:///flotilla.db"
@@ -187,6 +188,8 @@ class Settings(BaseSettings):
 
     def provider_keys(self) -> ProviderKeys:
         """The model providers' keys and base URL, to hand to `agents.models` explicitly."""
+        from agents.models import ProviderKeys
+
         return ProviderKeys(
             openai_api_key=_secret(self.openai_api_key),
             openai_base_url=self.openai_base_url or None,

@@ -14,15 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import RunContext
-from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 
 from agents.registry import AgentSpec, McpServerSpec
 from agents.tools.context import IDEMPOTENCY_META_KEY, RunDeps, call_key
 
-if TYPE_CHECKING:
-    from pydantic_ai.mcp import CallToolFunc, ToolResult
+if TYPE_CHECKING:  # the MCP client stack takes seconds to import: only when an agent uses it
+    from pydantic_ai.mcp import CallToolFunc, MCPToolset, ToolResult
 
 MCP_TIMEOUT_S = 30.0
 
@@ -46,6 +45,8 @@ def mcp_toolsets(spec: AgentSpec) -> list[AbstractToolset[RunDeps]]:
     for number, server in enumerate(spec.mcp_servers, start=1):
         if not server.allowed_tools:
             continue  # deny by default: nothing to offer, and no connection to make
+        from pydantic_ai.mcp import MCPToolset  # lazily: see the TYPE_CHECKING import
+
         toolset: MCPToolset[RunDeps] = MCPToolset(
             server.url,
             id=f"{spec.name}-mcp-{number}",

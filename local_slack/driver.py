@@ -307,7 +307,7 @@ _SELECTED = {
 def input_value(element: Json, value: Any) -> Json:
     """The `state.values` entry Slack records for an element holding `value`."""
     kind = element["type"]
-    if kind in ("static_select", "radio_buttons", "external_select"):
+    if kind in ("static_select", "radio_buttons", "external_select", "overflow"):
         return {"type": kind, "selected_option": _option(element, value) if value else None}
     if kind in ("multi_static_select", "checkboxes", "multi_external_select"):
         return {"type": kind, "selected_options": [_option(element, v) for v in value or []]}

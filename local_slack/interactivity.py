@@ -212,10 +212,13 @@ class Interactivity:
         state.changed()
         return SubmissionOutcome(delivery, action, view=state.views[stack[-1]] if stack else None)
 
-    async def view_closed(self, person: Person, app: InstalledApp, view: View) -> Delivery | None:
-        """A person closes the modal; the app hears of it only with `notify_on_close`."""
+    async def view_closed(
+        self, person: Person, app: InstalledApp, view: View, *, clear: bool = False
+    ) -> Delivery | None:
+        """A person closes the modal (with `clear`, the header's X: the whole stack); the app
+        hears of it only with `notify_on_close`."""
         stack = self.ws.state.modal_stacks.get((person.id, app.app_id), [])
-        cleared = bool(view.spec.get("clear_on_close"))
+        cleared = clear or bool(view.spec.get("clear_on_close"))
         for view_id in list(stack) if cleared else stack[-1:]:
             self.ws.state.views[view_id].closed = True
             stack.remove(view_id)

@@ -271,8 +271,10 @@ def required_missing(view: View) -> list[str]:
 
 
 async def _close(act: PageAct) -> Json:
+    """The modal's Close button goes back one view; its X (`all`) closes the whole stack."""
     view = act.view()
-    await act.ws.interactivity.view_closed(act.person, act.ws.state.apps[view.app_id], view)
+    app = act.ws.state.apps[view.app_id]
+    await act.ws.interactivity.view_closed(act.person, app, view, clear=bool(act.args.get("all")))
     return {}
 
 

@@ -74,14 +74,19 @@ export function renderModal(ctx) {
   const box = back.querySelector(".modal");
   box.replaceChildren();
   const head = box.appendChild(h("div", "modal-head"));
+  if (view.previous_view_id) {  // a pushed view: back to the one below
+    const backTo = head.appendChild(h("button", "modal-back", "‹"));
+    backTo.title = "Back";
+    backTo.onclick = () => act("close", { view_id: view.id });
+  }
   head.append(h("h2", "modal-title", plainText(view.title)));
   const x = head.appendChild(h("button", "modal-x", "✕"));
   x.title = "Close";
-  x.onclick = () => act("close", { view_id: view.id });
+  x.onclick = () => act("close", { view_id: view.id, all: true });
   box.appendChild(h("div", "modal-body")).append(renderBlocks(view.blocks, modalCtx));
   const foot = box.appendChild(h("div", "modal-foot"));
   const problem = foot.appendChild(h("div", "modal-problem"));
-  const close = foot.appendChild(h("button", "bk-button", plainText(view.close) || (view.submit ? "Cancel" : "Close")));
+  const close = foot.appendChild(h("button", "bk-button modal-close", plainText(view.close) || (view.submit ? "Cancel" : "Close")));
   close.onclick = () => act("close", { view_id: view.id });
   if (view.submit) {
     const submit = foot.appendChild(h("button", "bk-button bk-primary modal-submit", plainText(view.submit)));

@@ -67,8 +67,18 @@ TICKET_MODAL = {
          "element": {"type": "radio_buttons", "action_id": "size", "options": [
              {"text": text(PLAIN, "Small"), "value": "s"},
              {"text": text(PLAIN, "Large"), "value": "l"}]}},
+        {"type": "actions", "elements": [{"type": "button", "action_id": "more",
+                                          "text": text(PLAIN, "More options")}]},
     ],
 }  # fmt: skip
+MORE_MODAL = {
+    "type": "modal",
+    "title": text(PLAIN, "More options"),
+    "close": text(PLAIN, "Back"),
+    "notify_on_close": True,
+    "blocks": [{"type": "section", "text": text("mrkdwn", "Nothing more, _really_.")}],
+}
+CLOSED: list[bool] = []  # is_cleared of each view_closed the app heard
 
 
 def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
@@ -84,6 +94,16 @@ def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
         meta = {"channel": body["channel"]["id"], "thread_ts": body["container"]["thread_ts"]}
         view = {**TICKET_MODAL, "private_metadata": json.dumps(meta)}
         await client.views_open(trigger_id=body["trigger_id"], view=view)
+
+    @app.action("more")
+    async def on_more(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        await ack()
+        await client.views_push(trigger_id=body["trigger_id"], view=MORE_MODAL)
+
+    @app.view_closed("")
+    async def on_closed(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        CLOSED.append(body["is_cleared"])
 
     @app.action("pick")
     async def on_pick(ack: AsyncAck, body: dict[str, Any], say: AsyncSay) -> None:
@@ -276,4 +296,30 @@ async def test_slash_command_box_and_app_home(running: Running, browser: Browser
     await page.locator(".tab", has_text="Messages").click()
     await say(page, "hello app")
     await expect(page.locator("#messages .message", has_text="hello app")).to_have_count(1)
+    assert_no_page_errors(page)
+
+
+async def test_a_pushed_modal_goes_back_or_the_x_closes_the_stack(
+    running: Running, browser: Browser
+) -> None:
+    CLOSED.clear()
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    await say(page, "@TinyBot report")
+    await page.locator(".replies-link").click()
+    await page.locator("#thread-messages .bk-button", has_text="Open form").click()
+    modal = page.locator("#modal-backdrop .modal")
+    await modal.locator(".bk-input", has_text="Title").locator("input").fill("Kept while away")
+    await modal.locator(".bk-button", has_text="More options").click()  # views.push
+    await expect(modal.locator(".modal-title")).to_have_text("More options")
+    await expect(modal.locator(".modal-body i")).to_have_text("really")
+    await modal.locator(".modal-close").click()  # "Back": one view down
+    await expect(modal.locator(".modal-title")).to_have_text("New ticket")
+    title = modal.locator(".bk-input", has_text="Title").locator("input")
+    await expect(title).to_have_value("Kept while away")  # sent with the click, as in Slack
+    await modal.locator(".bk-button", has_text="More options").click()
+    await expect(modal.locator(".modal-back")).to_be_visible()
+    await modal.locator(".modal-x").click()  # the X closes every view of the stack
+    await expect(page.locator("#modal-backdrop")).to_be_hidden()
+    assert running.workspace.state.top_modal(running.alice.id) is None
+    assert CLOSED == [False, True]
     assert_no_page_errors(page)

@@ -342,6 +342,7 @@ async function send(textarea, channel, threadTs) {
   const text = textarea.value.trim();
   if (!text || !channel || !S.snap) return;
   textarea.value = "";
+  textarea.style.height = "auto";
   hideCommands();
   if (text.startsWith("/")) {
     const [command, ...rest] = text.split(/\s+/);
@@ -380,6 +381,10 @@ function hideCommands() {
 
 function wireComposer(form, target) {
   const textarea = form.querySelector("textarea");
+  textarea.addEventListener("input", () => {  // grow with Shift+Enter lines, up to a limit
+    textarea.style.height = "auto";
+    textarea.style.height = `${Math.min(textarea.scrollHeight, 240)}px`;
+  });
   textarea.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
       ev.preventDefault();

@@ -79,7 +79,8 @@ class Job:
     step: int | None
     attempt: int | None
     task: asyncio.Task[None] | None = None
-    cancelled: bool = False
+    cancelled: bool = False  # the plan was stopped: the work is over, not handed on
+    lease_lost: bool = False  # another process took the lease: it settles the row
 
 
 @dataclass(slots=True)
@@ -210,15 +211,7 @@ class Executor:
             await self._show_card(conversation, effect.plan_id, first=False)
             return False
         if isinstance(effect, ShowForm | AskUser):
-            if not await step_runs.still_current(ctx, effect):
-                return False  # the plan moved on (cancelled, aborted): no form to show
-            if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
-                return False
-            plan = await ctx.reconciler.plan(effect.conversation_id)
-            await self._show_card(conversation, effect.plan_id, first=True)
-            await ctx.port.post_form(conversation, effect, plan)
-            if isinstance(effect, ShowForm):
-                self.observer.dispatched("user")
+            await self._post_form(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
             await self._stopped(conversation, effect)
@@ -229,14 +222,34 @@ class Executor:
         if isinstance(effect, PostDispatch):
             if not await step_runs.still_current(ctx, effect):
                 return False  # cancelled before it was posted: nothing to post or run
-            await self._show_card(conversation, effect.plan_id, first=True)
-            # after a crash the message may be there already: never post twice
-            if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
-                await ctx.port.post_dispatch(conversation, effect)
-                self.observer.dispatched("agent")
+            await self._post_dispatch(conversation, effect, redelivered=redelivered)
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
         return self._start_long(claimed, conversation)
+
+    async def _post_form(
+        self, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
+    ) -> None:
+        ctx = self.context
+        if not await step_runs.still_current(ctx, effect):
+            return  # the plan moved on (cancelled, aborted): no form to show
+        if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
+            return
+        plan = await ctx.reconciler.plan(effect.conversation_id)
+        await self._show_card(conversation, effect.plan_id, first=True)
+        await ctx.port.post_form(conversation, effect, plan)
+        if isinstance(effect, ShowForm):
+            self.observer.dispatched("user")
+
+    async def _post_dispatch(
+        self, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
+    ) -> None:
+        ctx = self.context
+        await self._show_card(conversation, effect.plan_id, first=True)
+        # after a crash the message may be there already: never post twice
+        if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
+            await ctx.port.post_dispatch(conversation, effect)
+            self.observer.dispatched("agent")
 
     def _start_long(self, claimed: Claimed, conversation: ConversationRecord) -> bool:
         effect = claimed.effect

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 
-from bot import handlers
+from agents.plan import CancelPlan
 from bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
 from bot.identities import make_client
 from bot.secrets import SecretsError
@@ -247,11 +247,18 @@ async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None
     if found is None:
         return f"Plan {plan_id} is not running. `/flotilla plans` lists the running ones."
     _pid, _status, plan_channel, thread_ts = found
-    problem = await handlers.cancel_plan(
-        service, plan_id=plan_id, user=user, channel=plan_channel, thread_ts=thread_ts
+    conversation = await service.find_conversation(plan_channel, thread_ts)
+    if conversation is None:
+        return f"Plan {plan_id} is not running. `/flotilla plans` lists the running ones."
+    if user != conversation.requested_by and not await service.is_admin(user):
+        return f"Only <@{conversation.requested_by}> or a workspace admin can cancel this plan."
+    # the stop notice, the runs stopped and the forms closed follow from the decision
+    await service.reconciler.reconcile(
+        conversation.id,
+        operations=[CancelPlan(reason=f"cancelled by <@{user}>")],
+        assignees=await service.enabled_names(),
+        actor=user,
     )
-    if problem:
-        return problem
     async with service.db.write() as conn:
         await audit(
             conn,

@@ -10,15 +10,11 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from agents import step_runs
-from agents.effects import step_key, turn_key
-from agents.plan import CancelPlan, StepAnswered, StepSucceeded
-from agents.run_results import result_from_history
-from agents.session import load_messages
+from agents.inbox import Incoming, record_reply, record_request, stored_result
+from agents.plan import CancelPlan, StepAnswered
 from bot.listeners.payloads import (
-    DISPATCH_EVENT,
+    FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,
     RESULT_EVENT,
     SlackMessage,
@@ -29,40 +25,22 @@ from bot.listeners.payloads import (
     strip_mention,
 )
 from bot.views.forms import FormKey, answered_message
-from storage.conversations import open_conversation, store_message
-from storage.events import record_event
-from storage.outbox import enqueue_effects
-from storage.records import ConversationRecord, MessageRecord
-from storage.runs import load_run
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
+    from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 
 
-async def _enqueue_turn(
-    conn: AsyncConnection, service: Flotilla, conversation_id: int, message: SlackMessage, text: str
-) -> None:
-    """Record the message as work for the commander, in the transaction that stores it:
-    once the message is seen, its turn is sure to happen (the outbox delivers it)."""
-    row = {
-        "idempotency_key": turn_key(conversation_id, message.ts),
-        "kind": "commander_turn",
-        "payload": {"text": text, "user": message.user, "ts": message.ts},
-        "conversation_id": conversation_id,
-    }
-    await conn.run_sync(enqueue_effects, [row], service.clock(), ignore_duplicates=True)
-
-
-def _record(message: SlackMessage, text: str | None = None) -> MessageRecord:
-    return MessageRecord(
-        channel_id=message.channel,
+def _incoming(message: SlackMessage) -> Incoming:
+    return Incoming(
+        channel=message.channel,
         ts=message.ts,
-        user_id=message.user,
+        text=message.text,
+        user=message.user,
         bot_id=message.bot_id,
-        author_name=message.username,
-        text=text if text is not None else message.text,
+        username=message.username,
         metadata=message.metadata,
     )
 
@@ -74,25 +52,18 @@ async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str 
         return  # bots never start work: no bot-to-bot loops
     request = strip_mention(message.text, service.bot_user_id)
     too_long = len(request) > MAX_REQUEST_CHARS
-    now = service.clock()
-    async with service.db.write() as conn:
-        # de-duplicated in the transaction that records the work: all of it, or none
-        if not await conn.run_sync(record_event, f"msg:{message.channel}:{message.ts}", now):
-            return
-        conversation = await open_conversation(
-            conn,
-            team_id=service.team_id,
-            channel_id=message.channel,
-            thread_ts=message.root_ts,
-            requested_by=message.user,
-            request_text=request[:MAX_REQUEST_CHARS],
-            now=now,
-        )
-        await store_message(
-            conn, conversation.id, _record(message, request[:MAX_REQUEST_CHARS]), now
-        )
-        if not too_long:
-            await _enqueue_turn(conn, service, conversation.id, message, request)
+    # de-duplicated in the transaction that records the work: all of it, or none
+    conversation = await record_request(
+        service.db,
+        service.clock(),
+        team_id=service.team_id,
+        thread_ts=message.root_ts,
+        message=_incoming(message),
+        request=request[:MAX_REQUEST_CHARS],
+        for_commander=not too_long,
+    )
+    if conversation is None:
+        return
     if too_long:
         await service.say(
             conversation,
@@ -114,17 +85,15 @@ async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
     author = author_kind(message, commander_bot_id=service.bot_id, agent_bot_ids=agents_by_bot)
     if author == "person" and service.bot_user_id in mentioned_users(message.text):
         return  # the app_mention event of the same message handles it
-    forged = author == "person" and bool(
-        message.step_meta(RESULT_EVENT) or message.step_meta(DISPATCH_EVENT)
-    )
+    # a person's message carrying Flotilla's metadata is a forgery: stored, never acted on
+    forged = author == "person" and any(message.step_meta(kind) for kind in FLOTILLA_EVENTS)
     # A person's reply while a plan is at work is an interjection for the commander; with no
     # plan at work people talk among themselves (a mention asks the commander).
     plan = await service.reconciler.plan(conversation.id) if author == "person" else None
     interjection = not forged and plan is not None and plan.status in ("running", "paused")
-    async with service.db.write() as conn:
-        stored = await store_message(conn, conversation.id, _record(message), service.clock())
-        if stored and interjection:
-            await _enqueue_turn(conn, service, conversation.id, message, message.text)
+    stored = await record_reply(
+        service.db, service.clock(), conversation.id, _incoming(message), for_commander=interjection
+    )
     if not stored:
         return  # seen already (a retried delivery)
     if forged:
@@ -152,15 +121,9 @@ async def _agent_result(
         return
     if step.assignee != agent or step.attempts != meta.attempt or step.status != "in_progress":
         return
-    async with service.db.read() as conn:
-        run = await load_run(conn, step_key(plan.id, step.index, meta.attempt))
-    if run is None or run.status != "finished":
-        return
-    result = result_from_history(load_messages(run.messages))
-    outcome = StepSucceeded(
-        index=step.index, attempt=meta.attempt, summary=result.summary, files=result.files
-    )
-    await step_runs.report(service.context, conversation.id, outcome)
+    outcome = await stored_result(service.db, plan, step.index, meta.attempt)
+    if outcome is not None:
+        await step_runs.report(service.context, conversation.id, outcome)
 
 
 async def answer_form(

@@ -1,0 +1,118 @@
+"""What people (and agents with their own app) write in a thread, recorded durably.
+
+The Slack edge parses a message and hands it here; each function records it in one
+transaction together with the work it causes (a commander turn in the outbox), so once
+a message is stored its turn is sure to happen, and a redelivered event records nothing
+twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agents.effects import MessageForCommander, step_key, to_row, turn_key
+from agents.plan import Plan, StepSucceeded
+from agents.run_results import result_from_history
+from agents.session import load_messages
+from storage.conversations import open_conversation, store_message
+from storage.db import Database
+from storage.events import record_event
+from storage.outbox import enqueue_effects
+from storage.records import ConversationRecord, MessageRecord
+from storage.runs import load_run
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A message as the edge parsed it (Slack's fields, nothing Flotilla-specific)."""
+
+    channel: str
+    ts: str
+    text: str
+    user: str | None = None
+    bot_id: str | None = None
+    username: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    def record(self, text: str | None = None) -> MessageRecord:
+        return MessageRecord(
+            channel_id=self.channel,
+            ts=self.ts,
+            user_id=self.user,
+            bot_id=self.bot_id,
+            author_name=self.username,
+            text=self.text if text is None else text,
+            metadata=self.metadata,
+        )
+
+
+def _turn_row(conversation_id: int, message: Incoming, text: str) -> dict[str, Any]:
+    turn = MessageForCommander(
+        key=turn_key(conversation_id, message.ts),
+        conversation_id=conversation_id,
+        text=text,
+        user=message.user or "",
+        ts=message.ts,
+    )
+    return to_row(turn)
+
+
+async def record_request(
+    db: Database,
+    now: datetime,
+    *,
+    team_id: str,
+    thread_ts: str,
+    message: Incoming,
+    request: str,
+    for_commander: bool,
+) -> ConversationRecord | None:
+    """A person's mention: open (or find) the thread's conversation, store the message and,
+    when `for_commander`, its commander turn – all or nothing. None: seen already."""
+    async with db.write() as conn:
+        if not await conn.run_sync(record_event, f"msg:{message.channel}:{message.ts}", now):
+            return None
+        conversation = await open_conversation(
+            conn,
+            team_id=team_id,
+            channel_id=message.channel,
+            thread_ts=thread_ts,
+            requested_by=message.user or "",
+            request_text=request,
+            now=now,
+        )
+        await store_message(conn, conversation.id, message.record(request), now)
+        if for_commander:
+            row = _turn_row(conversation.id, message, request)
+            await conn.run_sync(enqueue_effects, [row], now, ignore_duplicates=True)
+    return conversation
+
+
+async def record_reply(
+    db: Database, now: datetime, conversation_id: int, message: Incoming, *, for_commander: bool
+) -> bool:
+    """A message in a thread Flotilla works in: stored (with a commander turn when it is for
+    the commander). False when it was stored already (a redelivered event)."""
+    async with db.write() as conn:
+        stored = await store_message(conn, conversation_id, message.record(), now)
+        if stored and for_commander:
+            row = _turn_row(conversation_id, message, message.text)
+            await conn.run_sync(enqueue_effects, [row], now, ignore_duplicates=True)
+    return stored
+
+
+async def stored_result(
+    db: Database, plan: Plan, step_index: int, attempt: int
+) -> StepSucceeded | None:
+    """The outcome of a step attempt whose run finished (its answer may have been posted by
+    an agent's own app before a crash kept the outcome from being recorded)."""
+    async with db.read() as conn:
+        run = await load_run(conn, step_key(plan.id, step_index, attempt))
+    if run is None or run.status != "finished":
+        return None
+    result = result_from_history(load_messages(run.messages))
+    return StepSucceeded(
+        index=step_index, attempt=attempt, summary=result.summary, files=result.files
+    )

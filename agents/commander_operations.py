@@ -10,6 +10,7 @@ from collections.abc import Collection
 
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
+    MAX_COMMANDER_RETRIES,
     MAX_TITLE,
     TERMINAL_PLAN,
     AbortPlan,
@@ -74,8 +75,15 @@ def _retry(plan: Plan, step: Step, op: RetryStep) -> Plan:
         raise OperationRejected(
             f"step {step.index} is {step.status}; only a failed or skipped step can be retried"
         )
+    if step.retries >= MAX_COMMANDER_RETRIES:
+        raise OperationRejected(
+            f"step {step.index} was already retried {step.retries} times, the most allowed; "
+            "do not retry it again: skip it (skip_step), add steps that work around it "
+            "(add_steps), or stop the plan (abort_plan)"
+        )
     changes: dict[str, object] = {
         "status": "pending",
+        "retries": step.retries + 1,
         "failure_reason": None,
         "transient_failures": 0,
         "not_before": None,

@@ -158,13 +158,23 @@ MAX_STEPS = 50
 MAX_TITLE = 150
 MAX_INPUT = 3000
 DEFAULT_MAX_ATTEMPTS = 3
+# the commander's retry_step operations allowed on one step (then it must skip, add or abort)
+MAX_COMMANDER_RETRIES = 3
 USER = "user"
 COMMANDER = "commander"
 SUCCESSFUL: frozenset[str] = frozenset({"done", "skipped"})
 TERMINAL_PLAN: frozenset[str] = frozenset({"completed", "aborted", "cancelled"})
 # What only the orchestrator writes: a proposal carrying one of these is rejected by name.
 RUNTIME_FIELDS: frozenset[str] = frozenset(
-    {"status", "output_summary", "output_files", "failure_reason", "attempts", "not_before"}
+    {
+        "status",
+        "output_summary",
+        "output_files",
+        "failure_reason",
+        "attempts",
+        "retries",
+        "not_before",
+    }
 )
 
 
@@ -198,6 +208,7 @@ class Step(_Strict):
     failure_reason: str | None = None
     attempts: int = 0  # dispatches so far = the current attempt's number
     transient_failures: int = 0  # counted against the plan's max_attempts
+    retries: int = 0  # the commander's retry_step operations, capped at MAX_COMMANDER_RETRIES
     not_before: datetime | None = None  # backoff after a transient failure
     question: Question | None = None  # set while blocked; kept (with the answer) after
 

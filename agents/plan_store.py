@@ -29,6 +29,7 @@ def step_row(step: Step, was: Step | None, now: datetime) -> dict[str, Any]:
         "failure_reason": step.failure_reason,
         "attempts": step.attempts,
         "transient_failures": step.transient_failures,
+        "retries": step.retries,
         "not_before": step.not_before,
         "blocked_question": step.question.model_dump() if step.question is not None else None,
         "started_at": now if step.status == "in_progress" and started else None,
@@ -54,6 +55,7 @@ def step_from_row(row: dict[str, Any]) -> Step:
         failure_reason=row["failure_reason"],
         attempts=row["attempts"],
         transient_failures=row["transient_failures"],
+        retries=row["retries"],
         not_before=row["not_before"],
         question=Question.model_validate(question) if question is not None else None,
     )

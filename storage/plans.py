@@ -57,6 +57,7 @@ STEP_FIELDS = (
     "failure_reason",
     "attempts",
     "transient_failures",
+    "retries",
     "not_before",
     "blocked_question",
 )
@@ -69,6 +70,7 @@ MUTABLE_FIELDS = (
     "failure_reason",
     "attempts",
     "transient_failures",
+    "retries",
     "not_before",
     "blocked_question",
 )

@@ -8,6 +8,7 @@ from agents.commander_operations import apply_operation
 from agents.effects import PostDispatch
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
+    MAX_COMMANDER_RETRIES,
     AbortPlan,
     AddSteps,
     CancelPlan,
@@ -19,6 +20,7 @@ from agents.plan import (
     StepProposal,
 )
 from agents.plan_transitions import apply_outcome, dispatch
+from agents.plan_validation import parse_plan
 from agents.reconciler import decide
 from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
 
@@ -49,6 +51,27 @@ def test_retry_is_only_for_failed_or_skipped_steps() -> None:
         apply_operation(plan, RetryStep(index=1))
     with pytest.raises(OperationRejected, match="there is no step 5"):
         apply_operation(plan, RetryStep(index=5))
+
+
+def test_commander_retries_of_a_step_are_capped() -> None:
+    plan = failed_first_step(chain(2))
+    for n in range(1, MAX_COMMANDER_RETRIES + 1):
+        plan = apply_operation(plan, RetryStep(index=1))
+        assert plan.steps[0].retries == n
+        plan, _ = dispatch(plan, T0)
+        failure = StepFailed(index=1, attempt=n + 1, reason="still bad", retryable=False)
+        plan = apply_outcome(plan, failure, T0)[0]
+    assert plan.steps[0].status == "failed"
+    with pytest.raises(OperationRejected, match="already retried 3 times.*skip_step"):
+        apply_operation(plan, RetryStep(index=1))
+    # the other ways on stay open
+    assert apply_operation(plan, SkipStep(index=1, reason="no data")).steps[0].status == "skipped"
+
+
+def test_the_model_cannot_set_the_retry_count() -> None:
+    raw = {"steps": [{"index": 1, "title": "a", "assignee": "writer", "retries": 0}]}
+    with pytest.raises(PlanValidationError, match="'retries' is execution state"):
+        parse_plan(raw)
 
 
 def test_retry_input_is_validated() -> None:

@@ -27,9 +27,11 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolRetu
 from pydantic_ai.models import Model
 from pydantic_ai.tools import Tool
 
+from agents.clock import Clock, utcnow
 from agents.errors import PermanentError, PlanValidationError
 from agents.models import model_label
 from agents.plan import (
+    COMMANDER,
     AbortPlan,
     AddSteps,
     CancelPlan,
@@ -45,16 +47,13 @@ from agents.registry import AgentSpec
 from agents.runtime import RunJob, drive, load_session, step_prompt
 from agents.session import (
     DEFAULT_LIMITS,
-    Clock,
     RunLimits,
     RunSession,
     compact_history,
     load_messages,
-    utc_now,
 )
 from storage.db import Database
 
-COMMANDER = "commander"
 OPERATION_TOOLS = ("retry_step", "skip_step", "add_steps", "edit_step", "abort_plan", "cancel_plan")
 _operation: TypeAdapter[CommanderOperation] = TypeAdapter(CommanderOperation)
 
@@ -305,7 +304,7 @@ async def commander_turn(
     wake: CommanderWake | None = None,
     limits: RunLimits = DEFAULT_LIMITS,
     plan_retries: int = 3,
-    now: Clock = utc_now,
+    now: Clock = utcnow,
 ) -> CommanderTurn:
     """Run one commander turn for `job` (its `input` is the new message) and return proposals.
 

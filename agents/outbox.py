@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
+from agents.clock import Clock, backoff
 from agents.effects import Effect, from_row
 from agents.errors import RunError
 from storage.db import Database
@@ -34,8 +35,6 @@ from storage.outbox import (
 from storage.records import OutboxRecord
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], datetime]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +119,7 @@ class OutboxSender:
             log.info("outbox %s failed (%s); retrying", record.idempotency_key, exc)
             async with self.db.write() as conn:
                 await retry_effect_later(
-                    conn, record.id, error=str(exc), available_at=now + backoff(failures)
+                    conn, record.id, error=str(exc), available_at=now + delivery_backoff(failures)
                 )
             return
         if not isinstance(exc, RunError):
@@ -133,9 +132,9 @@ class OutboxSender:
             await self.on_give_up(effect, _sentence(exc))
 
 
-def backoff(failures: int) -> timedelta:
+def delivery_backoff(failures: int) -> timedelta:
     """Wait before delivering again after the n-th failure: 2 s, 4 s, … ≤ 5 min."""
-    return min(timedelta(seconds=2 ** min(failures, 10)), timedelta(minutes=5))
+    return backoff(failures, base=timedelta(seconds=2), cap=timedelta(minutes=5))
 
 
 def _sentence(exc: Exception) -> str:

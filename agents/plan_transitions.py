@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from agents.clock import backoff
 from agents.effects import (
     AskCommander,
     AskUser,
@@ -52,10 +53,9 @@ BACKOFF_BASE = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=10)
 
 
-def backoff(transient_failures: int) -> timedelta:
+def retry_backoff(transient_failures: int) -> timedelta:
     """Wait before re-dispatching after the n-th transient failure: 30 s, 60 s, … ≤ 10 min."""
-    delay: timedelta = BACKOFF_BASE * (2 ** max(transient_failures - 1, 0))
-    return min(delay, BACKOFF_MAX)
+    return backoff(transient_failures, base=BACKOFF_BASE, cap=BACKOFF_MAX)
 
 
 # --- reading a plan ---------------------------------------------------------------------
@@ -282,7 +282,7 @@ def _blocked(plan: Plan, step: Step, outcome: StepBlocked) -> Result:
 def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Result:
     failures = step.transient_failures + 1
     if outcome.retryable and failures < plan.max_attempts:
-        not_before = now + backoff(failures)
+        not_before = now + retry_backoff(failures)
         retry = _update(
             step,
             status="pending",

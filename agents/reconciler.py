@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
+from agents.clock import Clock, utcnow
 from agents.commander_operations import apply_operation
 from agents.effects import (
     Effect,
@@ -161,14 +162,8 @@ def start(plan: Plan, now: datetime) -> Decision:
     return _versioned(None, current, effects)
 
 
-def utcnow() -> datetime:
-    """The default clock (tests and the benchmark pass their own)."""
-    return datetime.now(UTC)
-
-
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 
-Clock = Callable[[], datetime]
 AfterCommit = Callable[[list[Effect]], Awaitable[None]]
 
 

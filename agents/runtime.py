@@ -24,6 +24,7 @@ from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.toolsets import AbstractToolset
 
+from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
 from agents.failures import classify_error
 from agents.models import model_label
@@ -41,12 +42,10 @@ from agents.run_results import (
 )
 from agents.session import (
     DEFAULT_LIMITS,
-    Clock,
     RunLimits,
     RunSession,
     compact_history,
     load_messages,
-    utc_now,
 )
 from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_thread
 from agents.tools.context import RunDeps, RunJob
@@ -164,7 +163,7 @@ async def run_step(
     model: Model | str,
     limits: RunLimits = DEFAULT_LIMITS,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
-    now: Clock = utc_now,
+    now: Clock = utcnow,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -202,7 +201,7 @@ async def resume_step(
     model: Model | str,
     limits: RunLimits = DEFAULT_LIMITS,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
-    now: Clock = utc_now,
+    now: Clock = utcnow,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question."""
     stored, thread = await load_session(db, job)

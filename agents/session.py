@@ -14,9 +14,8 @@ never disagree, even after a crash. Failures are stored as `failed` and re-raise
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai import Agent
@@ -33,6 +32,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import telemetry
+from agents.clock import Clock
 from agents.models import resolve_model
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
@@ -40,12 +40,6 @@ from storage.db import Database
 from storage.records import AgentRunRecord
 from storage.runs import save_run
 from storage.usage import record_usage
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)

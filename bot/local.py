@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic_ai.models import Model
 
+from agents.clock import Clock, utcnow
 from bot.app import build_app
 from bot.http import web_app
 from bot.identities import make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher
-from bot.service import Clock, Flotilla, Options, utcnow
+from bot.service import Flotilla, Options
 from local_slack import InstalledApp, LocalWorkspace, Person
 from local_slack.events import SLACK_RETRY_DELAYS
 from local_slack.state import Channel

@@ -16,13 +16,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agents.clock import Clock, utcnow
 from agents.executor import Context, Executor, ExecutorOptions
 from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
@@ -40,13 +41,8 @@ from storage.workspaces import ensure_workspace, workspace_default_model
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 # a demoted admin loses admin rights within this many seconds
 ADMIN_CACHE_SECONDS = 300.0
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)

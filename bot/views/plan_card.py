@@ -48,7 +48,7 @@ PLAN_STATUS_TEXT = {
 # (agents: cancel_plan / abort_plan); the card says the reason once instead.
 CANCEL_NOTE = "cancelled: "
 ABORT_NOTE = ("not run: the plan was aborted (", ")")
-# The reason the card's Cancel button and `/flotilla cancel` give (bot/handlers.py).
+# The reason the card's Cancel button and `/flotilla cancel` give (bot/handlers.py, bot/admin.py).
 CANCELLED_BY = re.compile(r"cancelled by <@([UW][A-Z0-9]+)>")
 
 

@@ -2,17 +2,23 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# the trial needs only Flotilla's own dependencies; the checks add the development tools
+RUNTIME := $(VENV)/.installed-runtime
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: dev test lint typecheck pytest bench clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-dev: $(STAMP)
+dev: $(RUNTIME)
 	$(BIN)/flotilla dev
 
 lint: $(STAMP)

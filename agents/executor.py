@@ -49,7 +49,7 @@ from storage.db import Database
 from storage.outbox import finish_effect, hold_effect, next_effect_due
 from storage.plans import load_plan
 from storage.records import ConversationRecord
-from storage.runs import claim_run, release_run, renew_run
+from storage.runs import claim_run, release_run, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -81,6 +81,7 @@ class Job:
     task: asyncio.Task[None] | None = None
     cancelled: bool = False  # the plan was stopped: the work is over, not handed on
     lease_lost: bool = False  # another process took the lease: it settles the row
+    working: bool = True  # False once the work ended: its heartbeat then cancels nothing
 
 
 @dataclass(slots=True)
@@ -128,6 +129,7 @@ class Executor:
         self._wake = asyncio.Event()
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
+        self._abandoned = False  # see `abandon`
 
     @property
     def observer(self) -> RunObserver:
@@ -158,6 +160,19 @@ class Executor:
         if handed:
             log.info("handed over %d job(s) to other processes: %s", len(handed), handed)
         return handed
+
+    async def abandon(self) -> None:
+        """Die as a killed process would (kill -9): stop the loop and every job, release
+        nothing and hand nothing over, so another process takes the work only once the
+        lease expired. A seam for the tests and bench/resume.py; a service never calls it."""
+        self._abandoned = True
+        tasks = [j.task for j in self.jobs.values() if j.task is not None]
+        if self._loop is not None:
+            tasks.append(self._loop)
+            self._loop = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def wake(self) -> None:
         """Look at the outbox now (after a commit, or when a timer may have come due)."""
@@ -340,30 +355,41 @@ class Executor:
                 log.info("%s runs in another process", lease_key)
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
+            ended: BaseException | None = None
             try:
                 await work()
-            except asyncio.CancelledError:
-                if job.cancelled:  # the plan was stopped: the work is over, not handed on
-                    await self._settle(lease_key, job.key)
-                else:
-                    await self._hand_over(lease_key, job.key)
-                raise
-            except TransientError as exc:  # e.g. Slack 5xx on the answer: try again soon
-                log.info("%s will be tried again: %s", job.key, exc)
-                await self._hand_over(lease_key, job.key, after=RETRY_AFTER)
-                return
-            except Exception as exc:
-                log.exception("%s failed", job.key)
-                await self._crashed(job, exc)
-                await self._settle(lease_key, job.key)
-                return
+            except (asyncio.CancelledError, Exception) as exc:
+                ended = exc
             finally:
+                job.working = False
                 heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
-            await self._settle(lease_key, job.key)
+            # the heartbeat is over before the lease is let go: it cannot renew it after
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self._release(job, lease_key, ended)
+            if isinstance(ended, asyncio.CancelledError):
+                raise ended
         finally:
             self.jobs.pop(job.key, None)
             self.observer.jobs_running(len(self.jobs))
+
+    async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> None:
+        """Let go of a job's lease and row as its work ended (`ended`: why, None: done)."""
+        if self._abandoned or job.lease_lost:
+            return  # a killed process releases nothing; a lost lease is another's now
+        if isinstance(ended, asyncio.CancelledError):
+            if job.cancelled:  # the plan was stopped: the work is over, not handed on
+                await self._settle(lease_key, job.key)
+            else:  # this process stops: any process takes it now
+                await self._hand_over(lease_key, job.key)
+        elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
+            log.info("%s will be tried again: %s", job.key, ended)
+            await self._hand_over(lease_key, job.key, after=RETRY_AFTER)
+        elif isinstance(ended, Exception):
+            log.error("%s failed", job.key, exc_info=ended)
+            await self._crashed(job, ended)
+            await self._settle(lease_key, job.key)
+        else:
+            await self._settle(lease_key, job.key)
 
     async def _crashed(self, job: Job, exc: Exception) -> None:
         """A job died of a bug: its step fails with a sentence, under its on_failure."""
@@ -387,12 +413,20 @@ class Executor:
         return int(loaded.plan["conversation_id"]) if loaded is not None else None
 
     async def _claim(self, lease_key: str, row_key: str) -> bool:
+        """Take the run's lease and hold its outbox row until the same instant, in one
+        transaction: after a crash both come free together, so whoever claims the row
+        takes the run in the same pass. Refused (another process runs it): the row is
+        looked at again when that lease ends, or within a heartbeat if sooner."""
+        options = self.context.options
         now = self.context.clock()
-        until = now + self.context.options.lease
+        until = now + options.lease
         async with self.context.db.write() as conn:
             mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
             if mine:
                 await hold_effect(conn, row_key, until)
+            else:
+                held = await run_lease_until(conn, lease_key) or now
+                await hold_effect(conn, row_key, min(held, now + options.heartbeat))
         return mine
 
     async def _heartbeat(self, job: Job, lease_key: str) -> None:
@@ -401,31 +435,39 @@ class Executor:
         ctx = self.context
         while True:
             await asyncio.sleep(ctx.options.heartbeat.total_seconds())
-            until = ctx.clock() + ctx.options.lease
-            async with ctx.db.write() as conn:
-                kept = await renew_run(conn, lease_key, self.owner, until)
-                if kept:
-                    await hold_effect(conn, job.key, until)
+            try:
+                until = ctx.clock() + ctx.options.lease
+                async with ctx.db.write() as conn:
+                    kept = await renew_run(conn, lease_key, self.owner, until)
+                    if kept:
+                        await hold_effect(conn, job.key, until)
+                wanted = kept and await step_runs.job_still_wanted(ctx, job)
+            except Exception:  # a database hiccup: the lease outlives a few missed beats
+                log.warning("could not renew the lease on %s", lease_key, exc_info=True)
+                continue
+            if wanted:
+                continue
             if not kept:
                 log.warning("lost the lease on %s (this process was too slow)", lease_key)
-            if not kept or not await step_runs.job_still_wanted(ctx, job):
+                job.lease_lost = True
+            else:
                 job.cancelled = True
-                if job.task is not None:
-                    job.task.cancel()
-                return
+            if job.working and job.task is not None:
+                job.task.cancel()
+            return
 
     async def _settle(self, lease_key: str, row_key: str) -> None:
-        async with self.context.db.write() as conn:
-            await finish_effect(conn, row_key, self.context.clock())
+        async with self.context.db.write() as conn:  # lease, then row: as `_claim` locks
             await release_run(conn, lease_key, self.owner)
+            await finish_effect(conn, row_key, self.context.clock())
 
     async def _hand_over(
         self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0)
     ) -> None:
         with contextlib.suppress(Exception):  # a stopping process: best effort
             async with self.context.db.write() as conn:
-                await hold_effect(conn, row_key, self.context.clock() + after)
                 await release_run(conn, lease_key, self.owner)
+                await hold_effect(conn, row_key, self.context.clock() + after)
 
     async def cancel_runs(self, plan_id: int) -> int:
         """Stop this process's jobs of a plan at once (other processes' heartbeats notice

@@ -328,19 +328,10 @@ def fail_step(plan: Plan, step: Step, reason: str) -> Result:
 
 
 def abort_plan(plan: Plan, reason: str) -> Plan:
-    """Stop the plan: every pending (or blocked) step becomes skipped; runs in flight finish.
-
-    An open form (a user step in progress) is closed too: no run is in flight there, and a
-    person must not be left answering a question for a plan that stopped.
-    """
+    """Stop the plan: every step not finished becomes skipped – open forms, and steps in
+    flight too (the executor cancels their runs at once, so none would ever report)."""
     note = f"not run: the plan was aborted ({reason})"
-    closed = tuple(
-        _update(s, status="skipped", failure_reason=note)
-        if s.assignee == USER and s.status == "in_progress"
-        else s
-        for s in plan.steps
-    )
-    return _stop(plan.model_copy(update={"steps": closed}), "aborted", note, ("blocked",))
+    return _stop(plan, "aborted", note, ("blocked", "in_progress"))
 
 
 def cancel_plan(plan: Plan, reason: str) -> Plan:

@@ -111,3 +111,11 @@ async def release_run(conn: AsyncConnection, run_key: str, owner: str) -> None:
     await conn.execute(
         delete(leases_t).where(leases_t.c.run_key == run_key, leases_t.c.owner == owner)
     )
+
+
+async def run_lease_until(conn: AsyncConnection, run_key: str) -> datetime | None:
+    """When the lease on a run ends (None: nobody holds it)."""
+    until: datetime | None = await conn.scalar(
+        select(leases_t.c.lease_until).where(leases_t.c.run_key == run_key)
+    )
+    return until

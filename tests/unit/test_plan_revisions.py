@@ -117,10 +117,10 @@ def test_edit_only_a_pending_step() -> None:
         apply_operation(plan, EditStep(index=2))
 
 
-def test_abort_skips_pending_and_cancel_also_stops_running_steps() -> None:
+def test_abort_and_cancel_both_stop_running_steps() -> None:
     plan, _ = dispatch(chain(3), T0)
     aborted = apply_operation(plan, AbortPlan(reason="wrong question"))
-    assert (statuses(aborted), aborted.status) == ("iss", "aborted")
+    assert (statuses(aborted), aborted.status) == ("sss", "aborted")  # its run is cancelled
     cancelled = apply_operation(plan, CancelPlan(reason="user said stop"))
     assert (statuses(cancelled), cancelled.status) == ("sss", "cancelled")
     with pytest.raises(OperationRejected, match="already cancelled"):

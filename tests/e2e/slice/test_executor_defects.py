@@ -1,0 +1,359 @@
+"""Issue 10's executor defects, end to end through the real Bolt app and the local workspace:
+cancel stops work (1), no step stays in progress for ever (2), other apps cannot silence
+Flotilla (5)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import select
+
+from agents import offline
+from agents.effects import finished_key, question_key, result_key, step_key
+from agents.offline import first_prompt
+from agents.ports import StepTag
+from bot.identities import make_client
+from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
+from bot.port import SlackPort
+from bot.views.plan_card import CANCEL_ACTION
+from local_slack import Message
+from storage.outbox import outbox_t
+from storage.records import ConversationRecord
+from tests.e2e.slice.conftest import Run
+from tests.e2e.slice.scripts import Script, plans, tools_of
+from tests.e2e.slice.test_admin_command import command
+
+CHAIN = "research the history of our launch emails and write a short report"
+WAIT = 20.0  # seconds: a gate that never opens fails the test instead of hanging it
+
+
+class Gate:
+    """Holds the first model request of runs whose prompt starts with `prefix` until
+    released; records that it was reached, and whether the waiting run was cancelled."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = False
+        self.calls = 0
+
+    def holds(self, messages: list[ModelMessage], info: AgentInfo) -> bool:
+        commander_turn = bool({"create_plan", "retry_step"} & tools_of(info))
+        return not commander_turn and first_prompt(messages).startswith(self.prefix)
+
+    async def wait(self) -> None:
+        self.calls += 1
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+    async def reached(self) -> None:
+        await asyncio.wait_for(self.started.wait(), WAIT)
+
+
+def gated(*gates: Gate, script: Script | None = None) -> FunctionModel:
+    """The offline model (or `script` where it answers), held at the gates' first request."""
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:  # a run's first request (not a tool result coming back)
+            for gate in gates:
+                if gate.holds(messages, info):
+                    await gate.wait()
+        found = script(messages, info) if script is not None else None
+        return found or offline.respond(messages, info)
+
+    return FunctionModel(respond, model_name="scripted")
+
+
+def card_of(run: Run, root: Message) -> Message:
+    return next(m for m in run.messages(root) if "Plan (" in m.text)
+
+
+def after(run: Run, root: Message, message: Message) -> list[str]:
+    """Texts posted in the thread after `message` (edits of earlier messages are not new)."""
+    return [m.text for m in run.messages(root) if float(m.ts) > float(message.ts)]
+
+
+def flotilla_said(run: Run, root: Message, prefix: str) -> int:
+    return sum(m.text.startswith(prefix) for m in run.messages(root))
+
+
+async def outbox_row(run: Run, key: str) -> tuple[str, int]:
+    """(state, claims) of the outbox row with `key`."""
+    async with run.service.db.read() as conn:
+        row = (
+            await conn.execute(
+                select(outbox_t.c.state, outbox_t.c.attempts).where(
+                    outbox_t.c.idempotency_key == key
+                )
+            )
+        ).one()
+    return str(row.state), int(row.attempts)
+
+
+# --- 1. cancel stops work ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["card", "command"])
+async def test_cancel_stops_the_step_in_flight(start: Callable[..., Any], how: str) -> None:
+    writer = Gate("Write up the findings")
+    async with start(model=gated(writer)) as run:
+        root = run.ask(CHAIN)
+        await writer.reached()  # the writer's model is thinking
+        maya = run.driver.person("maya").id
+        if how == "card":
+            await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)
+        else:
+            plan = await run.plan(root)
+            assert await command(run, "maya", "cancel") == f"Plan {plan.id} is cancelled."
+        notice = await run.says(root, f"Plan cancelled by <@{maya}>. Nothing else will run.")
+        assert writer.cancelled  # the run was stopped, not left to finish
+
+        writer.release.set()  # a model that answers late must change nothing
+        await run.quiesce()
+        assert after(run, root, notice) == [], run.transcript(root)
+        assert flotilla_said(run, root, "[offline model] writer:") == 0
+        assert flotilla_said(run, root, "[offline model] commander:") == 0
+        plan = await run.plan(root)
+        assert plan.status == "cancelled"
+        assert [s.status for s in plan.steps] == ["done", "skipped", "skipped"]
+        assert writer.calls == 1  # nobody ran the step again
+
+
+async def test_an_abort_stops_the_parallel_step_in_flight(start: Callable[..., Any]) -> None:
+    steps = [
+        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
+         "input": "[fail] Find the numbers", "on_failure": "abort_plan", "wait_for": []},
+        {"index": 2, "title": "Draft the note", "assignee": "writer",
+         "input": "Draft the note", "wait_for": []},
+        {"index": 3, "title": "Sum up", "assignee": "commander",
+         "input": "Sum up: {{step_2.output_summary}}", "wait_for": [1, 2]},
+    ]  # fmt: skip
+    writer = Gate("Draft the note")
+    failing = Gate("[fail] Find the numbers")
+
+    async def fail_once_the_writer_thinks(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> ModelResponse:
+        if len(messages) == 1 and failing.holds(messages, info):
+            await writer.reached()  # both steps are in flight when the first one fails
+        if len(messages) == 1 and writer.holds(messages, info):
+            await writer.wait()
+        return plans({"PARALLEL": steps})(messages, info) or offline.respond(messages, info)
+
+    model = FunctionModel(fail_once_the_writer_thinks, model_name="scripted")
+    async with start(model=model, max_parallel=2) as run:
+        root = run.ask("PARALLEL please")
+        notice = await run.says(root, "The plan was stopped: step 1 failed")
+        assert writer.cancelled
+
+        writer.release.set()
+        await run.quiesce()
+        assert after(run, root, notice) == [], run.transcript(root)
+        assert flotilla_said(run, root, "[offline model] writer:") == 0
+        plan = await run.plan(root)
+        assert plan.status == "aborted"
+        assert [s.status for s in plan.steps] == ["failed", "skipped", "skipped"]
+
+
+async def test_a_cancel_closes_an_agents_open_question(start: Callable[..., Any]) -> None:
+    async with start() as run:
+        root = run.ask(f"[ask] {CHAIN}")
+        question = await run.says(root, "asks:")
+        assert any(b.get("type") == "input" for b in question.blocks or [])
+        await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)
+        await run.says(root, "Plan cancelled by")
+        await run.quiesce()
+
+        closed = next(m for m in run.messages(root) if m.ts == question.ts)
+        assert "The plan was cancelled" in closed.text
+        assert "This form is closed" in closed.text
+        kinds = {b.get("type") for b in closed.blocks or []}
+        assert not kinds & {"actions", "input"}, closed.blocks  # nothing left to answer
+        plan = await run.plan(root)
+        assert plan.status == "cancelled"
+        assert flotilla_said(run, root, "[offline model] researcher:") == 0
+
+
+# --- 2. no step stays in progress for ever ------------------------------------------------
+
+
+def removal_plan(on_failure: str) -> list[dict[str, Any]]:
+    return [
+        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
+         "input": "Find the numbers"},
+        {"index": 2, "title": "Write it up", "assignee": "writer",
+         "input": "Write up: {{step_1.output_summary}}", "on_failure": on_failure},
+        {"index": 3, "title": "Sum up", "assignee": "commander",
+         "input": "Sum up the findings: {{step_1.output_summary}}", "wait_for": [2]},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("on_failure", ["abort_plan", "continue"])
+async def test_a_dispatch_slack_refuses_fails_its_step(
+    start: Callable[..., Any], on_failure: str
+) -> None:
+    researcher, commander = Gate("Find the numbers"), Gate("Sum up the findings")
+    model = gated(researcher, commander, script=plans({"REMOVED": removal_plan(on_failure)}))
+    async with start(model=model) as run:
+        root = run.ask("REMOVED please")
+        await researcher.reached()
+        # someone removes Flotilla from the channel while the researcher works
+        channel = run.stack.workspace.state.channels[run.stack.channel.id]
+        channel.members.remove(run.stack.commander.bot_user_id)
+        researcher.release.set()
+        if on_failure == "continue":
+            await commander.reached()  # the plan went on past the step it could not post
+            run.stack.workspace.invite(channel, run.stack.commander)
+            commander.release.set()
+        await run.quiesce()
+
+        plan = await run.plan(root)
+        writer = plan.steps[1]
+        reason = writer.failure_reason or ""
+        assert reason.startswith("I could not post in this thread: I am not in this channel")
+        assert ("stack" not in reason.lower()) and "not_in_channel" not in reason
+        assert await outbox_row(run, step_key(plan.id, 2, 1)) == ("failed", 1)  # given up
+        assert not [m for m in run.messages(root) if m.text.startswith("@writer")]
+        if on_failure == "abort_plan":
+            assert plan.status == "aborted"
+            assert [s.status for s in plan.steps] == ["done", "failed", "skipped"]
+        else:
+            assert plan.status == "completed", run.transcript(root)
+            assert [s.status for s in plan.steps] == ["done", "skipped", "done"]
+            await run.says(root, "[offline model] commander:")
+
+
+class BrokenAnswers(SlackPort):
+    """The Slack port with a bug: posting `agent`'s answer raises a programming error."""
+
+    def __init__(self, port: SlackPort, agent: str) -> None:
+        super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
+        self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
+        self.broken = agent
+
+    async def say(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        *,
+        agent: str | None = None,
+        result_of: StepTag | None = None,
+        key: str | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        if result_of is not None and agent == self.broken:
+            raise RuntimeError("a bug in posting the answer")
+        return await super().say(
+            conversation, text, agent=agent, result_of=result_of, key=key,
+            blocks=blocks, metadata=metadata,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("on_failure", ["abort_plan", "continue"])
+async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
+    start: Callable[..., Any], on_failure: str
+) -> None:
+    steps = [
+        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
+         "input": "Find the numbers", "on_failure": on_failure},
+        {"index": 2, "title": "Write it up", "assignee": "writer",
+         "input": "Write up: {{step_1.output_summary}}"},
+    ]  # fmt: skip
+    researcher = Gate("Find the numbers")
+    researcher.release.set()  # only counts the runs
+    async with start(model=gated(researcher, script=plans({"BUG": steps}))) as run:
+        broken = BrokenAnswers(run.service.port, "researcher")
+        run.service.port = run.service.context.port = broken
+        root = run.ask("BUG please")
+        if on_failure == "abort_plan":
+            await run.says(root, "The plan was stopped: step 1 failed (an internal error")
+        else:
+            await run.says(root, "[offline model] writer:")
+        await run.quiesce()
+        plan = await run.plan(root)
+        first = plan.steps[0]
+        assert (first.failure_reason or "").startswith("an internal error stopped this step")
+        assert "RuntimeError" not in run.transcript(root)  # a sentence, never a traceback
+        expected = "aborted" if on_failure == "abort_plan" else "completed"
+        assert plan.status == expected, run.transcript(root)
+        assert first.status == ("failed" if on_failure == "abort_plan" else "skipped")
+
+        # the job is over: its row is settled, and nothing runs the step again later
+        assert await outbox_row(run, step_key(plan.id, 1, 1)) == ("sent", 1)
+        run.clock.advance(180)
+        run.service.wake()
+        await run.quiesce()
+        assert await outbox_row(run, step_key(plan.id, 1, 1)) == ("sent", 1)
+        assert researcher.calls == 1
+        assert (await run.plan(root)).steps[0].status == first.status
+
+
+# --- 5. other apps cannot silence Flotilla ----------------------------------------------
+
+
+async def test_other_apps_and_people_cannot_silence_flotilla(start: Callable[..., Any]) -> None:
+    researcher = Gate("Research this and list the key findings")
+    async with start(model=gated(researcher)) as run:
+        ws = run.stack.workspace
+        impostor = ws.install_app("Impostor", scopes=["chat:write"], bot_events=[])
+        ws.invite(run.stack.channel, impostor)
+        root = run.ask(CHAIN)
+        await researcher.reached()  # step 1 in flight: its dispatch is in the thread
+        plan = await run.plan(root)
+        p = plan.id
+        keys = [
+            (DISPATCH_EVENT, step_key(p, 2, 1)),
+            (FORM_EVENT, question_key(p, 1, 1, 1)),
+            (NOTICE_EVENT, finished_key(p)),
+        ] + [(RESULT_EVENT, result_key(p, step, 1)) for step in (1, 2, 3)]
+        client = make_client(impostor.bot_token, ws.api_url)
+        for event_type, key in keys:  # the very keys Flotilla will use, in its own types
+            step = int(key.split(":")[3]) if ":step:" in key else 0
+            await client.chat_postMessage(
+                channel=run.stack.channel.id, thread_ts=root.ts, text=f"not Flotilla: {key}",
+                metadata={"event_type": event_type,
+                          "event_payload": {"plan_id": p, "step": step, "attempt": 1,
+                                            "key": key}},
+            )  # fmt: skip
+        # a person's message carrying a result key (e.g. copied by a script) counts neither
+        person = run.driver.post("dev", "launch", "my own result", thread_ts=root.ts)
+        person.metadata = {"event_type": RESULT_EVENT,
+                           "event_payload": {"key": result_key(p, 1, 1)}}  # fmt: skip
+        conversation = await run.service.find_conversation(root.channel, root.ts)
+        assert conversation is not None
+        port = run.service.port
+        for _, key in keys:
+            assert not await port.thread_has_key(conversation, key, agent="researcher"), key
+        assert await port.thread_has_key(conversation, step_key(p, 1, 1))  # Flotilla's own
+
+        # Flotilla stops mid-step without settling; the next process redelivers it all
+        await run.stack.restart(model=offline.offline_model())
+        resumed = Run(run.stack, run.driver, run.clock)
+        await resumed.says(root, "[offline model] commander:")
+        await resumed.quiesce()
+
+        plan = await resumed.plan(root)
+        assert plan.status == "completed", resumed.transcript(root)
+        assert [s.attempts for s in plan.steps] == [1, 1, 1]
+        ours = [m for m in resumed.messages(root) if m.bot_id != impostor.bot_id]
+        dispatches = [
+            (m.metadata or {}).get("event_payload", {}).get("step")
+            for m in ours
+            if (m.metadata or {}).get("event_type") == DISPATCH_EVENT
+        ]
+        assert dispatches == [1, 2]
+        texts = [m.text for m in ours]
+        for prefix in ("[offline model] researcher:", "[offline model] writer:",
+                       "[offline model] commander:"):  # fmt: skip
+            assert sum(t.startswith(prefix) for t in texts) == 1, (prefix, texts)

@@ -1,0 +1,324 @@
+"""A crash costs at most one lease (issue 10, defect 6), on SQLite and PostgreSQL.
+
+Two Flotilla processes share one database, one local Slack workspace and one fake clock.
+Process A starts the writer's step and dies without releasing anything
+(`Executor.abandon()`: its tasks are dropped as by kill -9). Process B must not take the
+step while A's lease holds, and must take it – the outbox row *and* the run lease, in the
+same pass – at the instant the lease ends, then finish it once.
+
+Why this fails on the old code (commit 2b266dd, `bot/service.py` run_lease +
+`agents/outbox.py`): the outbox claimed the row (due again at T0 + lease) in one
+transaction and the job claimed the run lease (until T1 + lease, T1 > T0: the dispatch was
+posted in between) in another, and the heartbeat renewed them one after the other, while
+`claim_run` took over a lease only once `lease_until < now`. B's loop wakes exactly when
+the row comes due, so it claimed the row while the run lease still held, was refused
+("runs in another process"), and left the row held for a whole second lease: two leases
+per crash (230–246 s against a 120 s lease). Each of those re-claims also raised the
+row's `attempts`, which gave the row up after 8. Here the lease and the row are taken,
+renewed and released in one transaction and end at the same instant (the test asserts
+it), and B resumes at that instant – with the clock ticking between A's claim of the row
+and of the lease, as real posting takes time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import Model
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import select
+
+from agents import offline
+from agents.effects import step_key
+from agents.offline import first_prompt
+from bot.local import LocalStack, start_local_stack
+from bot.metrics import Metrics
+from bot.serve import options_from
+from bot.service import Flotilla, MetricsObserver, Options
+from bot.settings import Settings
+from local_slack import Driver, Message
+from storage.db import Database
+from storage.outbox import outbox_t
+from storage.runs import leases_t
+from tests.e2e.slice.scripts import tools_of
+
+LEASE = timedelta(seconds=30)
+REQUEST = "research the history of our launch emails and write a short report"
+WRITER_ANSWER = "[offline model] writer:"
+
+
+class TickingClock:
+    """The processes' shared clock: moved by the test, and by `tick` on every read while
+    set (time passes between claiming a row and claiming its run's lease)."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+        self.tick = timedelta(0)
+
+    def __call__(self) -> datetime:
+        self.now += self.tick
+        return self.now
+
+
+class HangsInTheWriter:
+    """The offline model, except that the writer's step never ends (the process dies)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if "create_plan" not in tools_of(info) and first_prompt(messages).startswith(
+            "Write up the findings"
+        ):
+            self.started.set()
+            await asyncio.Event().wait()
+        return offline.respond(messages, info)
+
+    def model(self) -> Model:
+        return FunctionModel(self, model_name="hangs")
+
+
+class Counting(MetricsObserver):
+    """The service's telemetry, and which agents' runs finished in this process."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        super().__init__(metrics)
+        self.ran_agents: list[str] = []
+
+    def ran(self, agent: str, seconds: float) -> None:
+        self.ran_agents.append(agent)
+        super().ran(agent, seconds)
+
+
+def ran(service: Flotilla) -> list[str]:
+    """The agents whose runs finished (and reported an outcome) in `service`'s process."""
+    observer = service.context.observer
+    assert isinstance(observer, Counting)
+    return observer.ran_agents
+
+
+@dataclass
+class Held:
+    """The writer's outbox row and run lease as stored."""
+
+    row_due: datetime
+    row_state: str
+    attempts: int
+    failures: int
+    lease_owner: str | None
+    lease_until: datetime | None
+
+
+@dataclass
+class Processes:
+    stack: LocalStack
+    driver: Driver
+    clock: TickingClock
+    root: Message | None = None
+
+    @property
+    def service(self) -> Flotilla:
+        return self.stack.service
+
+    async def writer_started(self, model: HangsInTheWriter) -> str:
+        """Ask for the plan; once the writer's run hangs, the writer's step key."""
+        self.clock.tick = timedelta(milliseconds=50)
+        self.root = self.driver.mention("maya", "launch", self.stack.commander, REQUEST)
+        await asyncio.wait_for(model.started.wait(), 20)
+        self.clock.tick = timedelta(0)
+        plan = await self.plan()
+        assert [s.status for s in plan.steps] == ["done", "in_progress", "pending"]
+        return step_key(plan.id, 2, 1)
+
+    async def crash_and_replace(self, model: Model) -> Flotilla:
+        """A dies as by kill -9 (nothing released); B starts on the same database."""
+        old = self.service
+        await old.executor.abandon()
+        return await self.replace(old, model)
+
+    async def replace(self, old: Flotilla, model: Model) -> Flotilla:
+        if self.stack.runner is not None:
+            await self.stack.runner.cleanup()
+        new = Flotilla(
+            old.db, old.client, api_url=self.stack.workspace.api_url, cipher=old.cipher,
+            options=old.options, clock=old.clock, model=model,
+        )  # fmt: skip
+        new.context.observer = Counting(new.metrics)
+        self.stack.service = new
+        await new.start()
+        await self.stack._serve()  # the workspace's events go to B now
+        return new
+
+    async def held(self, key: str) -> Held:
+        async with self.service.db.read() as conn:
+            row = (
+                (await conn.execute(select(outbox_t).where(outbox_t.c.idempotency_key == key)))
+                .mappings()
+                .one()
+            )
+            lease = (
+                (await conn.execute(select(leases_t).where(leases_t.c.run_key == key)))
+                .mappings()
+                .first()
+            )
+        return Held(
+            row_due=row["available_at"],
+            row_state=row["state"],
+            attempts=row["attempts"],
+            failures=row["failures"],
+            lease_owner=lease["owner"] if lease else None,
+            lease_until=lease["lease_until"] if lease else None,
+        )
+
+    async def plan(self) -> Any:
+        assert self.root is not None
+        conversation = await self.service.find_conversation(self.root.channel, self.root.ts)
+        assert conversation is not None
+        plan = await self.service.reconciler.plan(conversation.id)
+        assert plan is not None
+        return plan
+
+    def texts(self) -> list[str]:
+        assert self.root is not None
+        return [m.text for m in self.driver.thread("launch", self.root.ts)]
+
+    def dispatches(self) -> list[tuple[int, int]]:
+        assert self.root is not None
+        found = []
+        for message in self.driver.thread("launch", self.root.ts):
+            meta = message.metadata or {}
+            if meta.get("event_type") == "flotilla_dispatch":
+                found.append((meta["event_payload"]["step"], meta["event_payload"]["attempt"]))
+        return found
+
+    async def completed_once(self) -> None:
+        """The plan completed with every step run once and the writer's answer once."""
+        await self.service.settle()
+        plan = await self.plan()
+        assert plan.status == "completed", "\n".join(self.texts())
+        assert [s.attempts for s in plan.steps] == [1, 1, 1]  # nothing re-dispatched
+        assert self.dispatches() == [(1, 1), (2, 1)]  # the redelivery posted nothing twice
+        assert sum(t.startswith(WRITER_ANSWER) for t in self.texts()) == 1
+
+
+@pytest.fixture
+async def processes(db: Database) -> AsyncIterator[Any]:
+    """`async with processes(model) as p:` – process A (scripted by `model`) on `db`."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def starter(model: Model) -> AsyncIterator[Processes]:
+        clock = TickingClock()
+        stack = await start_local_stack(
+            db,
+            options=Options(lease_seconds=LEASE.total_seconds(), heartbeat_seconds=5.0),
+            ack_timeout=2.0,
+            retry_delays=(0.0, 0.05, 0.05),
+            clock=clock,
+            model=model,
+        )
+        stack.service.context.observer = Counting(stack.service.metrics)
+        try:
+            yield Processes(stack, Driver(stack.workspace, default_timeout=20.0), clock)
+        finally:
+            await stack.stop()
+
+    yield starter
+
+
+async def test_after_a_crash_the_step_resumes_when_its_one_lease_ends(processes: Any) -> None:
+    hang = HangsInTheWriter()
+    async with processes(hang.model()) as p:
+        key = await p.writer_started(hang)
+        a = p.service
+        crashed_at = p.clock.now
+        before = await p.held(key)
+        assert before.lease_owner == a.owner
+        assert before.lease_until is not None
+        # the row and the run lease end at the same instant, at most one lease from now
+        assert before.row_due == before.lease_until <= crashed_at + LEASE
+        assert (before.attempts, before.failures) == (1, 0)
+
+        b = await p.crash_and_replace(offline.offline_model())
+        await b.settle()
+        p.clock.now = before.lease_until - timedelta(seconds=1)  # A's lease still holds
+        await b.settle()
+        waiting = await p.held(key)
+        assert waiting.lease_owner == a.owner  # B did not take the run...
+        assert waiting.attempts == 1  # ...nor claim its row
+        assert not any(t.startswith(WRITER_ANSWER) for t in p.texts())
+        assert [s.status for s in (await p.plan()).steps] == ["done", "in_progress", "pending"]
+
+        p.clock.now = before.lease_until  # the instant B's loop wakes: the row came due
+        await b.drain()  # one pass: B claims the row and, with it, the run lease
+        await asyncio.gather(*(j.task for j in list(b.executor.jobs.values()) if j.task))
+        assert sum(t.startswith(WRITER_ANSWER) for t in p.texts()) == 1
+        assert [s.status for s in (await p.plan()).steps] == ["done", "done", "in_progress"]
+        await b.settle()
+        after = await p.held(key)
+        assert after.row_state == "sent"
+        assert (after.attempts, after.failures) == (2, 0)  # a re-claim is not a failure
+        assert after.lease_owner is None  # released when the step was done
+        await p.completed_once()
+        assert ran(a) == ["researcher"]
+        assert ran(b) == ["writer", "commander"]  # the writer's outcome: reported once, by B
+
+
+async def test_crashes_in_a_row_never_give_the_step_up(processes: Any) -> None:
+    hang = HangsInTheWriter()
+    async with processes(hang.model()) as p:
+        key = await p.writer_started(hang)
+        crashes = p.service.executor.outbox.max_failures + 1
+        for crash in range(1, crashes + 1):
+            again = HangsInTheWriter()
+            replica = await p.crash_and_replace(again.model())
+            held = await p.held(key)
+            assert held.lease_until is not None
+            p.clock.now = held.lease_until
+            await replica.drain()
+            await asyncio.wait_for(again.started.wait(), 20)  # it runs the step again
+            held = await p.held(key)
+            assert held.lease_owner == replica.owner
+            assert (held.row_state, held.attempts, held.failures) == ("pending", crash + 1, 0)
+
+        last = await p.crash_and_replace(offline.offline_model())
+        held = await p.held(key)
+        assert held.lease_until is not None
+        p.clock.now = held.lease_until
+        await last.settle()
+        assert (await p.held(key)).failures == 0
+        await p.completed_once()
+
+
+async def test_a_graceful_stop_hands_the_step_over_at_once(processes: Any) -> None:
+    hang = HangsInTheWriter()
+    async with processes(hang.model()) as p:
+        key = await p.writer_started(hang)
+        a = p.service
+        assert await a.stop(grace=0) == [key]
+        handed = await p.held(key)
+        assert handed.lease_owner is None  # the run lease is released...
+        assert handed.row_due <= p.clock.now  # ...and the row is due now
+        assert (handed.attempts, handed.failures) == (1, 0)
+
+        b = await p.replace(a, offline.offline_model())
+        await b.settle()  # no clock advance
+        assert (await p.held(key)).attempts == 2
+        await p.completed_once()
+        assert ran(b) == ["writer", "commander"]
+
+
+def test_lease_and_heartbeat_are_settings_passed_to_the_service() -> None:
+    settings = Settings(FLOTILLA_RUN_LEASE_SECONDS=5, FLOTILLA_HEARTBEAT_SECONDS=1)
+    options = options_from(settings)
+    assert (options.lease_seconds, options.heartbeat_seconds) == (5.0, 1.0)
+    assert (Settings().run_lease_seconds, Settings().heartbeat_seconds) == (30.0, 5.0)
+    with pytest.raises(ValidationError, match="less than half of FLOTILLA_RUN_LEASE_SECONDS"):
+        Settings(FLOTILLA_RUN_LEASE_SECONDS=10, FLOTILLA_HEARTBEAT_SECONDS=5)

@@ -61,6 +61,8 @@ def options_from(settings: Settings) -> Options:
         max_transient_failures=settings.max_step_attempts,
         admin_user_ids=frozenset(settings.admin_user_ids),
         form_answerers=settings.form_answerers,
+        lease_seconds=settings.run_lease_seconds,
+        heartbeat_seconds=settings.heartbeat_seconds,
         provider_keys=settings.provider_keys(),
     )
 

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 if TYPE_CHECKING:  # agents.models loads pydantic-ai: only when the keys are needed
@@ -131,6 +138,31 @@ class Settings(BaseSettings):
         description="How long processed-event ids are kept for de-duplication (Slack "
         "retries for minutes).",
     )
+    run_lease_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        validation_alias=AliasChoices("FLOTILLA_RUN_LEASE_SECONDS"),
+        description="After a crash, another replica takes a running step over within this.",
+    )
+    heartbeat_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias=AliasChoices("FLOTILLA_HEARTBEAT_SECONDS"),
+        description="How often a running step renews its lease (and notices a cancel); "
+        "less than half the lease.",
+    )
+
+    @field_validator("heartbeat_seconds")
+    @classmethod
+    def _beats_within_the_lease(cls, value: float, info: ValidationInfo) -> float:
+        lease = info.data.get("run_lease_seconds")
+        if lease is not None and value >= lease / 2:
+            raise ValueError(
+                f"must be less than half of FLOTILLA_RUN_LEASE_SECONDS ({lease:g} s), so a "
+                f"missed heartbeat does not lose the lease: use at most {lease / 3:g}"
+            )
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -29,6 +29,7 @@ from storage.plans import conversations_waiting_on_agent
 from storage.records import AgentRecord, AuditRecord, UsageTotal
 from storage.sql import DuplicateError
 from storage.usage import usage_since
+from storage.workspaces import set_workspace_default_model, workspace_default_model
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
@@ -155,6 +156,52 @@ async def _identity_fields(
         "bot_id": auth.get("bot_id"),
         "app_id": auth.get("app_id"),
     }, None
+
+
+# --- the workspace's default model ---------------------------------------------------------
+
+MODEL_RESETS = ("default", "reset")
+
+
+async def workspace_model(service: Flotilla) -> str:
+    """Which model the workspace uses when an agent names none (`/flotilla model`)."""
+    async with service.db.read() as conn:
+        chosen = await workspace_default_model(conn, service.team_id)
+    fallback = service.options.default_model
+    if chosen:
+        return (
+            f"This workspace's default model is `{chosen}` (set by an admin; the server's is "
+            f"`{fallback}`). Agents with a model of their own keep it."
+        )
+    return (
+        f"This workspace uses the server's default model, `{fallback}`. Admins can choose "
+        "another: `/flotilla model openai:gpt-4.1` (`/flotilla model default` goes back)."
+    )
+
+
+async def set_workspace_model(service: Flotilla, user: str, spec: str) -> str:
+    """Set (or with `default`/`reset` clear) the workspace's default model (audited)."""
+    from agents.models import ModelSpecError, resolve_model
+
+    chosen: str | None = None if spec.lower() in MODEL_RESETS else spec
+    if chosen is not None:
+        try:  # the string and its provider key, without a request: the answer must be quick
+            resolve_model(chosen, service.options.provider_keys)
+        except ModelSpecError as exc:
+            return f"That model cannot be used: {exc}. Nothing was changed."
+    async with service.db.write() as conn:
+        await set_workspace_default_model(conn, service.team_id, chosen)
+        await audit(
+            conn,
+            team_id=service.team_id,
+            actor=user,
+            action="workspace.model",
+            target=chosen or service.options.default_model,
+            now=service.clock(),
+        )
+    log.info("workspace default model set to %s", chosen or "the server's default",
+             extra={"team": service.team_id})  # fmt: skip
+    return await workspace_model(service)
 
 
 # --- enabling, disabling, removing ---------------------------------------------------------

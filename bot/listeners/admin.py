@@ -55,6 +55,8 @@ def parse_command(text: str) -> Command:
     rest = words[1:]
     if sub in ("help", "agents", "plans", "usage", "audit") and not rest:
         return Command(sub)
+    if sub == "model" and len(rest) <= 1:
+        return Command(sub, name=rest[0] if rest else "")
     if sub == "cancel" and len(rest) <= 1:
         if not rest:
             return Command(sub)
@@ -129,7 +131,7 @@ async def _command(
     """After the ack: authorize, then open the agent modal or answer ephemerally."""
     parsed = parse_command(command.get("text") or "")
     user, channel = command["user_id"], command.get("channel_id", "")
-    if parsed.sub in ADMIN_ONLY:
+    if parsed.sub in ADMIN_ONLY or (parsed.sub == "model" and parsed.name):
         refusal = await admin.refusal(service, user)
         if refusal:
             await respond(text=refusal, response_type="ephemeral")
@@ -177,6 +179,10 @@ async def _answer(service: Flotilla, parsed: Command, user: str, channel: str, u
         return usage_text(*await admin.usage(service))
     if parsed.sub == "audit":
         return audit_text(await admin.audit_trail(service))
+    if parsed.sub == "model":
+        if parsed.name:
+            return await admin.set_workspace_model(service, user, parsed.name)
+        return await admin.workspace_model(service)
     if parsed.sub == "agent" and parsed.verb == "remove":
         return await admin.remove_agent(service, user, parsed.name)
     if parsed.sub == "agent" and parsed.verb in ("enable", "disable"):

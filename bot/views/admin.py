@@ -47,9 +47,11 @@ to my agents.
 `/flotilla plans` – plans that are running or waiting for someone
 `/flotilla cancel [plan]` – cancel a plan (the one in this channel, or by number)
 `/flotilla usage` – tokens used this month, per agent and per channel
+`/flotilla model` – the model this workspace uses
 Admins:
 `/flotilla agent add NAME` · `agent edit NAME` – configure an agent in a form
 `/flotilla agent enable NAME` · `agent disable NAME` · `agent remove NAME`
+`/flotilla model MODEL` · `model default` – choose the workspace's model
 `/flotilla audit` – who changed what, and when"""
 
 TOOL_OPTIONS = {

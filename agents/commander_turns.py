@@ -10,8 +10,9 @@ stopped with a sentence saying why – the person who asked is never left waitin
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from agents.commander import CommanderWake, commander_turn
 from agents.effects import (
@@ -22,9 +23,10 @@ from agents.effects import (
     stalled_key,
     to_row,
 )
-from agents.errors import OperationRejected, PlanValidationError, RunError
-from agents.plan import AbortPlan, Plan
+from agents.errors import OperationRejected, PlanValidationError, RunError, TransientError
+from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
 from agents.plan_transitions import stalled
+from agents.reconciler import Decision
 from agents.registry import enabled_agents
 from agents.runtime import RunJob
 from agents.step_runs import ids, public
@@ -42,26 +44,75 @@ RETRY_AFTER = timedelta(seconds=10)
 async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) -> None:
     """One commander turn for `effect`, applied; a failure decision is never left open."""
     plan = await ctx.reconciler.plan(conversation.id)
+    if not isinstance(effect, MessageForCommander) and not wanted(plan, effect):
+        return  # the plan moved on (stopped, replaced, or no longer stuck): no turn
     text, wake = _what_happened(effect, plan)
-    applied = await _turn(ctx, conversation, effect, text, wake)
     if isinstance(effect, MessageForCommander):
+        await _turn(ctx, conversation, effect, text, wake)
         return  # a person's message: answered (or refused) in the thread
-    plan = await ctx.reconciler.plan(conversation.id)
-    if applied and (plan is None or not stalled(plan)):
-        return
-    if plan is None or plan.status not in ("running", "paused"):
-        return
+    try:
+        turn = await _turn(ctx, conversation, effect, text, wake)
+    except TransientError:
+        raise  # e.g. Slack 5xx saying it: the stored turn is taken again, at no cost
+    except Exception:  # a bug must not leave the plan stuck: counts as a failed turn
+        log.exception("commander turn crashed", extra=ids(conversation, effect))
+        turn = Turn(errored=True)
+    if turn.decision is not None:
+        plan = turn.decision.plan
+        asked = any(isinstance(e, PlanStalled) for e in turn.decision.effects)
+    else:
+        plan, asked = await ctx.reconciler.plan(conversation.id), False
     tries = effect.turn if isinstance(effect, AskCommander) else effect.attempt
-    if tries <= ctx.options.commander_retries:
+    follow = after_turn(plan, effect.plan_id, tries, ctx.options.commander_retries, asked=asked)
+    if follow == "ask_again":
+        assert plan is not None
         await _ask_again(ctx, conversation, plan, tries + 1)
-        return
-    reason = "I could not decide how to continue after a step failed"
-    log.warning("commander stalled the plan; stopping it", extra=ids(conversation, effect))
-    await ctx.reconciler.reconcile(
-        conversation.id,
-        operations=[AbortPlan(reason=reason)],
-        assignees=await ctx.enabled_names(),
-    )
+    elif follow == "stop":
+        assert plan is not None
+        log.warning("commander stalled the plan; stopping it", extra=ids(conversation, effect))
+        await ctx.reconciler.reconcile(
+            conversation.id,
+            operations=[AbortPlan(reason=gave_up(plan, errored=turn.errored))],
+            assignees=await ctx.enabled_names(),
+        )
+
+
+Followup = Literal["done", "ask_again", "stop"]
+
+
+def wanted(plan: Plan | None, effect: AskCommander | PlanStalled) -> bool:
+    """Whether a decision turn is still needed: its plan is at work and, for a stall
+    check, still stalled (a turn queued before a cancel or a person's retry is dropped)."""
+    if plan is None or plan.id != effect.plan_id or plan.status in TERMINAL_PLAN:
+        return False
+    return isinstance(effect, AskCommander) or stalled(plan)
+
+
+def after_turn(
+    plan: Plan | None, plan_id: int, tries: int, max_retries: int, *, asked: bool
+) -> Followup:
+    """What follows the `tries`-th commander turn on a failed step or a stalled plan. Pure.
+
+    "done" when the plan moved on – stopped, replaced, or not stalled (a run in flight, a
+    timer due or a person asked; should it stall later, the reconciler asks again) – or
+    when the turn's own change already asked again (`asked`); else "ask_again" up to
+    `max_retries` times, then "stop": the plan is aborted with a sentence.
+    """
+    if plan is None or plan.id != plan_id or asked or not stalled(plan):
+        return "done"
+    return "ask_again" if tries <= max_retries else "stop"
+
+
+def gave_up(plan: Plan, *, errored: bool) -> str:
+    """The sentence that stops a plan the commander could not move on (the closing note)."""
+    failed = [s for s in plan.steps if s.status == "failed"]
+    what = "continue the plan"
+    if failed:
+        last = failed[-1]
+        why = (last.failure_reason or "no reason given").strip().rstrip(".")
+        what = f"continue after step {last.index} failed ({why})"
+    how = ": my own model kept failing" if errored else ""
+    return f"I could not decide how to {what}{how}"
 
 
 def _what_happened(effect: Woken, plan: Plan | None) -> tuple[str, CommanderWake | None]:
@@ -75,15 +126,30 @@ def _what_happened(effect: Woken, plan: Plan | None) -> tuple[str, CommanderWake
             f"Step {effect.step} ({effect.assignee}: {effect.title}) failed: "
             f"{effect.failure_reason}. Steps waiting for it: {effect.waiting or 'none'}."
         )
+        event += _no_more_retries(plan, effect.step)
         return event, CommanderWake(event=event, steps=steps, failed_step=effect.step)
     failed = [s for s in steps if s.status == "failed"]
     which = f"step {failed[-1].index} failed ({failed[-1].failure_reason})" if failed else ""
     event = (
         f"The plan is stuck: {which or 'nothing can run'} and nothing is in flight. "
-        "Decide now: retry, edit or skip the step, add steps, or abort the plan."
+        "Decide now: retry, edit or skip the step, add steps, or abort the plan. If you "
+        "change nothing, the plan is stopped."
     )
+    if failed:
+        event += _no_more_retries(plan, failed[-1].index)
     return event, CommanderWake(
         event=event, steps=steps, failed_step=failed[-1].index if failed else None
+    )
+
+
+def _no_more_retries(plan: Plan | None, index: int) -> str:
+    """Tells the commander when a step may not be retried again (the cap is reached)."""
+    step = plan.step(index) if plan is not None else None
+    if step is None or step.retries < MAX_COMMANDER_RETRIES:
+        return ""
+    return (
+        f" Step {index} was already retried {step.retries} times, the most allowed: do not "
+        "retry it again; skip it, add steps that work around it, or abort the plan."
     )
 
 
@@ -103,14 +169,22 @@ async def _ask_again(
         await conn.run_sync(enqueue_effects, [to_row(retry)], ctx.clock(), ignore_duplicates=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """How a turn went: the change it made (None: nothing changed) and whether it failed."""
+
+    decision: Decision | None = None
+    errored: bool = False
+
+
 async def _turn(
     ctx: Context,
     conversation: ConversationRecord,
     effect: Woken,
     text: str,
     wake: CommanderWake | None,
-) -> bool:
-    """Run the turn and apply it; True when the plan (if any) was changed by it."""
+) -> Turn:
+    """Run the turn and apply it (the plan's change, if any, is in the result)."""
     async with ctx.db.read() as conn:
         agents = await enabled_agents(conn, ctx.team_id)
     job = RunJob(
@@ -130,39 +204,39 @@ async def _turn(
         if isinstance(effect, MessageForCommander):
             retry = " Please try again in a moment." if exc.retryable else ""
             await ctx.port.say(conversation, f"⚠️ {public(exc)}{retry}")
-        return False
+        return Turn(errored=True)
     except ValueError as exc:  # a configured model string that cannot be used
         log.error("commander model cannot be used: %s", exc, extra=ids(conversation, effect))
         if isinstance(effect, MessageForCommander):
             await ctx.port.say(conversation, "⚠️ I can't reach my model right now; an admin "
                                "has been told.")  # fmt: skip
-        return False
+        return Turn(errored=True)
     result = "plan" if turn.plan else "operations" if turn.operations else "reply"
     ctx.observer.commander_turn(result)
     names = [a.name for a in agents]
     if turn.reply and turn.plan is not None:
         await ctx.port.say(conversation, turn.reply)  # says what the plan is, before its card
-    changed = False
+    changed: Decision | None = None
     try:
         if turn.plan is not None:
-            decision = await ctx.reconciler.start_plan(
+            changed = await ctx.reconciler.start_plan(
                 conversation.id,
                 turn.plan,
                 assignees=names,
                 max_parallel=ctx.options.max_parallel,
                 max_attempts=ctx.options.max_transient_failures,
             )
-            changed = True
-            log.info("plan started", extra=ids(conversation) | {"plan": decision.plan.id})
+            log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
         if turn.operations:
-            decision2 = await ctx.reconciler.reconcile(
+            decision = await ctx.reconciler.reconcile(
                 conversation.id, operations=turn.operations, assignees=names
             )
-            changed = changed or bool(decision2 is not None and decision2.changed)
+            if decision is not None and decision.changed:
+                changed = decision
     except (PlanValidationError, OperationRejected) as exc:
         log.info("commander change refused: %s", exc, extra=ids(conversation, effect))
         await ctx.port.say(conversation, f"I could not change the plan: {exc}")
-        return False
+        return Turn()
     if turn.reply and turn.plan is None:
         await ctx.port.say(conversation, turn.reply)  # after the change it announces is made
-    return changed
+    return Turn(changed)

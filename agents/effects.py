@@ -170,6 +170,7 @@ class PlanFinished(_Effect):
     kind: Literal["plan_finished"] = "plan_finished"
     plan_id: int
     status: Literal["completed", "aborted"]
+    reason: str | None = None  # why an aborted plan was stopped (an abort's own reason)
 
 
 class PlanStopped(_Effect):

@@ -326,7 +326,7 @@ class Executor:
             await self.context.port.close_forms(conversation, plan, "The plan was stopped.")
         if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
             return
-        note = step_runs.closing_note(plan)
+        note = step_runs.closing_note(plan, effect.reason)
         if note:
             await self.context.port.say(conversation, note, key=effect.key)
 

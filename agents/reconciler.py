@@ -31,6 +31,7 @@ from agents.errors import OperationRejected
 from agents.plan import (
     DEFAULT_MAX_ATTEMPTS,
     TERMINAL_PLAN,
+    AbortPlan,
     CancelPlan,
     CommanderOperation,
     Outcome,
@@ -139,6 +140,7 @@ def _stopped(before: Plan, after: Plan, op: CommanderOperation, actor: str | Non
             conversation_id=after.conversation_id,
             plan_id=after.id,
             status="aborted",
+            reason=op.reason if isinstance(op, AbortPlan) else None,
         )
         return [finished]
     return []

@@ -231,11 +231,17 @@ async def fail_given_up(ctx: Context, effect: Effect, reason: str) -> None:
     await report(ctx, effect.conversation_id, failed)
 
 
-def closing_note(plan: Plan) -> str | None:
-    """What closes the thread of a plan that ended without the commander's synthesis."""
+def closing_note(plan: Plan, reason: str | None = None) -> str | None:
+    """What closes the thread of a plan that ended without the commander's synthesis.
+
+    `reason`: why an aborted plan was stopped (the abort's own reason), said instead of
+    only naming the step that failed.
+    """
     if plan.status == "aborted":
         failed = [s for s in plan.steps if s.status == "failed"]
         why = f": step {failed[0].index} failed ({failed[0].failure_reason})" if failed else ""
+        if reason and reason.strip():
+            why = f": {reason.strip().rstrip('.')}"
         return f"The plan was stopped{why}. Nothing else will run."
     if plan.status == "completed" and plan.steps and plan.steps[-1].assignee != COMMANDER:
         last = [s for s in plan.steps if s.status == "done" and s.assignee != USER]

@@ -73,7 +73,7 @@ async def save_agent(service: Flotilla, user: str, mode: Mode, draft: AgentDraft
     """Validate and store an added or edited agent, audited. Errors per block ({} = saved)."""
     if await refusal(service, user):
         return {"description": REFUSAL}
-    errors = draft_problems(draft, mode)
+    errors = draft_problems(draft, mode, service.options.provider_keys)
     existing = await service.agent(draft.name)
     if mode == "add" and existing is not None and "name" not in errors:
         errors["name"] = f"An agent named {draft.name} exists already."

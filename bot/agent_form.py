@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agents.models import ModelSpecError, resolve_model
+from agents.models import NO_KEYS, ModelSpecError, ProviderKeys, resolve_model
 from agents.plan import COMMANDER, USER
 from agents.registry import HTTP_FETCH_PREFIX
 
@@ -72,8 +72,9 @@ def domains(text: str) -> list[str]:
     return [d.strip().lower() for d in re.split(r"[,\s]+", text) if d.strip()]
 
 
-def draft_problems(draft: AgentDraft, mode: Mode) -> dict[str, str]:
-    """Errors per modal block that need no I/O: formats, lengths, the model string."""
+def draft_problems(draft: AgentDraft, mode: Mode, keys: ProviderKeys = NO_KEYS) -> dict[str, str]:
+    """Errors per modal block that need no I/O: formats, lengths, the model string (and its
+    provider key among `keys`, the settings' keys)."""
     errors: dict[str, str] = {}
     if mode == "add":
         problem = name_problem(draft.name)
@@ -88,7 +89,7 @@ def draft_problems(draft: AgentDraft, mode: Mode) -> dict[str, str]:
         errors["description"] = "Say what this agent does: the commander plans with it."
     if not draft.system_prompt.strip():
         errors["system_prompt"] = "Give the agent its instructions."
-    errors.update(_tool_problems(draft))
+    errors.update(_tool_problems(draft, keys))
     if draft.identity not in ("persona", "app"):
         errors["identity"] = "Choose persona or own Slack app."
     if draft.bot_token and not draft.bot_token.strip().startswith("xoxb-"):
@@ -96,12 +97,12 @@ def draft_problems(draft: AgentDraft, mode: Mode) -> dict[str, str]:
     return errors
 
 
-def _tool_problems(draft: AgentDraft) -> dict[str, str]:
+def _tool_problems(draft: AgentDraft, keys: ProviderKeys) -> dict[str, str]:
     """The model string, web-fetch domains and MCP servers."""
     errors: dict[str, str] = {}
     if draft.model.strip():
         try:
-            resolve_model(draft.model)
+            resolve_model(draft.model, keys)
         except ModelSpecError as exc:
             errors["model"] = str(exc)[:300]
     bad = [d for d in domains(draft.http_domains) if not DOMAIN.match(d)]

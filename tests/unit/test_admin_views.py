@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.models import ProviderKeys
 from bot.admin import Reports
 from bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
 from bot.listeners.admin import Command, parse_command
@@ -184,3 +185,6 @@ def test_a_provider_model_needs_its_key_in_the_environment(monkeypatch: pytest.M
     assert draft_problems(openai, "add") == {}
     local = replace(DRAFT, model="openai-chat:llama3.1@http://127.0.0.1:11434/v1")
     assert draft_problems(local, "add") == {}
+    monkeypatch.delenv("OPENAI_API_KEY")  # a key from the settings (.env) counts too
+    keys = ProviderKeys(openai_api_key="sk-from-dotenv-not-real")
+    assert draft_problems(openai, "add", keys) == {}

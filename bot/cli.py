@@ -81,10 +81,14 @@ def _dev_command(args: argparse.Namespace) -> int:
     from bot.serve import options_from
     from bot.trial import dev
 
-    # the trial keeps its own database file unless FLOTILLA_DATABASE_URL is set (env or .env)
-    url = settings.database_url if "database_url" in settings.model_fields_set else DEV_DATABASE
-    asyncio.run(dev(url, options_from(settings)))
+    asyncio.run(dev(dev_database_url(settings), options_from(settings)))
     return EXIT_OK
+
+
+def dev_database_url(settings: Settings) -> str:
+    """The trial keeps its own database file unless FLOTILLA_DATABASE_URL is set (in the
+    environment or in .env)."""
+    return settings.database_url if "database_url" in settings.model_fields_set else DEV_DATABASE
 
 
 def _demo_command(args: argparse.Namespace) -> int:

@@ -21,8 +21,10 @@ from bot.cli import (
     EXIT_OK,
     EXIT_UNEXPECTED,
     EXIT_USAGE,
+    dev_database_url,
     main,
 )
+from bot.settings import load_settings
 
 SETTINGS = (
     "FLOTILLA_DATABASE_URL",
@@ -201,3 +203,10 @@ def test_manifest_for_http_mode_and_agent_names(capsys: pytest.CaptureFixture[st
     assert code == EXIT_USAGE and "https://" in err
     code, _, err = run(capsys, "manifest", "--agent", "Research Bot")
     assert code == EXIT_USAGE and "lowercase letters" in err
+
+
+def test_dev_uses_the_database_of_dotenv(clean: Path) -> None:
+    assert dev_database_url(load_settings()) == cli.DEV_DATABASE
+    url = f"sqlite+aiosqlite:///{clean}/from-dotenv.db"
+    (clean / ".env").write_text(f"FLOTILLA_DATABASE_URL={url}\n")
+    assert dev_database_url(load_settings()) == url

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bot.cli import main
-from bot.manifest import agent_manifest, commander_manifest
+from bot.manifest import agent_manifest, commander_manifest, http_manifest
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"  # vendored: see tests/specs/README.md
 SCHEMA = SPECS / "manifest-schema/schemas/manifest.schema.1.0.0.json"
@@ -68,3 +68,21 @@ def test_manifest_command_prints_yaml(capsys: pytest.CaptureFixture[str]) -> Non
 
     assert main(["manifest"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == commander_manifest()
+
+
+def test_http_manifest_is_valid(validator: jsonschema.Draft7Validator) -> None:
+    url = "https://flotilla.example.com/slack/events"
+    manifest = http_manifest(url)
+    assert errors(validator, manifest) == []
+    settings = manifest["settings"]
+    assert settings["socket_mode_enabled"] is False
+    assert settings["event_subscriptions"]["request_url"] == url
+    assert settings["interactivity"]["request_url"] == url
+    assert manifest["features"]["slash_commands"][0]["url"] == url
+    assert commander_manifest()["settings"]["socket_mode_enabled"] is True  # a copy was changed
+
+
+def test_the_manifest_ships_inside_the_package() -> None:
+    from importlib.resources import files
+
+    assert files("bot").joinpath("manifest.yml").is_file()

@@ -1,4 +1,4 @@
-"""Block Kit limits (../shared/slack-specs/limits.json) enforced on messages and views,
+"""Block Kit limits (tests/specs/limits.json) enforced on messages and views,
 checked over HTTP through slack_sdk: each limit passes at its value and fails one past it."""
 
 from __future__ import annotations

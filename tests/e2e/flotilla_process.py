@@ -27,7 +27,8 @@ def free_port() -> int:
 
 
 class FlotillaProcess:
-    """One `python -m bot.cli run` in HTTP mode for `app` of `workspace`."""
+    """One `python -m bot.cli run` for `app` of `workspace` (Socket Mode if the app has an
+    app-level token, else HTTP)."""
 
     def __init__(
         self, workspace: LocalWorkspace, app: InstalledApp, database_url: str, folder: Path,
@@ -40,11 +41,14 @@ class FlotillaProcess:
             for key, value in os.environ.items()
             if not key.startswith(("FLOTILLA_", "SLACK_", "OPENAI_", "ANTHROPIC_"))
         }
+        # Socket Mode when the app has an app-level token, else HTTP with the signing secret
+        secret = {"SLACK_APP_TOKEN": app.app_token} if app.app_token else {}
+        secret = secret or {"SLACK_SIGNING_SECRET": app.signing_secret}
         self.env.update(
             PYTHONPATH=str(ROOT),
             PYDANTIC_AI_NO_BANNER="1",
             SLACK_BOT_TOKEN=app.bot_token,
-            SLACK_SIGNING_SECRET=app.signing_secret,
+            **secret,
             SLACK_API_URL=workspace.api_url,
             FLOTILLA_DATABASE_URL=database_url,
             FLOTILLA_HTTP_HOST="127.0.0.1",
@@ -52,7 +56,8 @@ class FlotillaProcess:
             FLOTILLA_LOG_FORMAT="json",
             **settings,
         )
-        workspace.set_request_url(app, f"{self.url}/slack/events")
+        if not app.app_token:
+            workspace.set_request_url(app, f"{self.url}/slack/events")
         self.lines: list[Line] = []
         self.raw: list[str] = []
         self._changed = asyncio.Condition()

@@ -34,9 +34,10 @@ class World:
         self.processes: list[FlotillaProcess] = []
 
     def process(self, **settings: str) -> FlotillaProcess:
-        process = FlotillaProcess(
-            self.workspace, self.app, self.database_url, self.folder, **settings
-        )
+        return self.process_for(self.app, **settings)
+
+    def process_for(self, app: InstalledApp, **settings: str) -> FlotillaProcess:
+        process = FlotillaProcess(self.workspace, app, self.database_url, self.folder, **settings)
         self.processes.append(process)
         return process
 
@@ -93,6 +94,19 @@ async def test_serves_a_plan_then_stops_cleanly_on_sigterm(world: World) -> None
     # one JSON object per line, no traceback, no Bolt "token will be unused" warning
     assert len(flotilla.lines) == len(flotilla.raw)
     assert not [raw for raw in flotilla.raw if "Traceback" in raw or "will be unused" in raw]
+
+
+async def test_socket_mode_serves_a_plan_and_stops(world: World) -> None:
+    app = world.workspace.install_manifest(commander_manifest(), socket_mode=True)
+    world.workspace.invite(world.workspace.state.channel_named("launch"), app)
+    flotilla = world.process_for(app)
+    await flotilla.start()
+    started = await flotilla.started()
+    assert "Socket mode" in started["message"] and "/slack/events" not in started["message"]
+    root = world.driver.mention("maya", "launch", app, SUMMARY_REQUEST)
+    await world.driver.thread_has_message("launch", root.ts, containing="[offline model]")
+    assert await flotilla.terminate() == 0
+    assert messages(flotilla)[-1] == "stopped"
 
 
 async def test_sigint_stops_too_and_a_killed_process_leaves_a_usable_database(

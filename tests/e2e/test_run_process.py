@@ -168,3 +168,23 @@ async def test_sigterm_hands_a_running_step_to_the_next_process_at_once(world: W
     finally:
         model.hold.set()  # a request still held would keep the fake server from closing
         await model.close()
+
+
+async def test_a_wrong_model_key_starts_with_a_loud_error(world: World) -> None:
+    model = FakeOpenAI(api_keys={"sk-the-right-one"})
+    await model.start()
+    try:
+        flotilla = world.process(
+            FLOTILLA_MODEL="openai-chat:gpt-test",
+            OPENAI_BASE_URL=model.base_url,
+            OPENAI_API_KEY="sk-a-wrong-one",
+        )
+        await flotilla.start()
+        error = await flotilla.line(lambda line: line["level"] == "ERROR")
+        assert "the model does not work" in error["message"]
+        assert "HTTP 401" in error["message"] and "OPENAI_API_KEY" in error["message"]
+        assert "sk-a-wrong-one" not in error["message"]
+        await flotilla.started()  # it serves anyway: Slack and the database are fine
+        assert await flotilla.terminate() == 0
+    finally:
+        await model.close()

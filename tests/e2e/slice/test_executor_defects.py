@@ -14,12 +14,22 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
 from agents import offline
-from agents.effects import finished_key, question_key, result_key, step_key
+from agents.effects import (
+    AskUser,
+    PostDispatch,
+    ShowForm,
+    finished_key,
+    question_key,
+    result_key,
+    step_key,
+)
+from agents.errors import TransientError
 from agents.offline import first_prompt
 from agents.ports import StepTag
 from bot.identities import make_client
 from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
 from bot.port import SlackPort
+from bot.views.forms import INLINE_ACTION
 from bot.views.plan_card import CANCEL_ACTION
 from local_slack import Message
 from storage.outbox import outbox_t
@@ -358,3 +368,110 @@ async def test_other_apps_and_people_cannot_silence_flotilla(start: Callable[...
         for prefix in ("[offline model] researcher:", "[offline model] writer:",
                        "[offline model] commander:"):  # fmt: skip
             assert sum(t.startswith(prefix) for t in texts) == 1, (prefix, texts)
+
+
+class FirstPostsFail(SlackPort):
+    """The Slack port, but step 1's dispatch and form fail their first post as a Slack 5xx
+    does (transient: the outbox delivers the effect again, checking the thread first). The
+    failing post waits for `go`, so the test decides what is in the thread by then."""
+
+    def __init__(self, port: SlackPort) -> None:
+        super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
+        self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
+        self.seen: set[str] = set()
+        self.failed: dict[str, asyncio.Event] = {}
+        self.go, self.raised = asyncio.Event(), asyncio.Event()
+
+    async def _fail_first(self, effect: PostDispatch | ShowForm | AskUser) -> None:
+        if effect.step != 1 or effect.key in self.seen:
+            return
+        self.seen.add(effect.key)
+        self.failed.setdefault(effect.key, asyncio.Event()).set()
+        await self.go.wait()
+        self.raised.set()
+        raise TransientError("Slack answered 503")
+
+    async def failure(self, key: str) -> None:
+        await asyncio.wait_for(self.failed.setdefault(key, asyncio.Event()).wait(), WAIT)
+
+    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+        await self._fail_first(effect)
+        await super().post_dispatch(conversation, effect)
+
+    async def post_form(
+        self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Any
+    ) -> None:
+        await self._fail_first(effect)
+        await super().post_form(conversation, effect, plan)
+
+
+async def impersonate(run: Run, root: Message, token: str, keys: list[tuple[str, str]]) -> None:
+    """Another app posts, in the thread, messages carrying Flotilla's event types and keys."""
+    client = make_client(token, run.stack.workspace.api_url)
+    for event_type, key in keys:
+        step = int(key.split(":")[3]) if ":step:" in key else 0
+        await client.chat_postMessage(
+            channel=run.stack.channel.id, thread_ts=root.ts, text=f"not Flotilla: {key}",
+            metadata={"event_type": event_type,
+                      "event_payload": {"plan_id": int(key.split(":")[1]), "step": step,
+                                        "attempt": 1, "key": key}},
+        )  # fmt: skip
+
+
+async def test_a_redelivered_dispatch_and_form_are_not_silenced(
+    start: Callable[..., Any],
+) -> None:
+    async with start() as run:
+        ws = run.stack.workspace
+        impostor = ws.install_app("Impostor", scopes=["chat:write"], bot_events=[])
+        ws.invite(run.stack.channel, impostor)
+        port = FirstPostsFail(run.service.port)
+        run.service.port = run.service.context.port = port
+        root = run.ask(f"[ask] {CHAIN}")
+        await run.says(root, "Plan (")  # the card: the plan exists, its dispatch is due
+        plan = await run.plan(root)
+        p = plan.id
+        await port.failure(step_key(p, 1, 1))  # the dispatch's first post is failing
+        await impersonate(run, root, impostor.bot_token, [
+            (DISPATCH_EVENT, step_key(p, 1, 1)),
+            (FORM_EVENT, question_key(p, 1, 1, 1)),
+            (RESULT_EVENT, result_key(p, 1, 1)),
+        ])  # fmt: skip
+        dev = run.driver.post("dev", "launch", "copied", thread_ts=root.ts)
+        dev.metadata = {"event_type": FORM_EVENT,
+                        "event_payload": {"key": question_key(p, 1, 1, 1)}}  # fmt: skip
+
+        port.go.set()
+        await asyncio.wait_for(port.raised.wait(), WAIT)
+        run.clock.advance(5)  # past the outbox's backoff: delivered again, the thread checked
+        run.service.wake()
+        await run.driver.wait_for(
+            lambda: posted(run, root, impostor.bot_id, DISPATCH_EVENT, step_key(p, 1, 1)),
+            what="the dispatch, delivered again",
+        )
+        await port.failure(question_key(p, 1, 1, 1))  # the question's first post failed
+        run.clock.advance(5)
+        run.service.wake()
+        question = await run.says(root, "asks:", from_="Flotilla")
+        await run.driver.click("maya", question, INLINE_ACTION, value="2024 only")
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        bot = impostor.bot_id
+        assert posted(run, root, bot, DISPATCH_EVENT, step_key(p, 1, 1)) == 1
+        assert posted(run, root, bot, FORM_EVENT, question_key(p, 1, 1, 1)) == 1
+        assert posted(run, root, bot, RESULT_EVENT, result_key(p, 1, 1)) == 1
+        assert flotilla_said(run, root, "[offline model] researcher:") == 1
+
+
+def posted(run: Run, root: Message, not_by: str, event_type: str, key: str) -> int:
+    """How many messages of apps other than `not_by` carry `event_type` with `key`."""
+    return sum(
+        1
+        for m in run.messages(root)
+        if m.bot_id not in (None, not_by)
+        and (m.metadata or {}).get("event_type") == event_type
+        and (m.metadata or {}).get("event_payload", {}).get("key") == key
+    )

@@ -46,6 +46,10 @@ def _settings(*, console: bool = False) -> Settings:
 
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format, console=console)
+    # read once, here: libraries must not read them again (Bolt takes SLACK_BOT_TOKEN from
+    # the environment by itself and then warns that the client's token wins)
+    for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
+        os.environ.pop(name, None)
     return settings
 
 

@@ -88,6 +88,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
+class LibraryFilter(logging.Filter):
+    """Drops library records below `level`: some libraries (Bolt) set their loggers' levels
+    themselves, so the logger levels alone do not keep their chatter out."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= self.level:
+            return True
+        return record.name.split(".", 1)[0] not in LIBRARY_LOGGERS
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     moment = datetime.fromtimestamp(record.created, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
@@ -126,4 +140,5 @@ def setup_logging(
     )
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(library)
+    handler.addFilter(LibraryFilter(library))
     logging.captureWarnings(True)  # Python warnings go through the same handler and format

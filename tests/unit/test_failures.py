@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic_ai import ModelHTTPError, ModelRateLimitError
 from pydantic_ai.exceptions import (
@@ -18,12 +20,12 @@ from agents.failures import PUBLIC_RETRYING, PUBLIC_UNREACHABLE, classify_error
 MODEL = "openai:gpt-4.1"
 
 
-def http(status: int, category: type[ModelHTTPError] | None = None) -> ModelHTTPError:
+def http(status: int, category: Any = None) -> ModelHTTPError:
     body = {"error": {"message": "Incorrect API key provided: sk-abc…"}}
     if category is None:
         return ModelHTTPError(status, "gpt-4.1", body)
     return ModelHTTPError.for_category(
-        category,  # type: ignore[arg-type]
+        category,
         status_code=status,
         model_name="gpt-4.1",
         body=body,

@@ -78,3 +78,16 @@ def test_setting_up_twice_does_not_double_lines() -> None:
     setup_logging("INFO", "text", stream=out)
     logging.getLogger("flotilla").info("once")
     assert out.getvalue().count("once") == 1
+
+
+def test_a_library_that_sets_its_own_level_stays_quiet_too() -> None:
+    out = io.StringIO()
+    setup_logging("INFO", "text", stream=out)
+    bolt = logging.getLogger("slack_bolt.AsyncApp")
+    level = bolt.level
+    bolt.setLevel(logging.INFO)  # as slack_bolt's get_bolt_logger does, from the root's level
+    try:
+        bolt.info("Bolt app is running")
+        assert out.getvalue() == ""
+    finally:
+        bolt.setLevel(level)

@@ -64,12 +64,13 @@ async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str 
     )
     if conversation is None:
         return
-    if too_long:
-        await service.say(
-            conversation,
+    if too_long:  # said after the ack: what matters is recorded already
+        note = (
             f"That request is {len(request):,} characters long; I can take up to "
-            f"{MAX_REQUEST_CHARS:,}. Could you shorten it or attach the material as a file?",
+            f"{MAX_REQUEST_CHARS:,}. Could you shorten it or attach the material as a file?"
         )
+        found = conversation
+        service.events.start(lambda: _say(service, found, note))
     service.wake()
 
 
@@ -218,3 +219,7 @@ async def cancel_plan(
         actor=user,
     )
     return None
+
+
+async def _say(service: Flotilla, conversation: ConversationRecord, text: str) -> None:
+    await service.say(conversation, text)

@@ -1,30 +1,58 @@
 """Listeners for messages: mentions of the commander and replies in its threads.
 
-Bolt acknowledges events before it runs their listeners; the work runs as a tracked task,
-registered before the listener's first await, so `Flotilla.settle()` sees it at once.
+A message Flotilla will act on is recorded *before* the HTTP ack (a global middleware runs
+before Bolt answers Slack): the message, its conversation and its commander turn are
+stored in one transaction, so a crash or a database hiccup after the ack can lose nothing.
+When it cannot be stored, Slack gets a 500 and delivers the event again (de-duplicated by
+the message's channel and ts). The same holds in Socket Mode, where the ack is sent after
+dispatch too.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
 
 from bot import handlers
 
 if TYPE_CHECKING:
     from bot.service import Flotilla
 
+log = logging.getLogger(__name__)
 Body = dict[str, Any]
+RECORDED_EVENTS = ("app_mention", "message")
 
 
 def register_messages(app: AsyncApp, service: Flotilla) -> None:
-    """`app_mention` and `message` events."""
+    """`app_mention` and `message` events, recorded before the ack."""
+
+    @app.middleware
+    async def record_before_ack(
+        body: Body, next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        event = body.get("event") if body.get("type") == "event_callback" else None
+        if isinstance(event, dict) and event.get("type") in RECORDED_EVENTS:
+            try:
+                if event["type"] == "app_mention":
+                    await handlers.on_mention(service, event, body.get("event_id"))
+                else:
+                    await handlers.on_message(service, event)
+            except Exception:
+                log.exception(
+                    "could not record a %s event; Slack will send it again", event["type"]
+                )
+                return BoltResponse(status=500, body={"error": "not stored, please retry"})
+        await next()
+        return None
 
     @app.event("app_mention")
-    async def on_mention(event: Body, body: Body) -> None:
-        service.events.start(lambda: handlers.on_mention(service, event, body.get("event_id")))
+    async def on_mention() -> None:
+        """Recorded before the ack (`record_before_ack`); nothing is left to do."""
 
     @app.event("message")
-    async def on_message(event: Body, body: Body) -> None:
-        service.events.start(lambda: handlers.on_message(service, event))
+    async def on_message() -> None:
+        """Recorded before the ack (`record_before_ack`); nothing is left to do."""

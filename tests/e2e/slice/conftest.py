@@ -118,6 +118,7 @@ def start(tmp_path: Path) -> Callable[..., Any]:
         db: Any = None,
         model: FunctionModel | None = None,
         rate_limits: bool = False,
+        retry_delays: tuple[float, ...] = FAST_RETRIES,
         **options: Any,
     ) -> AsyncIterator[Run]:
         clock = FakeClock()
@@ -125,7 +126,7 @@ def start(tmp_path: Path) -> Callable[..., Any]:
             db or f"sqlite+aiosqlite:///{tmp_path / 'e2e.db'}",
             options=Options(**options),
             ack_timeout=2.0,
-            retry_delays=FAST_RETRIES,
+            retry_delays=retry_delays,
             clock=clock,
             model=model,
             rate_limits=rate_limits,

@@ -185,6 +185,18 @@ async def test_a_wrong_model_key_starts_with_a_loud_error(world: World) -> None:
         assert "HTTP 401" in error["message"] and "OPENAI_API_KEY" in error["message"]
         assert "sk-a-wrong-one" not in error["message"]
         await flotilla.started()  # it serves anyway: Slack and the database are fine
+
+        # a person reads one short sentence; the operator's log has the details
+        root = world.driver.mention("maya", "launch", world.app, SUMMARY_REQUEST)
+        said = await world.driver.thread_has_message(
+            "launch", root.ts, containing="can't reach my model"
+        )
+        assert "401" not in said.text and "OPENAI_API_KEY" not in said.text
+        assert "Agent(" not in world.driver.transcript("launch", root.ts)
+        logged = await flotilla.line(
+            lambda line: line["level"] in ("WARNING", "ERROR") and line.get("thread") == root.ts
+        )
+        assert "HTTP 401" in logged["message"] and logged["team"] and logged["channel"]
         assert await flotilla.terminate() == 0
     finally:
         await model.close()

@@ -60,6 +60,15 @@ async def get(url: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
+async def post(url: str, body: bytes, content_type: str) -> int:
+    headers = {"Content-Type": content_type}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers) as response,
+    ):
+        return response.status
+
+
 def messages(process: FlotillaProcess) -> list[str]:
     return [str(line.get("message", "")) for line in process.lines]
 
@@ -73,6 +82,10 @@ async def test_serves_a_plan_then_stops_cleanly_on_sigterm(world: World) -> None
 
     assert (await get(f"{flotilla.url}/healthz"))[0] == 200
     assert (await get(f"{flotilla.url}/readyz"))[0] == 200
+    for body, kind in ((b"{not json", "application/json"), (b"\xff\xfe", "text/plain"),
+                       (b"payload=%7B%7D", "application/x-www-form-urlencoded")):  # fmt: skip
+        status = await post(f"{flotilla.url}/slack/events", body, kind)
+        assert 400 <= status < 500, (body, status)  # refused (unsigned or unreadable), no 500
     root = world.driver.mention("maya", "launch", world.app, SUMMARY_REQUEST)
     await world.driver.thread_has_message("launch", root.ts, containing="[offline model]")
     status, metrics = await get(f"{flotilla.url}/metrics")

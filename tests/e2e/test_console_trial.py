@@ -148,6 +148,7 @@ async def test_trial_hints_when_a_reply_would_not_wake_the_commander(stack: Loca
     await console.handle(":as dev > can we also mention the free trial?")  # the plan waits
     assert NO_WAKE_HINT not in lines[shown:]
     await driver.thread_has_message(stack.channel.id, root.ts, containing="Noted")
+    await stack.service.settle()  # the commander's turn ends before the stack stops
 
 
 async def test_dev_prints_the_page_address_and_one_help_banner(

@@ -3,6 +3,7 @@ with the mouse and keyboard, cancelling a plan, an admin adding an agent, App Ho
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -35,6 +36,8 @@ async def stack(tmp_path: Path) -> AsyncIterator[LocalStack]:
     )
     try:
         yield started
+        async with asyncio.timeout(30):  # work in flight ends before the stack stops
+            await started.service.settle()
     finally:
         await started.stop()
 

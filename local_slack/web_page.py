@@ -61,7 +61,6 @@ def add_page_routes(app: web.Application) -> None:
 
 
 def _workspace(request: web.Request) -> LocalWorkspace:
-
     return request.app[WORKSPACE]
 
 
@@ -130,6 +129,8 @@ async def _close_streams(app: web.Application) -> None:
 
 async def _act(request: web.Request) -> web.Response:
     ws = _workspace(request)
+    if request.content_type != "application/json":  # other sites' pages cannot send this
+        return web.json_response({"ok": False, "error": "Send JSON."}, status=415)
     try:
         body = await request.json()
     except ValueError:

@@ -90,6 +90,10 @@ async def test_actions_reach_the_workspace_or_are_refused_with_a_sentence(
     form = dict(x.split("=", 1) for x in receiver.requests[-1][1].decode().split("&"))
     assert form["command"] == "%2Ftiny" and form["user_id"] == alice.id
     async with http.post(workspace.page_url + "act", data=b"not json") as response:
+        assert response.status == 415  # a form or text body: what another site could send
+    bad = b"not json"
+    headers = {"Content-Type": "application/json"}
+    async with http.post(workspace.page_url + "act", data=bad, headers=headers) as response:
         assert response.status == 400
     unknown = await act(http, workspace, type="dance", user=alice.id)
     assert unknown == {"ok": False, "error": "Unknown action."}

@@ -201,8 +201,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "as `flotilla run`.",
     ),
     "dev": (
-        "try Flotilla in a local Slack workspace from this terminal",
-        "Starts a local Slack-compatible workspace and talks to it from the terminal.\n\n"
+        "try Flotilla in a local Slack workspace, in the browser and this terminal",
+        "Starts a local Slack-compatible workspace, prints the address of its Slack-like page "
+        "(opened in a browser when there is a display) and talks to it from the terminal.\n\n"
         "Reads: FLOTILLA_DATABASE_URL (default: flotilla-dev.db), FLOTILLA_MODEL and the "
         "provider keys, FLOTILLA_MAX_PARALLEL, FLOTILLA_MAX_STEP_ATTEMPTS.",
     ),

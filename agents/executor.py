@@ -78,6 +78,7 @@ class Job:
     plan_id: int | None
     step: int | None
     attempt: int | None
+    conversation_id: int | None = None
     task: asyncio.Task[None] | None = None
     cancelled: bool = False  # the plan was stopped: the work is over, not handed on
     lease_lost: bool = False  # another process took the lease: it settles the row
@@ -305,7 +306,7 @@ class Executor:
 
     async def _stopped(self, conversation: ConversationRecord, effect: PlanStopped) -> None:
         """A cancelled plan: stop its runs here, close its forms, say so once."""
-        await self.cancel_runs(effect.plan_id)
+        await self.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
         if plan is not None:
             await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
@@ -318,7 +319,7 @@ class Executor:
         self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
     ) -> None:
         if effect.status == "aborted":
-            await self.cancel_runs(effect.plan_id)
+            await self.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
         if plan is None:
             return
@@ -343,6 +344,7 @@ class Executor:
             plan_id=plan_id,
             step=getattr(effect, "step", None),
             attempt=getattr(effect, "attempt", None),
+            conversation_id=effect.conversation_id,
         )
         self.jobs[effect.key] = job
         job.task = asyncio.create_task(self._job(job, run_key, work), name=effect.key)
@@ -469,16 +471,26 @@ class Executor:
                 await release_run(conn, lease_key, self.owner)
                 await hold_effect(conn, row_key, self.context.clock() + after)
 
-    async def cancel_runs(self, plan_id: int) -> int:
+    async def cancel_runs(self, plan_id: int, *, conversation_id: int | None = None) -> int:
         """Stop this process's jobs of a plan at once (other processes' heartbeats notice
-        within one heartbeat). How many were stopped."""
-        jobs = [j for j in self.jobs.values() if j.plan_id == plan_id and j.task is not None]
-        for job in jobs:
+        within one heartbeat), and the commander's answers to people's messages in its
+        thread (`conversation_id`): nothing is said after the plan's stop. A job whose
+        work already ended is waited for, not cut while it settles. How many were stopped."""
+
+        def of_plan(job: Job) -> bool:
+            if job.plan_id == plan_id:
+                return True
+            # the commander answering a person's message in the plan's thread
+            return job.kind == "commander_turn" and job.conversation_id == conversation_id
+
+        jobs = [j for j in self.jobs.values() if of_plan(j) and j.task is not None]
+        stopped = [j for j in jobs if j.working]
+        for job in stopped:
             job.cancelled = True
             assert job.task is not None
             job.task.cancel()
         await asyncio.gather(*(j.task for j in jobs if j.task), return_exceptions=True)
-        return len(jobs)
+        return len(stopped)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

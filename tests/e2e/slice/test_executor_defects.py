@@ -139,6 +139,36 @@ async def test_cancel_stops_the_step_in_flight(start: Callable[..., Any], how: s
         assert writer.calls == 1  # nobody ran the step again
 
 
+async def test_a_cancel_cuts_the_commanders_answer_to_a_message_in_flight(
+    start: Callable[..., Any],
+) -> None:
+    writer = Gate("Write up the findings")
+    steering = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1 and writer.holds(messages, info):
+            await writer.wait()
+        if len(messages) == 1 and "retry_step" in tools_of(info):  # a person's message
+            steering.set()
+            await answer.wait()
+        return offline.respond(messages, info)
+
+    async with start(model=FunctionModel(respond, model_name="scripted")) as run:
+        root = run.ask(CHAIN)
+        await writer.reached()
+        run.driver.post("dev", "launch", "also mention the pricing page", thread_ts=root.ts)
+        await asyncio.wait_for(steering.wait(), WAIT)  # the commander is thinking about it
+        await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)
+        notice = await run.says(root, "Plan cancelled by")
+
+        answer.set()
+        writer.release.set()
+        await run.quiesce()
+        assert after(run, root, notice) == [], run.transcript(root)  # no "Noted; …"
+        assert (await run.plan(root)).status == "cancelled"
+
+
 async def test_an_abort_stops_the_parallel_step_in_flight(start: Callable[..., Any]) -> None:
     steps = [
         {"index": 1, "title": "Find the numbers", "assignee": "researcher",

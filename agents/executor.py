@@ -165,7 +165,8 @@ class Executor:
     async def abandon(self) -> None:
         """Die as a killed process would (kill -9): stop the loop and every job, release
         nothing and hand nothing over, so another process takes the work only once the
-        lease expired. A seam for the tests and bench/resume.py; a service never calls it."""
+        lease expired. A seam for the tests (bench/resume.py kills real processes); a
+        service never calls it."""
         self._abandoned = True
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if self._loop is not None:

@@ -214,11 +214,11 @@ async def processes(db: Database) -> AsyncIterator[Any]:
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
-    async def starter(model: Model) -> AsyncIterator[Processes]:
+    async def starter(model: Model, heartbeat: float = 5.0) -> AsyncIterator[Processes]:
         clock = TickingClock()
         stack = await start_local_stack(
             db,
-            options=Options(lease_seconds=LEASE.total_seconds(), heartbeat_seconds=5.0),
+            options=Options(lease_seconds=LEASE.total_seconds(), heartbeat_seconds=heartbeat),
             ack_timeout=2.0,
             retry_delays=(0.0, 0.05, 0.05),
             clock=clock,
@@ -313,6 +313,29 @@ async def test_a_graceful_stop_hands_the_step_over_at_once(processes: Any) -> No
         assert (await p.held(key)).attempts == 2
         await p.completed_once()
         assert ran(b) == ["writer", "commander"]
+
+
+async def test_a_job_that_lost_its_lease_stops_and_leaves_the_row_to_the_new_holder(
+    processes: Any,
+) -> None:
+    hang = HangsInTheWriter()
+    async with processes(hang.model(), heartbeat=0.05) as p:  # real seconds between beats
+        key = await p.writer_started(hang)
+        job = p.service.executor.jobs[key]
+        assert job.task is not None
+        async with p.service.db.write() as conn:  # another process took the run over
+            await conn.execute(
+                leases_t.update().where(leases_t.c.run_key == key).values(owner="elsewhere")
+            )
+        await asyncio.wait_for(asyncio.gather(job.task, return_exceptions=True), 20)
+        assert job.lease_lost and not job.cancelled
+        held = await p.held(key)
+        # the row is the new holder's to settle: marking it sent here would leave the
+        # step in progress for ever if that process died too
+        assert held.row_state == "pending"
+        assert held.lease_owner == "elsewhere"
+        assert [s.status for s in (await p.plan()).steps] == ["done", "in_progress", "pending"]
+        assert not any(t.startswith(WRITER_ANSWER) for t in p.texts())
 
 
 def test_lease_and_heartbeat_are_settings_passed_to_the_service() -> None:

@@ -231,7 +231,7 @@ class Executor:
             await self._post_form(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
-            await self._stopped(conversation, effect)
+            await self._stopped(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanFinished):
             await self._finished(conversation, effect, redelivered=redelivered)
@@ -305,12 +305,16 @@ class Executor:
         if plan is not None:
             await self.context.port.show_card(conversation, plan, first=first)
 
-    async def _stopped(self, conversation: ConversationRecord, effect: PlanStopped) -> None:
+    async def _stopped(
+        self, conversation: ConversationRecord, effect: PlanStopped, *, redelivered: bool
+    ) -> None:
         """A cancelled plan: stop its runs here, close its forms, say so once."""
         await self.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
         if plan is not None:
             await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
+        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
+            return  # said already (Slack's answer was lost, or this process stopped)
         who = f" by <@{effect.by}>" if effect.by else ""
         await self.context.port.say(
             conversation, f"Plan cancelled{who}. Nothing else will run.", key=effect.key

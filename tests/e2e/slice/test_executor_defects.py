@@ -34,7 +34,7 @@ from bot.views.plan_card import CANCEL_ACTION
 from local_slack import Message
 from storage.outbox import outbox_t
 from storage.records import ConversationRecord
-from tests.e2e.slice.conftest import Run
+from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.scripts import Script, plans, tools_of
 from tests.e2e.slice.test_admin_command import command
 
@@ -166,6 +166,42 @@ async def test_a_cancel_cuts_the_commanders_answer_to_a_message_in_flight(
         writer.release.set()
         await run.quiesce()
         assert after(run, root, notice) == [], run.transcript(root)  # no "Noted; …"
+        assert (await run.plan(root)).status == "cancelled"
+
+
+class LostAnswer(SlackPort):
+    """The Slack port, but Slack's answer to the first post starting with `text` is lost
+    (a timeout after Slack accepted it): the outbox delivers the effect again."""
+
+    def __init__(self, port: SlackPort, text: str) -> None:
+        super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
+        self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
+        self.text = text
+        self.lost = asyncio.Event()
+
+    async def say(self, conversation: ConversationRecord, text: str, **kwargs: Any) -> str:
+        ts = await super().say(conversation, text, **kwargs)
+        if text.startswith(self.text) and not self.lost.is_set():
+            self.lost.set()
+            raise TransientError("Slack did not answer in time")
+        return ts
+
+
+async def test_a_cancel_notice_whose_answer_was_lost_is_said_once(
+    start: Callable[..., Any],
+) -> None:
+    async with start() as run:
+        port = LostAnswer(run.service.port, "Plan cancelled")
+        run.service.port = run.service.context.port = port
+        root = run.ask(REQUEST)
+        await run.says(root, "needs your input")
+        await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)
+        await asyncio.wait_for(port.lost.wait(), WAIT)
+        run.clock.advance(5)  # past the outbox's backoff: the notice is delivered again
+        run.service.wake()
+        await run.quiesce()
+        notices = [m for m in run.messages(root) if m.text.startswith("Plan cancelled")]
+        assert len(notices) == 1, run.transcript(root)
         assert (await run.plan(root)).status == "cancelled"
 
 

@@ -365,7 +365,17 @@ def _finish(before: Plan, after: Plan, effects: list[Effect]) -> Result:
 
 def stalled(plan: Plan) -> bool:
     """A running plan with nothing in flight, no timer due and no person asked: only a
-    decision (the commander's, or a person's) can move it. Pure."""
+    decision (the commander's, or a person's) can move it. Pure.
+
+    A step backing off counts as a timer only if its upstream all succeeded: one whose
+    upstream was retried and failed again would not be dispatched when its timer fires.
+    """
     if plan.status != "running" or in_flight(plan):
         return False
-    return not any(s.status == "pending" and s.not_before is not None for s in plan.steps)
+    steps = plan.steps
+    return not any(
+        s.status == "pending"
+        and s.not_before is not None
+        and all(steps[d - 1].status in SUCCESSFUL for d in s.wait_for)
+        for s in steps
+    )

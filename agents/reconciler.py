@@ -18,12 +18,15 @@ from sqlalchemy.engine import Connection
 from agents.clock import Clock, utcnow
 from agents.commander_operations import apply_operation
 from agents.effects import (
+    AskCommander,
     Effect,
     PlanFinished,
+    PlanStalled,
     PlanStopped,
     UpdatePlanCard,
     card_key,
     finished_key,
+    stalled_key,
     stopped_key,
     to_row,
 )
@@ -41,7 +44,7 @@ from agents.plan import (
     new_steps,
 )
 from agents.plan_store import plan_from_rows, step_row
-from agents.plan_transitions import apply_outcome, dispatch, fail_step, with_status
+from agents.plan_transitions import apply_outcome, dispatch, fail_step, stalled, with_status
 from agents.plan_validation import validate_plan
 from storage import plans as store
 from storage.conversations import request_text
@@ -85,7 +88,8 @@ def decide(
     cancels from the card or with `/flotilla cancel`), named in the stop notice.
 
     Nothing new (or only stale/repeated outcomes) gives a decision with the same plan
-    and no effects. A change bumps the plan's version and adds one plan-card refresh.
+    and no effects. A change bumps the plan's version and adds one plan-card refresh,
+    and – when it left the plan stalled with no commander asked – a `PlanStalled`.
     Raises `OperationRejected`/`PlanValidationError` for an operation that is not allowed.
     """
     current = plan
@@ -155,7 +159,23 @@ def _versioned(before: Plan | None, plan: Plan, effects: list[Effect]) -> Decisi
         plan_id=plan.id,
         version=version,
     )
-    return Decision(before, plan, [*effects, card])
+    return Decision(before, plan, [*effects, card, *_stall_check(before, plan, effects)])
+
+
+def _stall_check(before: Plan | None, after: Plan, effects: list[Effect]) -> list[Effect]:
+    """Ask the commander when this change left the plan stalled – e.g. the last run in
+    flight ended while a failed step blocks the rest – unless it is being asked already."""
+    if before is None or stalled(before) or not stalled(after):
+        return []
+    if any(isinstance(e, AskCommander) for e in effects):
+        return []  # the failure just decided asks the commander itself
+    check = PlanStalled(
+        key=stalled_key(after.id, after.version),
+        conversation_id=after.conversation_id,
+        plan_id=after.id,
+        version=after.version,
+    )
+    return [check]
 
 
 def start(plan: Plan, now: datetime) -> Decision:

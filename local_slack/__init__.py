@@ -17,7 +17,8 @@ or standalone: ``python -m local_slack --port 3333 --app Flotilla=http://…/sla
 People can use it in a browser too: ``ws.page_url`` is a Slack-like page (see web_page.py).
 
 Web API: auth.test, chat.postMessage, chat.update, chat.delete, chat.postEphemeral,
-chat.startStream/appendStream/stopStream, conversations.replies/history/info/members/open,
+chat.startStream/appendStream/stopStream, assistant.threads.setStatus,
+conversations.replies/history/info/members/open,
 users.info, views.open/push/update/publish, apps.connections.open.
 Events: app_mention, message (message.channels/groups/im; subtypes bot_message,
 thread_broadcast, message_changed, message_deleted), app_home_opened.

@@ -13,6 +13,7 @@ from aiohttp import web
 from local_slack import (  # noqa: F401
     interactivity,
     socket_mode,
+    web_assistant,
     web_chat,
     web_conversations,
     web_page,

@@ -174,6 +174,20 @@ class View:
 
 
 @dataclass
+class ThreadStatus:
+    """An app's status line under a thread (assistant.threads.setStatus), e.g. "is thinking…".
+
+    It goes away when the app replies in the thread or after two minutes."""
+
+    app_id: str
+    status: str
+    loading_messages: list[str]
+    set_at: float  # the workspace clock
+    since_ts: str  # a reply by the app after this ts clears it
+    username: str | None = None
+
+
+@dataclass
 class Trigger:
     id: str
     user_id: str
@@ -211,6 +225,7 @@ class WorkspaceState:
         self.modal_stacks: dict[tuple[str, str], list[str]] = {}  # (user, app) -> view ids
         self.home_views: dict[tuple[str, str], str] = {}  # (user, app) -> view id
         self.triggers: dict[str, Trigger] = {}
+        self.thread_statuses: dict[tuple[str, str], ThreadStatus] = {}  # (channel, thread_ts)
         self.ts_clock = TsClock()
         self._changed = asyncio.Event()
         self.version = 0

@@ -85,7 +85,8 @@ async def _index(request: web.Request) -> web.FileResponse:
 
 async def _state(request: web.Request) -> web.Response:
     ws = _workspace(request)
-    return web.json_response(snapshot(ws.state, _viewer(ws, request.query.get("user"))))
+    viewer = _viewer(ws, request.query.get("user"))
+    return web.json_response(snapshot(ws.state, viewer, ws.clock()))
 
 
 async def _events(request: web.Request) -> web.StreamResponse:
@@ -99,17 +100,15 @@ async def _events(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     hub.streams.add(response)
     state = ws.state
-    sent = -1
     try:
         while not hub.closing:
-            if state.version != sent:
-                sent = state.version
-                data = json.dumps(snapshot(state, viewer), separators=(",", ":"))
-                await response.write(f"event: state\ndata: {data}\n\n".encode())
+            sent = state.version
+            data = json.dumps(snapshot(state, viewer, ws.clock()), separators=(",", ":"))
+            await response.write(f"event: state\ndata: {data}\n\n".encode())
             try:
                 await state.wait_for(_news(state, sent, hub), KEEPALIVE_SECONDS)
-            except TimeoutError:  # a comment line keeps proxies and the browser from giving up
-                await response.write(b": keep-alive\n\n")
+            except TimeoutError:  # sent again: keeps the stream alive, status lines time out
+                pass
     except ConnectionResetError:  # the page was closed or reloaded
         pass
     finally:

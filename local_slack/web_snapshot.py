@@ -4,8 +4,11 @@ and their App Home views. Rebuilt on every state change and pushed to the page."
 
 from __future__ import annotations
 
+import time
+
 from local_slack.shapes import message_json
 from local_slack.state import Channel, InstalledApp, Json, Message, Person, View, WorkspaceState
+from local_slack.web_assistant import live_statuses
 
 MESSAGES_PER_CHANNEL = 500  # the newest messages (with their threads) of each channel
 
@@ -105,8 +108,25 @@ def view_json(view: View) -> Json:
     return out
 
 
-def snapshot(state: WorkspaceState, viewer: Person) -> Json:
-    """Everything the page shows to `viewer`, as of `state.version`."""
+def statuses_json(state: WorkspaceState, channels: list[Channel], now: float) -> list[Json]:
+    """Apps' status lines under threads ("Flotilla is thinking…") in these channels."""
+    visible = {c.id for c in channels}
+    out = []
+    for channel_id, thread_ts, status in live_statuses(state, now):
+        app = state.apps.get(status.app_id)
+        if channel_id in visible and app is not None:
+            out.append({
+                "channel": channel_id,
+                "thread_ts": thread_ts,
+                "text": f"{status.username or app.name} {status.status}",
+                "loading_messages": status.loading_messages,
+            })  # fmt: skip
+    return out
+
+
+def snapshot(state: WorkspaceState, viewer: Person, now: float | None = None) -> Json:
+    """Everything the page shows to `viewer`, as of `state.version` (and `now`, the
+    workspace clock, for status lines that time out)."""
     channels = visible_channels(state, viewer)
     ephemerals = [
         {
@@ -141,4 +161,5 @@ def snapshot(state: WorkspaceState, viewer: Person) -> Json:
         "ephemerals": ephemerals,
         "modal": view_json(modal) if modal is not None else None,
         "homes": homes,
+        "statuses": statuses_json(state, channels, time.time() if now is None else now),
     }

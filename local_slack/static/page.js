@@ -211,7 +211,14 @@ function renderChannel(ctx, channelId, placeholder) {
   const shown = messages.filter((m) => !m.thread_ts || m.thread_ts === m.ts || m.subtype === "thread_broadcast");
   const ephemerals = S.snap.ephemerals.filter((e) => e.channel === channelId && !e.thread_ts);
   const items = [...shown, ...ephemerals].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
-  fillList($("#messages"), items.map((m) => messageNode(m, ctx, false)).filter(Boolean));
+  const nodes = [];
+  for (const m of items) {
+    const node = messageNode(m, ctx, false);
+    if (node) nodes.push(node);
+    const status = !m.ephemeral && statusNode(channelId, m.ts, "in-channel");
+    if (status) nodes.push(status);
+  }
+  fillList($("#messages"), nodes);
   const composer = $("#composer");
   composer.querySelector("textarea").placeholder = placeholder;
   composer.dataset.channel = channelId;
@@ -237,8 +244,41 @@ function renderThread(ctx) {
   const nodes = [messageNode(parentMsg, ctx, true)];
   if (replies.length) nodes.push(divider(`${replies.length} ${replies.length === 1 ? "reply" : "replies"}`));
   nodes.push(...items.map((m) => messageNode(m, ctx, true)).filter(Boolean));
+  const status = statusNode(t.channel, t.ts, "in-thread");
+  if (status) nodes.push(status);
   fillList($("#thread-messages"), nodes);
 }
+
+/** An app's status line under a thread ("Flotilla is thinking…"), kept while unchanged so
+ * its rotating loading messages run on. */
+const statusNodes = new Map();
+function statusNode(channel, threadTs, where) {
+  const found = S.snap.statuses.find((s) => s.channel === channel && s.thread_ts === threadTs);
+  const key = where + channel + threadTs;
+  if (!found) {
+    statusNodes.delete(key);
+    return null;
+  }
+  const sig = JSON.stringify(found);
+  const cached = statusNodes.get(key);
+  if (cached && cached.sig === sig) return cached.node;
+  const node = h("div", `thread-status ${where}`);
+  node.append(h("span", "status-text", found.text));
+  if (found.loading_messages.length) {
+    const rotating = node.appendChild(h("span", "status-loading", found.loading_messages[0]));
+    rotating.dataset.messages = JSON.stringify(found.loading_messages);
+  }
+  statusNodes.set(key, { sig, node });
+  return node;
+}
+
+// Loading messages take turns, as in Slack (an animation of what the page holds, not a poll).
+setInterval(() => {
+  for (const el of document.querySelectorAll(".status-loading")) {
+    const messages = JSON.parse(el.dataset.messages);
+    el.textContent = messages[(messages.indexOf(el.textContent) + 1) % messages.length];
+  }
+}, 2500);
 
 const dividers = new Map();
 function divider(text) {

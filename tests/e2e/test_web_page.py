@@ -254,9 +254,19 @@ async def test_live_updates_edits_streaming_and_ephemeral_messages(
     await expect(streamed.locator(".markdown b")).to_have_text("it")
     await client.chat_appendStream(channel=channel, ts=stream["ts"], markdown_text=" – step 2")
     await expect(streamed).to_contain_text("Working on it – step 2")
+    await client.assistant_threads_setStatus(
+        channel_id=channel, thread_ts=posted["ts"], status="is thinking…",
+        loading_messages=["Reading the thread", "Checking the numbers"],
+    )  # fmt: skip
+    status = page.locator("#thread-messages .thread-status")
+    await expect(status.locator(".status-text")).to_have_text("TinyBot is thinking…")
+    await expect(status.locator(".status-loading")).to_have_text("Checking the numbers")
     await client.chat_stopStream(channel=channel, ts=stream["ts"])
     await expect(page.locator("#thread-messages .message.streaming")).to_have_count(0)
     await expect(page.locator("#thread-messages .message", has_text="step 2")).to_have_count(1)
+    await expect(status).to_have_count(1)
+    await client.chat_postMessage(channel=channel, thread_ts=posted["ts"], text="All done")
+    await expect(status).to_have_count(0)  # the app's reply ends its status line
 
     random = running.workspace.state.channel_named("random").id
     await client.chat_postMessage(channel=random, text="Over here")  # elsewhere: shown as unread

@@ -11,6 +11,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
 from local_slack import Driver, LocalWorkspace
 from local_slack.state import Channel, InstalledApp, Person
@@ -151,3 +153,59 @@ async def test_the_stream_pushes_each_change_and_ends_when_the_workspace_stops(
     async with asyncio.timeout(10):  # an open stream does not hold the server up
         await ws.stop()
     response.close()
+
+
+async def test_status_lines_under_threads_and_what_ends_them(
+    receiver: Receiver, http: aiohttp.ClientSession
+) -> None:
+    now = [1_000.0]
+    ws = LocalWorkspace(clock=lambda: now[0])
+    await ws.start("127.0.0.1", 0)
+    try:
+        alice, _, app, channel = populate(ws, receiver.url)
+        client = AsyncWebClient(token=app.bot_token, base_url=ws.api_url)
+        root = Driver(ws).post("alice", "general", "help?")
+
+        async def statuses() -> list[dict[str, Any]]:
+            async with http.get(ws.page_url + "state", params={"user": "alice"}) as response:
+                shown: list[dict[str, Any]] = (await response.json())["statuses"]
+                return shown
+
+        await client.assistant_threads_setStatus(
+            channel_id=channel.id, thread_ts=root.ts, status="is thinking…",
+            loading_messages=["Reading"], username="Helper",
+        )  # fmt: skip
+        assert await statuses() == [
+            {"channel": channel.id, "thread_ts": root.ts, "text": "Helper is thinking…",
+             "loading_messages": ["Reading"]}
+        ]  # fmt: skip
+        now[0] += 121  # two minutes without a reply
+        assert await statuses() == []
+        await client.assistant_threads_setStatus(channel_id=channel.id, thread_ts=root.ts,
+                                                 status="is writing…")  # fmt: skip
+        assert [s["text"] for s in await statuses()] == ["TinyBot is writing…"]
+        await client.assistant_threads_setStatus(channel_id=channel.id, thread_ts=root.ts,
+                                                 status="")  # fmt: skip
+        assert await statuses() == []
+
+        too_many = [str(i) for i in range(11)]
+        for channel_id, thread_ts, loading, error in [
+            (channel.id, "1.000001", None, "invalid_thread_ts"),
+            ("C0NOPE", root.ts, None, "channel_not_found"),
+            (channel.id, root.ts, too_many, "invalid_arguments"),
+        ]:
+            with pytest.raises(SlackApiError) as refused:
+                await client.assistant_threads_setStatus(
+                    channel_id=channel_id, thread_ts=thread_ts, status="x", loading_messages=loading
+                )
+            assert refused.value.response["error"] == error
+        reader = ws.install_app("Reader", scopes=["channels:history"], bot_events=[])
+        ws.invite(channel, reader)
+        reading = AsyncWebClient(token=reader.bot_token, base_url=ws.api_url)
+        with pytest.raises(SlackApiError) as refused:
+            await reading.assistant_threads_setStatus(
+                channel_id=channel.id, thread_ts=root.ts, status="x"
+            )
+        assert refused.value.response["error"] == "missing_scope"
+    finally:
+        await ws.stop()

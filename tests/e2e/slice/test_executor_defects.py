@@ -32,6 +32,7 @@ from bot.port import SlackPort
 from bot.views.forms import INLINE_ACTION
 from bot.views.plan_card import CANCEL_ACTION
 from local_slack import Message
+from storage.db import Database
 from storage.outbox import outbox_t
 from storage.records import ConversationRecord
 from tests.e2e.slice.conftest import REQUEST, Run
@@ -114,9 +115,11 @@ async def outbox_row(run: Run, key: str) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("how", ["card", "command"])
-async def test_cancel_stops_the_step_in_flight(start: Callable[..., Any], how: str) -> None:
+async def test_cancel_stops_the_step_in_flight(
+    start: Callable[..., Any], empty_db: Database, how: str
+) -> None:
     writer = Gate("Write up the findings")
-    async with start(model=gated(writer)) as run:
+    async with start(db=empty_db, model=gated(writer)) as run:
         root = run.ask(CHAIN)
         await writer.reached()  # the writer's model is thinking
         maya = run.driver.person("maya").id
@@ -379,9 +382,11 @@ async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
 # --- 5. other apps cannot silence Flotilla ----------------------------------------------
 
 
-async def test_other_apps_and_people_cannot_silence_flotilla(start: Callable[..., Any]) -> None:
+async def test_other_apps_and_people_cannot_silence_flotilla(
+    start: Callable[..., Any], empty_db: Database
+) -> None:
     researcher = Gate("Research this and list the key findings")
-    async with start(model=gated(researcher)) as run:
+    async with start(db=empty_db, model=gated(researcher)) as run:
         ws = run.stack.workspace
         impostor = ws.install_app("Impostor", scopes=["chat:write"], bot_events=[])
         ws.invite(run.stack.channel, impostor)

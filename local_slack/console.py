@@ -12,6 +12,7 @@ from collections.abc import Callable
 from local_slack.driver import Driver
 from local_slack.state import Channel, InstalledApp, Message, Person, View
 from local_slack.transcript import render_message, render_view
+from local_slack.web_assistant import live_statuses
 
 HELP = """You are @{person} in #{channel}. Type a message to post it there.
   @AppName text                   mention an installed app (its bot user)
@@ -197,6 +198,17 @@ class Console:
                 self.out(f"({self._only(person.id)}: a modal – :submit or :close)")
                 self.out(render_view(state, modal))
         self._show_homes()
+        self._show_statuses()
+
+    def _show_statuses(self) -> None:
+        """Apps' status lines under threads of this channel ("Flotilla is thinking…")."""
+        state = self.driver.state
+        for channel_id, _, status in live_statuses(state, self.driver.ws.clock()):
+            key = f"status:{status.since_ts}"
+            if channel_id == self.channel.id and key not in self._shown:
+                self._shown.add(key)
+                name = status.username or state.apps[status.app_id].name
+                self.out(f"    ({name} {status.status})")
 
     def _show_homes(self) -> None:
         state = self.driver.state

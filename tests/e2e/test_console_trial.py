@@ -179,3 +179,19 @@ async def test_trial_console_tries_the_admin_surface_as_alex(stack: LocalStack) 
     await shows(console, lines, "(Flotilla Home, as @maya sees it)")
     assert "scout" in lines[-1] and "[Add an agent]" not in lines[-1]  # maya is no admin
     assert all(line.startswith(("┌", "│")) for line in lines[-1].splitlines())  # one frame
+
+
+async def test_the_console_shows_an_apps_status_line_once(
+    console_app: tuple[Console, list[str]],
+) -> None:
+    console, lines = console_app
+    app = console.driver.state.app_by_bot_user(console.driver.person("ticketbot").id)
+    assert app is not None
+    root = console.post("anyone there?")
+    client = AsyncWebClient(token=app.bot_token, base_url=console.driver.ws.api_url)
+    await client.assistant_threads_setStatus(
+        channel_id=root.channel, thread_ts=root.ts, status="is thinking…"
+    )
+    await shows(console, lines, "    (TicketBot is thinking…)")
+    console.show_new()
+    assert sum("is thinking" in line for line in lines) == 1

@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from agents.commander_turns import RETRY_AFTER
 from agents.plan import MAX_COMMANDER_RETRIES, Plan
+from bot.views.forms import INLINE_ACTION
 from local_slack import Message
 from storage.tables import OutboxEntry
 from tests.e2e.slice.conftest import Run, scripted
@@ -155,3 +156,43 @@ async def test_a_commander_that_retries_for_ever_is_refused_at_the_cap(
         assert run.dispatches(root) == [(1, n) for n in range(1, MAX_COMMANDER_RETRIES + 2)]
         refusals = [m for m in run.messages(root) if "already retried 3 times" in m.text]
         assert len(refusals) == 1 + run.service.executor.context.options.commander_retries
+
+
+WITH_A_FORM = [
+    {"index": 1, "title": "Find the numbers", "assignee": "researcher",
+     "input": "[fail] find the numbers", "on_failure": "ask_commander"},
+    {"index": 2, "title": "Pick the tiers", "assignee": "user", "wait_for": [],
+     "form": {"fields": [{"name": "tiers", "label": "Which tiers?"}]}},
+    {"index": 3, "title": "Write it up", "assignee": "writer", "wait_for": [1, 2],
+     "input": "Write up: {{step_1.output_summary}} for {{step_2.output_summary}}"},
+]  # fmt: skip
+
+
+async def test_a_plan_that_stalls_later_is_decided_on_again(start: Callable[..., Any]) -> None:
+    """Step 1 fails while a person is asked (step 2's form): the commander's reply changes
+    nothing and the plan is not stuck yet. Once the form is answered nothing can run –
+    the commander is asked again at once, then the stall handling stops the plan."""
+    woken = Woken(only_replies)
+    async with start(model=scripted(combine(plans({"LATER": WITH_A_FORM}), woken))) as run:
+        root = run.ask("LATER please")
+        form = await run.says(root, "needs your input")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert [s.status for s in plan.steps] == ["failed", "in_progress", "pending"]
+        assert plan.status == "paused" and woken.turns == 1, run.transcript(root)
+        await past_the_backoff(run)
+        assert woken.turns == 1  # a person is asked: the commander is not pressed meanwhile
+
+        await run.driver.click("maya", form, INLINE_ACTION, value="Pro")  # one field: inline
+        await run.says(root, "Answered by")
+        await run.quiesce()
+        assert woken.turns == 2, run.transcript(root)  # stuck now: asked again at once
+        for _ in range(run.service.executor.context.options.commander_retries):
+            await past_the_backoff(run)
+        await run.says(root, GAVE_UP)
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "aborted", run.transcript(root)
+        assert [s.status for s in plan.steps] == ["failed", "done", "skipped"]
+        assert woken.turns == 2 + run.service.executor.context.options.commander_retries
+        assert not [m for m in run.messages(root) if m.text.startswith("@writer")]

@@ -11,10 +11,12 @@ silences a post.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import aiohttp
 from pydantic import SecretStr
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
@@ -161,7 +163,7 @@ class SlackPort:
         blocks: list[dict[str, Any]] | None,
         metadata: dict[str, Any] | None,
     ) -> str:
-        try:
+        with _slack_call():
             return await self.poster.post(
                 channel=conversation.channel_id,
                 thread_ts=conversation.thread_ts,
@@ -170,8 +172,6 @@ class SlackPort:
                 blocks=blocks,
                 metadata=metadata,
             )
-        except SlackApiError as exc:
-            raise _classified(exc) from exc
 
     async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
         identity = await self.identity(effect.agent)
@@ -219,17 +219,16 @@ class SlackPort:
         async with self.db.write() as conn:
             won = await claim_plan_card(conn, plan.id, ts)
         if not won:  # another sender posted the card first: keep one card
-            await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
+            with _slack_call():
+                await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
 
     async def update(
         self, conversation: ConversationRecord, ts: str, text: str, blocks: list[dict[str, Any]]
     ) -> None:
-        try:
+        with _slack_call():
             await self.poster.update(
                 channel=conversation.channel_id, ts=ts, text=text, blocks=blocks
             )
-        except SlackApiError as exc:
-            raise _classified(exc) from exc
 
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
         """The plan's forms that nobody answered lose their buttons and say `note`."""
@@ -274,19 +273,20 @@ class SlackPort:
             identity = await self.identity(agent)
             if identity.bot_id:
                 authors.add(identity.bot_id)
-        response = await self.client.conversations_replies(
-            channel=conversation.channel_id,
-            ts=conversation.thread_ts,
-            include_all_metadata=True,
-            limit=200,
-        )
-        async for page in response:  # slack_sdk follows next_cursor page by page
-            for message in page.get("messages") or []:
-                if message.get("bot_id") not in authors:
-                    continue  # people and other apps can never silence a post
-                meta = _payload_of(message.get("metadata"), *FLOTILLA_EVENTS)
-                if meta is not None and meta.get("key") == key:
-                    return True
+        with _slack_call():
+            response = await self.client.conversations_replies(
+                channel=conversation.channel_id,
+                ts=conversation.thread_ts,
+                include_all_metadata=True,
+                limit=200,
+            )
+            async for page in response:  # slack_sdk follows next_cursor page by page
+                for message in page.get("messages") or []:
+                    if message.get("bot_id") not in authors:
+                        continue  # people and other apps can never silence a post
+                    meta = _payload_of(message.get("metadata"), *FLOTILLA_EVENTS)
+                    if meta is not None and meta.get("key") == key:
+                        return True
         return False
 
 
@@ -295,6 +295,17 @@ def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[s
         return None
     payload = metadata.get("event_payload")
     return dict(payload) if isinstance(payload, Mapping) else None
+
+
+@contextmanager
+def _slack_call() -> Iterator[None]:
+    """Slack's errors as the port's: `TransientError` (try again) or `PostingRefused`."""
+    try:
+        yield
+    except SlackApiError as exc:
+        raise _classified(exc) from exc
+    except (aiohttp.ClientError, TimeoutError) as exc:  # not reached, or no answer in time
+        raise TransientError(f"Slack could not be reached ({type(exc).__name__})") from exc
 
 
 def _classified(exc: SlackApiError) -> Exception:

@@ -379,6 +379,33 @@ async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
         assert (await run.plan(root)).steps[0].status == first.status
 
 
+async def test_slack_unreachable_for_the_answer_is_tried_again_not_failed(
+    start: Callable[..., Any],
+) -> None:
+    researcher = Gate("Research this and list the key findings")
+    async with start(model=gated(researcher)) as run:
+        ws = run.stack.workspace
+        root = run.ask(CHAIN)
+        await researcher.reached()
+        port = int(ws.base_url.rstrip("/").rsplit(":", 1)[1])
+        await ws.stop()  # Slack cannot be reached when the answer is ready
+        researcher.release.set()
+        await run.service.settle()
+        plan = await run.plan(root)
+        assert plan.steps[0].status == "in_progress", plan.steps[0].failure_reason
+
+        await ws.start("127.0.0.1", port)  # Slack is back
+        run.clock.advance(60)
+        run.service.wake()
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        assert [s.attempts for s in plan.steps] == [1, 1, 1]
+        assert flotilla_said(run, root, "[offline model] researcher:") == 1
+        assert researcher.calls == 1  # the stored run answered again, at no cost
+
+
 # --- 5. other apps cannot silence Flotilla ----------------------------------------------
 
 

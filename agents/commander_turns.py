@@ -81,11 +81,16 @@ Followup = Literal["done", "ask_again", "stop"]
 
 
 def wanted(plan: Plan | None, effect: AskCommander | PlanStalled) -> bool:
-    """Whether a decision turn is still needed: its plan is at work and, for a stall
-    check, still stalled (a turn queued before a cancel or a person's retry is dropped)."""
+    """Whether a decision turn is still needed: its plan is at work and its step still
+    failed (this attempt) or the plan still stalled – a turn queued before a cancel, or
+    before a person had the step retried, is dropped."""
     if plan is None or plan.id != effect.plan_id or plan.status in TERMINAL_PLAN:
         return False
-    return isinstance(effect, AskCommander) or stalled(plan)
+    if isinstance(effect, AskCommander):
+        step = plan.step(effect.step)
+        if step is not None and step.status == "failed" and step.attempts == effect.attempt:
+            return True
+    return stalled(plan)
 
 
 def after_turn(

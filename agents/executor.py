@@ -49,12 +49,13 @@ from storage.db import Database
 from storage.outbox import finish_effect, hold_effect, next_effect_due
 from storage.plans import load_plan
 from storage.records import ConversationRecord
-from storage.runs import claim_run, release_run, renew_run, run_lease_until
+from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 Work = Callable[[], Awaitable[None]]
 RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
+FINISH_BATCH_SECONDS = 5.0  # a stopping process still delivers the rows it claimed
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,7 @@ class Executor:
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
         self._abandoned = False  # see `abandon`
+        self._stopping = False  # see `stop`
 
     @property
     def observer(self) -> RunObserver:
@@ -140,13 +142,19 @@ class Executor:
 
     def start(self) -> None:
         """Start delivering (work a dead process left is claimed once its lease expired)."""
+        self._stopping = False
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
 
     async def stop(self, grace: float = 0.0) -> list[str]:
-        """Stop delivering; wait up to `grace` seconds for running jobs, then hand the
-        rest over (their leases released, so any process takes them at once). Returns
-        the keys handed over."""
+        """Stop delivering: the rows already claimed are still delivered (a claimed row
+        left undelivered would wait a whole lease), no more are claimed. Wait up to
+        `grace` seconds for running jobs, then hand the rest over (their leases released,
+        so any process takes them at once). Returns the keys handed over."""
+        self._stopping = True
         if self._loop is not None:
+            with contextlib.suppress(TimeoutError):  # the drain under way ends its batch
+                async with asyncio.timeout(max(grace, FINISH_BATCH_SECONDS)), self._draining:
+                    pass
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None
@@ -158,7 +166,14 @@ class Executor:
             if job.task is not None:
                 job.task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # a job cancelled before its task ran never got to its own hand-over: done here
+        self.jobs = {k: j for k, j in self.jobs.items() if j.task and not j.task.done()}
         if handed:
+            with contextlib.suppress(Exception):
+                async with self.context.db.write() as conn:
+                    await release_runs_of(conn, self.owner)
+                    for key in handed:
+                        await hold_effect(conn, key, self.context.clock())
             log.info("handed over %d job(s) to other processes: %s", len(handed), handed)
         return handed
 
@@ -181,9 +196,13 @@ class Executor:
         self._wake.set()
 
     async def drain(self) -> int:
-        """Deliver what is due now; waits for a delivery already under way here."""
+        """Deliver what is due now; waits for a delivery already under way here. Once
+        stopping, no further batch is claimed."""
         async with self._draining:
-            return await self.outbox.drain()
+            total = 0
+            while not self._stopping and (claimed := await self.outbox.deliver_due()):
+                total += claimed
+            return total
 
     async def settle(self) -> None:
         """Deliver everything due and wait for every job (the demo and tests use it)."""

@@ -119,3 +119,8 @@ async def run_lease_until(conn: AsyncConnection, run_key: str) -> datetime | Non
         select(leases_t.c.lease_until).where(leases_t.c.run_key == run_key)
     )
     return until
+
+
+async def release_runs_of(conn: AsyncConnection, owner: str) -> None:
+    """Release every lease `owner` holds (a process handing its work over as it stops)."""
+    await conn.execute(delete(leases_t).where(leases_t.c.owner == owner))

@@ -26,7 +26,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
@@ -36,8 +36,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
 from agents import offline
-from agents.effects import step_key
+from agents.effects import PostDispatch, step_key
 from agents.offline import first_prompt
+from agents.ports import SlackPort
 from bot.local import LocalStack, start_local_stack
 from bot.metrics import Metrics
 from bot.serve import options_from
@@ -46,6 +47,7 @@ from bot.settings import Settings
 from local_slack import Driver, Message
 from storage.db import Database
 from storage.outbox import outbox_t
+from storage.records import ConversationRecord
 from storage.runs import leases_t
 from tests.e2e.slice.scripts import tools_of
 
@@ -336,6 +338,46 @@ async def test_a_job_that_lost_its_lease_stops_and_leaves_the_row_to_the_new_hol
         assert held.lease_owner == "elsewhere"
         assert [s.status for s in (await p.plan()).steps] == ["done", "in_progress", "pending"]
         assert not any(t.startswith(WRITER_ANSWER) for t in p.texts())
+
+
+class SlowDispatch:
+    """Flotilla's Slack port, except that posting a dispatch waits until the test lets it
+    go: a slow Slack call in the middle of the batch the outbox claimed."""
+
+    def __init__(self, port: SlackPort) -> None:
+        self.port = port
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+        self.reached.set()
+        await self.go.wait()
+        await self.port.post_dispatch(conversation, effect)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
+
+
+async def test_a_stop_during_a_delivery_hands_its_row_over_at_once(processes: Any) -> None:
+    async with processes(offline.offline_model()) as p:
+        a = p.service
+        slow = SlowDispatch(a.context.port)
+        a.context.port = cast(SlackPort, slow)
+        p.root = p.driver.mention("maya", "launch", p.stack.commander, REQUEST)
+        await asyncio.wait_for(slow.reached.wait(), 20)  # the researcher's dispatch is posting
+        stopping = asyncio.create_task(a.stop(grace=0))
+        await asyncio.sleep(0)  # the stop begins while the post is under way...
+        slow.go.set()  # ...then Slack answers
+        key = step_key((await p.plan()).id, 1, 1)
+        assert await stopping == [key]  # the row was delivered and its job handed over
+        handed = await p.held(key)
+        assert handed.lease_owner is None
+        assert handed.row_due <= p.clock.now  # not a lease from now: B takes it at once
+
+        b = await p.replace(a, offline.offline_model())
+        await b.settle()  # no clock advance
+        await p.completed_once()
+        assert ran(b) == ["researcher", "writer", "commander"]
 
 
 def test_lease_and_heartbeat_are_settings_passed_to_the_service() -> None:

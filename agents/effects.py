@@ -51,6 +51,11 @@ def card_key(plan_id: int, version: int) -> str:
     return f"plan:{plan_id}:card:v{version}"
 
 
+def card_message_key(plan_id: int) -> str:
+    """The key the plan card's message carries (a lost answer to its post is found again)."""
+    return f"plan:{plan_id}:card"
+
+
 def finished_key(plan_id: int) -> str:
     return f"plan:{plan_id}:finished"
 

@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.effects import AskUser, PostDispatch, ShowForm
+from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
 from agents.errors import TransientError
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
@@ -209,13 +209,21 @@ class SlackPort:
             card_ts = await plan_card_ts(conn, plan.id)
         if card_ts is not None and first:
             return
+        key = card_message_key(plan.id)
+        if card_ts is None:  # posted before, its answer lost (or the process stopped)?
+            card_ts = await self._posted(conversation, key, {self.bot_id})
+            if card_ts is not None:
+                async with self.db.write() as conn:
+                    await claim_plan_card(conn, plan.id, card_ts)
+                    card_ts = await plan_card_ts(conn, plan.id)
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(plan, mentions=mentions, requester=conversation.requested_by)
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)
             return
-        ts = await self.say(conversation, text, blocks=rendered)
+        metadata = {"event_type": NOTICE_EVENT, "event_payload": {"plan_id": plan.id, "key": key}}
+        ts = await self.say(conversation, text, blocks=rendered, metadata=metadata)
         async with self.db.write() as conn:
             won = await claim_plan_card(conn, plan.id, ts)
         if not won:  # another sender posted the card first: keep one card
@@ -268,11 +276,16 @@ class SlackPort:
     ) -> bool:
         """Whether Flotilla (its bot, or `agent`'s own app) posted a message carrying `key`
         with one of Flotilla's metadata event types (redelivery and recovery only)."""
-        authors = {self.bot_id} if self.bot_id else set()
+        authors = {self.bot_id}
         if agent:
-            identity = await self.identity(agent)
-            if identity.bot_id:
-                authors.add(identity.bot_id)
+            authors.add((await self.identity(agent)).bot_id)
+        return await self._posted(conversation, key, authors) is not None
+
+    async def _posted(
+        self, conversation: ConversationRecord, key: str, authors: set[str | None]
+    ) -> str | None:
+        """The ts of a message of `authors` carrying `key` in Flotilla's metadata, if any."""
+        authors.discard(None)
         with _slack_call():
             response = await self.client.conversations_replies(
                 channel=conversation.channel_id,
@@ -286,8 +299,8 @@ class SlackPort:
                         continue  # people and other apps can never silence a post
                     meta = _payload_of(message.get("metadata"), *FLOTILLA_EVENTS)
                     if meta is not None and meta.get("key") == key:
-                        return True
-        return False
+                        return str(message["ts"])
+        return None
 
 
 def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[str, Any] | None:

@@ -208,6 +208,23 @@ async def test_a_cancel_notice_whose_answer_was_lost_is_said_once(
         assert (await run.plan(root)).status == "cancelled"
 
 
+async def test_a_plan_card_whose_answer_was_lost_is_posted_once(
+    start: Callable[..., Any],
+) -> None:
+    async with start() as run:
+        port = LostAnswer(run.service.port, "Plan (")
+        run.service.port = run.service.context.port = port
+        root = run.ask(CHAIN)
+        await asyncio.wait_for(port.lost.wait(), WAIT)
+        run.clock.advance(5)  # past the outbox's backoff: the dispatch is delivered again
+        run.service.wake()
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        cards = [m for m in run.messages(root) if m.text.startswith("Plan (")]
+        assert len(cards) == 1, run.transcript(root)
+        assert "completed" in cards[0].text  # the one card is the one kept up to date
+
+
 async def test_an_abort_stops_the_parallel_step_in_flight(start: Callable[..., Any]) -> None:
     steps = [
         {"index": 1, "title": "Find the numbers", "assignee": "researcher",

@@ -280,6 +280,30 @@ async def test_a_cancel_closes_an_agents_open_question(start: Callable[..., Any]
         assert flotilla_said(run, root, "[offline model] researcher:") == 0
 
 
+async def test_an_abort_closes_an_agents_open_question(start: Callable[..., Any]) -> None:
+    steps = [
+        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
+         "input": "[ask] Find the numbers", "wait_for": []},
+        {"index": 2, "title": "Check the sources", "assignee": "analyst",
+         "input": "[fail] Check the sources", "on_failure": "abort_plan", "wait_for": []},
+    ]  # fmt: skip
+    failing = Gate("[fail] Check the sources")  # fails once the question is out
+    async with start(model=gated(failing, script=plans({"ASKED": steps})), max_parallel=2) as run:
+        root = run.ask("ASKED please")
+        question = await run.says(root, "asks:")
+        failing.release.set()
+        await run.says(root, "The plan was stopped")
+        await run.quiesce()
+
+        closed = next(m for m in run.messages(root) if m.ts == question.ts)
+        assert "The plan was stopped" in closed.text and "This form is closed" in closed.text
+        kinds = {b.get("type") for b in closed.blocks or []}
+        assert not kinds & {"actions", "input"}, closed.blocks
+        plan = await run.plan(root)
+        assert plan.status == "aborted"
+        assert [s.status for s in plan.steps] == ["skipped", "failed"]
+
+
 # --- 2. no step stays in progress for ever ------------------------------------------------
 
 

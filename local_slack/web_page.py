@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,10 +39,9 @@ class PageError(Exception):
 
 @dataclass
 class PageHub:
-    """Open event streams, so the workspace can end them when it stops."""
+    """Tells open event streams to end when the workspace stops."""
 
     closing: bool = False
-    streams: set[web.StreamResponse] = field(default_factory=set)
 
 
 HUB: web.AppKey[PageHub] = web.AppKey("page_hub")
@@ -98,7 +97,6 @@ async def _events(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    hub.streams.add(response)
     state = ws.state
     try:
         while not hub.closing:
@@ -111,8 +109,6 @@ async def _events(request: web.Request) -> web.StreamResponse:
                 pass
     except ConnectionResetError:  # the page was closed or reloaded
         pass
-    finally:
-        hub.streams.discard(response)
     return response
 
 

@@ -11,104 +11,32 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from sqlalchemy import select
 
 from agents import offline
-from agents.effects import (
-    AskUser,
-    PostDispatch,
-    ShowForm,
-    finished_key,
-    question_key,
-    result_key,
-    step_key,
-)
-from agents.errors import TransientError
-from agents.offline import first_prompt
-from agents.ports import StepTag
-from bot.identities import make_client
+from agents.effects import finished_key, question_key, result_key, step_key
 from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
-from bot.port import SlackPort
 from bot.views.forms import INLINE_ACTION
 from bot.views.plan_card import CANCEL_ACTION
-from local_slack import Message
 from storage.db import Database
-from storage.outbox import outbox_t
-from storage.records import ConversationRecord
 from tests.e2e.slice.conftest import REQUEST, Run
-from tests.e2e.slice.scripts import Script, plans, tools_of
+from tests.e2e.slice.faults import (
+    WAIT,
+    BrokenAnswers,
+    FirstPostsFail,
+    Gate,
+    LostAnswer,
+    after,
+    card_of,
+    gated,
+    impersonate,
+    outbox_row,
+    posted,
+    said,
+)
+from tests.e2e.slice.scripts import plans, tools_of
 from tests.e2e.slice.test_admin_command import command
 
 CHAIN = "research the history of our launch emails and write a short report"
-WAIT = 20.0  # seconds: a gate that never opens fails the test instead of hanging it
-
-
-class Gate:
-    """Holds the first model request of runs whose prompt starts with `prefix` until
-    released; records that it was reached, and whether the waiting run was cancelled."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-        self.cancelled = False
-        self.calls = 0
-
-    def holds(self, messages: list[ModelMessage], info: AgentInfo) -> bool:
-        commander_turn = bool({"create_plan", "retry_step"} & tools_of(info))
-        return not commander_turn and first_prompt(messages).startswith(self.prefix)
-
-    async def wait(self) -> None:
-        self.calls += 1
-        self.started.set()
-        try:
-            await self.release.wait()
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
-
-    async def reached(self) -> None:
-        await asyncio.wait_for(self.started.wait(), WAIT)
-
-
-def gated(*gates: Gate, script: Script | None = None) -> FunctionModel:
-    """The offline model (or `script` where it answers), held at the gates' first request."""
-
-    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if len(messages) == 1:  # a run's first request (not a tool result coming back)
-            for gate in gates:
-                if gate.holds(messages, info):
-                    await gate.wait()
-        found = script(messages, info) if script is not None else None
-        return found or offline.respond(messages, info)
-
-    return FunctionModel(respond, model_name="scripted")
-
-
-def card_of(run: Run, root: Message) -> Message:
-    return next(m for m in run.messages(root) if "Plan (" in m.text)
-
-
-def after(run: Run, root: Message, message: Message) -> list[str]:
-    """Texts posted in the thread after `message` (edits of earlier messages are not new)."""
-    return [m.text for m in run.messages(root) if float(m.ts) > float(message.ts)]
-
-
-def flotilla_said(run: Run, root: Message, prefix: str) -> int:
-    return sum(m.text.startswith(prefix) for m in run.messages(root))
-
-
-async def outbox_row(run: Run, key: str) -> tuple[str, int]:
-    """(state, claims) of the outbox row with `key`."""
-    async with run.service.db.read() as conn:
-        row = (
-            await conn.execute(
-                select(outbox_t.c.state, outbox_t.c.attempts).where(
-                    outbox_t.c.idempotency_key == key
-                )
-            )
-        ).one()
-    return str(row.state), int(row.attempts)
 
 
 # --- 1. cancel stops work ------------------------------------------------------------------
@@ -134,8 +62,8 @@ async def test_cancel_stops_the_step_in_flight(
         writer.release.set()  # a model that answers late must change nothing
         await run.quiesce()
         assert after(run, root, notice) == [], run.transcript(root)
-        assert flotilla_said(run, root, "[offline model] writer:") == 0
-        assert flotilla_said(run, root, "[offline model] commander:") == 0
+        assert said(run, root, "[offline model] writer:") == 0
+        assert said(run, root, "[offline model] commander:") == 0
         plan = await run.plan(root)
         assert plan.status == "cancelled"
         assert [s.status for s in plan.steps] == ["done", "skipped", "skipped"]
@@ -172,30 +100,12 @@ async def test_a_cancel_cuts_the_commanders_answer_to_a_message_in_flight(
         assert (await run.plan(root)).status == "cancelled"
 
 
-class LostAnswer(SlackPort):
-    """The Slack port, but Slack's answer to the first post starting with `text` is lost
-    (a timeout after Slack accepted it): the outbox delivers the effect again."""
-
-    def __init__(self, port: SlackPort, text: str) -> None:
-        super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
-        self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
-        self.text = text
-        self.lost = asyncio.Event()
-
-    async def say(self, conversation: ConversationRecord, text: str, **kwargs: Any) -> str:
-        ts = await super().say(conversation, text, **kwargs)
-        if text.startswith(self.text) and not self.lost.is_set():
-            self.lost.set()
-            raise TransientError("Slack did not answer in time")
-        return ts
-
-
 async def test_a_cancel_notice_whose_answer_was_lost_is_said_once(
     start: Callable[..., Any],
 ) -> None:
     async with start() as run:
         port = LostAnswer(run.service.port, "Plan cancelled")
-        run.service.port = run.service.context.port = port
+        port.install(run)
         root = run.ask(REQUEST)
         await run.says(root, "needs your input")
         await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)
@@ -213,7 +123,7 @@ async def test_a_plan_card_whose_answer_was_lost_is_posted_once(
 ) -> None:
     async with start() as run:
         port = LostAnswer(run.service.port, "Plan (")
-        run.service.port = run.service.context.port = port
+        port.install(run)
         root = run.ask(CHAIN)
         await asyncio.wait_for(port.lost.wait(), WAIT)
         run.clock.advance(5)  # past the outbox's backoff: the dispatch is delivered again
@@ -255,7 +165,7 @@ async def test_an_abort_stops_the_parallel_step_in_flight(start: Callable[..., A
         writer.release.set()
         await run.quiesce()
         assert after(run, root, notice) == [], run.transcript(root)
-        assert flotilla_said(run, root, "[offline model] writer:") == 0
+        assert said(run, root, "[offline model] writer:") == 0
         plan = await run.plan(root)
         assert plan.status == "aborted"
         assert [s.status for s in plan.steps] == ["failed", "skipped", "skipped"]
@@ -277,7 +187,7 @@ async def test_a_cancel_closes_an_agents_open_question(start: Callable[..., Any]
         assert not kinds & {"actions", "input"}, closed.blocks  # nothing left to answer
         plan = await run.plan(root)
         assert plan.status == "cancelled"
-        assert flotilla_said(run, root, "[offline model] researcher:") == 0
+        assert said(run, root, "[offline model] researcher:") == 0
 
 
 async def test_an_abort_closes_an_agents_open_question(start: Callable[..., Any]) -> None:
@@ -353,33 +263,6 @@ async def test_a_dispatch_slack_refuses_fails_its_step(
             await run.says(root, "[offline model] commander:")
 
 
-class BrokenAnswers(SlackPort):
-    """The Slack port with a bug: posting `agent`'s answer raises a programming error."""
-
-    def __init__(self, port: SlackPort, agent: str) -> None:
-        super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
-        self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
-        self.broken = agent
-
-    async def say(
-        self,
-        conversation: ConversationRecord,
-        text: str,
-        *,
-        agent: str | None = None,
-        result_of: StepTag | None = None,
-        key: str | None = None,
-        blocks: list[dict[str, Any]] | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> str:
-        if result_of is not None and agent == self.broken:
-            raise RuntimeError("a bug in posting the answer")
-        return await super().say(
-            conversation, text, agent=agent, result_of=result_of, key=key,
-            blocks=blocks, metadata=metadata,
-        )  # fmt: skip
-
-
 @pytest.mark.parametrize("on_failure", ["abort_plan", "continue"])
 async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
     start: Callable[..., Any], on_failure: str
@@ -394,7 +277,7 @@ async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
     researcher.release.set()  # only counts the runs
     async with start(model=gated(researcher, script=plans({"BUG": steps}))) as run:
         broken = BrokenAnswers(run.service.port, "researcher")
-        run.service.port = run.service.context.port = broken
+        broken.install(run)
         root = run.ask("BUG please")
         if on_failure == "abort_plan":
             notice = await run.says(root, "The plan was stopped")
@@ -443,7 +326,7 @@ async def test_slack_unreachable_for_the_answer_is_tried_again_not_failed(
         plan = await run.plan(root)
         assert plan.status == "completed", run.transcript(root)
         assert [s.attempts for s in plan.steps] == [1, 1, 1]
-        assert flotilla_said(run, root, "[offline model] researcher:") == 1
+        assert said(run, root, "[offline model] researcher:") == 1
         assert researcher.calls == 1  # the stored run answered again, at no cost
 
 
@@ -467,15 +350,7 @@ async def test_other_apps_and_people_cannot_silence_flotilla(
             (FORM_EVENT, question_key(p, 1, 1, 1)),
             (NOTICE_EVENT, finished_key(p)),
         ] + [(RESULT_EVENT, result_key(p, step, 1)) for step in (1, 2, 3)]
-        client = make_client(impostor.bot_token, ws.api_url)
-        for event_type, key in keys:  # the very keys Flotilla will use, in its own types
-            step = int(key.split(":")[3]) if ":step:" in key else 0
-            await client.chat_postMessage(
-                channel=run.stack.channel.id, thread_ts=root.ts, text=f"not Flotilla: {key}",
-                metadata={"event_type": event_type,
-                          "event_payload": {"plan_id": p, "step": step, "attempt": 1,
-                                            "key": key}},
-            )  # fmt: skip
+        await impersonate(run, root, impostor.bot_token, keys)  # the very keys Flotilla will use
         # a person's message carrying a result key (e.g. copied by a script) counts neither
         person = run.driver.post("dev", "launch", "my own result", thread_ts=root.ts)
         person.metadata = {"event_type": RESULT_EVENT,
@@ -509,54 +384,6 @@ async def test_other_apps_and_people_cannot_silence_flotilla(
             assert sum(t.startswith(prefix) for t in texts) == 1, (prefix, texts)
 
 
-class FirstPostsFail(SlackPort):
-    """The Slack port, but step 1's dispatch and form fail their first post as a Slack 5xx
-    does (transient: the outbox delivers the effect again, checking the thread first). The
-    failing post waits for `go`, so the test decides what is in the thread by then."""
-
-    def __init__(self, port: SlackPort) -> None:
-        super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
-        self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
-        self.seen: set[str] = set()
-        self.failed: dict[str, asyncio.Event] = {}
-        self.go, self.raised = asyncio.Event(), asyncio.Event()
-
-    async def _fail_first(self, effect: PostDispatch | ShowForm | AskUser) -> None:
-        if effect.step != 1 or effect.key in self.seen:
-            return
-        self.seen.add(effect.key)
-        self.failed.setdefault(effect.key, asyncio.Event()).set()
-        await self.go.wait()
-        self.raised.set()
-        raise TransientError("Slack answered 503")
-
-    async def failure(self, key: str) -> None:
-        await asyncio.wait_for(self.failed.setdefault(key, asyncio.Event()).wait(), WAIT)
-
-    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
-        await self._fail_first(effect)
-        await super().post_dispatch(conversation, effect)
-
-    async def post_form(
-        self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Any
-    ) -> None:
-        await self._fail_first(effect)
-        await super().post_form(conversation, effect, plan)
-
-
-async def impersonate(run: Run, root: Message, token: str, keys: list[tuple[str, str]]) -> None:
-    """Another app posts, in the thread, messages carrying Flotilla's event types and keys."""
-    client = make_client(token, run.stack.workspace.api_url)
-    for event_type, key in keys:
-        step = int(key.split(":")[3]) if ":step:" in key else 0
-        await client.chat_postMessage(
-            channel=run.stack.channel.id, thread_ts=root.ts, text=f"not Flotilla: {key}",
-            metadata={"event_type": event_type,
-                      "event_payload": {"plan_id": int(key.split(":")[1]), "step": step,
-                                        "attempt": 1, "key": key}},
-        )  # fmt: skip
-
-
 async def test_a_redelivered_dispatch_and_form_are_not_silenced(
     start: Callable[..., Any],
 ) -> None:
@@ -565,7 +392,7 @@ async def test_a_redelivered_dispatch_and_form_are_not_silenced(
         impostor = ws.install_app("Impostor", scopes=["chat:write"], bot_events=[])
         ws.invite(run.stack.channel, impostor)
         port = FirstPostsFail(run.service.port)
-        run.service.port = run.service.context.port = port
+        port.install(run)
         root = run.ask(f"[ask] {CHAIN}")
         await run.says(root, "Plan (")  # the card: the plan exists, its dispatch is due
         plan = await run.plan(root)
@@ -602,15 +429,4 @@ async def test_a_redelivered_dispatch_and_form_are_not_silenced(
         assert posted(run, root, bot, DISPATCH_EVENT, step_key(p, 1, 1)) == 1
         assert posted(run, root, bot, FORM_EVENT, question_key(p, 1, 1, 1)) == 1
         assert posted(run, root, bot, RESULT_EVENT, result_key(p, 1, 1)) == 1
-        assert flotilla_said(run, root, "[offline model] researcher:") == 1
-
-
-def posted(run: Run, root: Message, not_by: str, event_type: str, key: str) -> int:
-    """How many messages of apps other than `not_by` carry `event_type` with `key`."""
-    return sum(
-        1
-        for m in run.messages(root)
-        if m.bot_id not in (None, not_by)
-        and (m.metadata or {}).get("event_type") == event_type
-        and (m.metadata or {}).get("event_payload", {}).get("key") == key
-    )
+        assert said(run, root, "[offline model] researcher:") == 1

@@ -222,13 +222,6 @@ Effect = Annotated[
     Field(discriminator="kind"),
 ]
 StepEffect = PostDispatch | ShowForm | RunCommanderStep | AskCommander | AskUser | ResumeStep
-# Effects whose whole job is a message carrying their key: redelivery checks the thread.
-POSTING_KINDS = frozenset({"show_form", "ask_user"})
-# Effects that start long work (a run or a turn) that settles the outbox row itself.
-LONG_KINDS = frozenset(
-    {"post_dispatch", "run_commander_step", "ask_commander", "resume_step", "commander_turn"}
-)
-CARD_KIND = "update_plan_card"
 
 _adapter: TypeAdapter[Effect] = TypeAdapter(Effect)
 _COLUMNS = {"key", "kind", "conversation_id", "available_at"}

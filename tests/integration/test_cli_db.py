@@ -17,7 +17,7 @@ def test_db_upgrade_current_downgrade(
     assert main(["db", "upgrade"]) == 0
     assert f"revision {head_revision()}" in capsys.readouterr().out
     assert (tmp_path / "ops.db").exists()
-    assert main(["db", "downgrade"]) == 0
+    assert main(["db", "downgrade", "--yes"]) == 0  # to base: asks first without --yes
     assert "revision (empty)" in capsys.readouterr().out
 
 

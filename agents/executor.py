@@ -255,9 +255,10 @@ class Executor:
         if isinstance(effect, PlanFinished):
             await self._finished(conversation, effect, redelivered=redelivered)
             return False
-        if isinstance(effect, PostDispatch):
+        if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
             if not await step_runs.still_current(ctx, effect):
-                return False  # cancelled before it was posted: nothing to post or run
+                return False  # cancelled or aborted before it ran: nothing to post or run
+        if isinstance(effect, PostDispatch):
             await self._post_dispatch(conversation, effect, redelivered=redelivered)
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)

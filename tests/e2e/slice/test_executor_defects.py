@@ -135,6 +135,28 @@ async def test_a_plan_card_whose_answer_was_lost_is_posted_once(
         assert "completed" in cards[0].text  # the one card is the one kept up to date
 
 
+async def test_a_step_cancelled_after_its_process_died_is_not_run_again(
+    start: Callable[..., Any],
+) -> None:
+    synthesis = Gate("Post the final answer")
+    async with start(model=gated(synthesis)) as run:
+        root = run.ask(CHAIN)
+        await synthesis.reached()  # the commander is writing the synthesis...
+        await run.service.executor.abandon()  # ...when its process is killed (kill -9)
+        await run.stack.restart(model=gated(synthesis))
+        resumed = Run(run.stack, run.driver, run.clock)
+        await run.driver.click("maya", card_of(resumed, root), CANCEL_ACTION)
+        notice = await resumed.says(root, "Plan cancelled by")
+
+        synthesis.release.set()
+        run.clock.advance(resumed.service.executor.context.options.lease.total_seconds() + 1)
+        resumed.service.wake()  # the dead process's lease is over: its row comes due
+        await resumed.quiesce()
+        assert synthesis.calls == 1  # the cancelled step's model is not paid for again
+        assert after(resumed, root, notice) == [], resumed.transcript(root)
+        assert (await resumed.plan(root)).status == "cancelled"
+
+
 async def test_an_abort_stops_the_parallel_step_in_flight(start: Callable[..., Any]) -> None:
     steps = [
         {"index": 1, "title": "Find the numbers", "assignee": "researcher",

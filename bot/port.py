@@ -163,7 +163,8 @@ class SlackPort:
         blocks: list[dict[str, Any]] | None,
         metadata: dict[str, Any] | None,
     ) -> str:
-        with _slack_call():
+        app = identity.display_name if identity is not None and identity.kind == "app" else None
+        with _slack_call(app):
             return await self.poster.post(
                 channel=conversation.channel_id,
                 thread_ts=conversation.thread_ts,
@@ -311,22 +312,25 @@ def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[s
 
 
 @contextmanager
-def _slack_call() -> Iterator[None]:
-    """Slack's errors as the port's: `TransientError` (try again) or `PostingRefused`."""
+def _slack_call(app: str | None = None) -> Iterator[None]:
+    """Slack's errors as the port's: `TransientError` (try again) or `PostingRefused`.
+    `app`: the agent's own Slack app that called (its refusals name it, not Flotilla)."""
     try:
         yield
     except SlackApiError as exc:
-        raise _classified(exc) from exc
+        raise _classified(exc, app) from exc
     except (aiohttp.ClientError, TimeoutError) as exc:  # not reached, or no answer in time
         raise TransientError(f"Slack could not be reached ({type(exc).__name__})") from exc
 
 
-def _classified(exc: SlackApiError) -> Exception:
+def _classified(exc: SlackApiError, app: str | None = None) -> Exception:
     """Slack's error as `TransientError` (try again) or `PostingRefused` (a sentence)."""
     status = exc.response.status_code if exc.response is not None else 0
     error = str(exc.response.get("error", "")) if exc.response is not None else ""
     if status == 429 or status >= 500 or error in _TRANSIENT_ERRORS:
         return TransientError(f"Slack answered {error or status}")
+    if app is not None and error == "not_in_channel":
+        return PostingRefused(f"the {app} app is not in this channel (invite it with /invite)")
     sentence = _REFUSALS.get(error, f"Slack refused the message ({error or status})")
     return PostingRefused(sentence)
 

@@ -285,6 +285,26 @@ async def test_a_dispatch_slack_refuses_fails_its_step(
             await run.says(root, "[offline model] commander:")
 
 
+async def test_an_agents_app_removed_from_the_channel_is_named_in_the_reason(
+    start: Callable[..., Any],
+) -> None:
+    steps = removal_plan("continue")
+    steps[0]["on_failure"] = "abort_plan"
+    researcher = Gate("Find the numbers")
+    async with start(model=gated(researcher, script=plans({"GONE": steps}))) as run:
+        root = run.ask("GONE please")
+        await researcher.reached()
+        channel = run.stack.workspace.state.channels[run.stack.channel.id]
+        channel.members.remove(run.stack.agent_apps["researcher"].bot_user_id)
+        researcher.release.set()
+        notice = await run.says(root, "The plan was stopped")
+        await run.quiesce()
+        reason = (await run.plan(root)).steps[0].failure_reason or ""
+        # the agent's own app was removed, not Flotilla: the sentence says whose app it is
+        assert reason.startswith("its answer could not be posted: the Researcher app is"), reason
+        assert "I am not in this channel" not in notice.text
+
+
 @pytest.mark.parametrize("on_failure", ["abort_plan", "continue"])
 async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
     start: Callable[..., Any], on_failure: str

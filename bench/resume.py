@@ -15,6 +15,7 @@ Measured with the default lease (30 s, heartbeat 5 s) and a short one (5 s, hear
 1 s). The figures are the real time-to-resume, not a test: nothing is asserted.
 
 Usage: .venv/bin/python bench/resume.py [--rounds N] [--short-rounds N] [--quick]
+       [--postgres postgresql+asyncpg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import make_url, select, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.manifest import commander_manifest
 from local_slack import Driver, InstalledApp, LocalWorkspace
@@ -62,7 +65,9 @@ class Figures:
 
 
 class Bench:
-    def __init__(self, folder: Path, workspace: LocalWorkspace, model: FakeOpenAI) -> None:
+    def __init__(
+        self, folder: Path, workspace: LocalWorkspace, model: FakeOpenAI, database_url: str
+    ) -> None:
         self.folder = folder
         self.workspace = workspace
         self.model = model
@@ -70,7 +75,7 @@ class Bench:
         maya = workspace.add_person("maya")
         workspace.create_channel("launch", [maya, self.app])
         self.driver = Driver(workspace, default_timeout=120.0)
-        self.database_url = f"sqlite+aiosqlite:///{folder / 'flotilla.db'}"
+        self.database_url = database_url or f"sqlite+aiosqlite:///{folder / 'flotilla.db'}"
         self.db = Database(self.database_url)
         self.processes: list[FlotillaProcess] = []
         self.researcher_on_fake = False
@@ -191,15 +196,45 @@ def report(all_figures: list[Figures]) -> None:
         )
 
 
-async def main(rounds: int, short_rounds: int) -> None:
+class PostgresRole:
+    """A throw-away role whose own schema is its search path: `flotilla run` is configured
+    by a URL only, so the schema comes with the user name. Dropped afterwards."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.name = f"bench_resume_{uuid.uuid4().hex[:8]}"
+        self.url = make_url(base_url).set(username=self.name, password=None)
+
+    async def _run(self, *statements: str) -> None:
+        engine = create_async_engine(self.base_url)
+        async with engine.begin() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+        await engine.dispose()
+
+    async def create(self) -> str:
+        await self._run(
+            f'CREATE ROLE "{self.name}" LOGIN',
+            f'CREATE SCHEMA "{self.name}" AUTHORIZATION "{self.name}"',
+            f'ALTER ROLE "{self.name}" SET search_path = "{self.name}"',
+        )
+        return self.url.render_as_string(hide_password=False)
+
+    async def drop(self) -> None:
+        await self._run(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE', f'DROP ROLE "{self.name}"')
+
+
+async def main(rounds: int, short_rounds: int, postgres: str | None) -> None:
     model = FakeOpenAI(respond=lambda body: text_message(ANSWER))
     await model.start()
     workspace = LocalWorkspace()
     await workspace.start("127.0.0.1", 0)
+    role = PostgresRole(postgres) if postgres else None
+    database_url = await role.create() if role else ""
     rng = random.Random(10)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        bench = Bench(Path(tmp), workspace, model)
+        bench = Bench(Path(tmp), workspace, model, database_url)
         try:
             for lease, count in ((Lease(30, 5), rounds), (Lease(5, 1), short_rounds)):
                 if count:
@@ -210,6 +245,9 @@ async def main(rounds: int, short_rounds: int) -> None:
             await bench.close()
             await workspace.stop()
             await model.close()
+            if role is not None:
+                await role.drop()
+    print(f"\ndatabase: {'PostgreSQL (own schema)' if role else 'SQLite file'}")
     report(results)
 
 
@@ -218,7 +256,13 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="kills with the default lease")
     parser.add_argument("--short-rounds", type=int, default=5, help="kills with the short lease")
     parser.add_argument("--quick", action="store_true", help="1 default and 2 short rounds")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test (a throw-away role and "
+        "schema in it); default: a SQLite file",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.short_rounds = 1, 2
-    asyncio.run(main(args.rounds, args.short_rounds))
+    asyncio.run(main(args.rounds, args.short_rounds, args.postgres))

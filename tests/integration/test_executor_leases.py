@@ -14,7 +14,8 @@ posted in between) in another, and the heartbeat renewed them one after the othe
 the row comes due, so it claimed the row while the run lease still held, was refused
 ("runs in another process"), and left the row held for a whole second lease: two leases
 per crash (230–246 s against a 120 s lease). Each of those re-claims also raised the
-row's `attempts`, which gave the row up after 8. Here the lease and the row are taken,
+row's `attempts`, and past 8 of them the next failed delivery gave the row up at once
+(now only `failures` counts). Here the lease and the row are taken,
 renewed and released in one transaction and end at the same instant (the test asserts
 it), and B resumes at that instant – with the clock ticking between A's claim of the row
 and of the lease, as real posting takes time.
@@ -37,6 +38,7 @@ from sqlalchemy import select
 
 from agents import offline
 from agents.effects import PostDispatch, step_key
+from agents.errors import TransientError
 from agents.offline import first_prompt
 from agents.ports import SlackPort
 from bot.local import LocalStack, start_local_stack
@@ -291,12 +293,38 @@ async def test_crashes_in_a_row_never_give_the_step_up(processes: Any) -> None:
             assert (held.row_state, held.attempts, held.failures) == ("pending", crash + 1, 0)
 
         last = await p.crash_and_replace(offline.offline_model())
+        last.context.port = cast(SlackPort, LookFailsOnce(last.context.port))
         held = await p.held(key)
         assert held.lease_until is not None
         p.clock.now = held.lease_until
+        await last.drain()
+        failed = await p.held(key)
+        # one failed delivery after all those re-claims: retried, not given up
+        assert (failed.row_state, failed.attempts, failed.failures) == ("pending", crashes + 2, 1)
+        p.clock.now = failed.row_due  # its backoff
         await last.settle()
-        assert (await p.held(key)).failures == 0
+        assert (await p.held(key)).failures == 1
         await p.completed_once()
+
+
+class LookFailsOnce:
+    """Flotilla's Slack port, except that its first look into a thread fails as a Slack
+    503 would (a failed delivery of the redelivered dispatch)."""
+
+    def __init__(self, port: SlackPort) -> None:
+        self.port = port
+        self.failed = False
+
+    async def thread_has_key(
+        self, conversation: ConversationRecord, key: str, *, agent: str | None = None
+    ) -> bool:
+        if not self.failed:
+            self.failed = True
+            raise TransientError("Slack answered 503")
+        return await self.port.thread_has_key(conversation, key, agent=agent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
 
 
 async def test_a_graceful_stop_hands_the_step_over_at_once(processes: Any) -> None:

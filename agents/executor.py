@@ -147,14 +147,17 @@ class Executor:
 
     async def stop(self, grace: float = 0.0) -> list[str]:
         """Stop delivering: the rows already claimed are still delivered (a claimed row
-        left undelivered would wait a whole lease), no more are claimed. Wait up to
-        `grace` seconds for running jobs, then hand the rest over (their leases released,
-        so any process takes them at once). Returns the keys handed over."""
+        left undelivered would wait a whole lease), no more are claimed. Within `grace`
+        seconds in all (the batch gets at least FINISH_BATCH_SECONDS), running jobs may
+        finish; the rest is handed over (their leases released, so any process takes
+        them at once). Returns the keys handed over."""
         self._stopping = True
         if self._loop is not None:
+            began = asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):  # the drain under way ends its batch
                 async with asyncio.timeout(max(grace, FINISH_BATCH_SECONDS)), self._draining:
                     pass
+            grace = max(0.0, grace - (asyncio.get_running_loop().time() - began))
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None

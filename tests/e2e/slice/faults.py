@@ -34,8 +34,12 @@ class Gate:
         self.prefix = prefix
         self.started = asyncio.Event()
         self.release = asyncio.Event()
-        self.cancelled = False
+        self.stopped = asyncio.Event()  # a waiting run was cancelled
         self.calls = 0
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stopped.is_set()
 
     def holds(self, messages: list[ModelMessage], info: AgentInfo) -> bool:
         commander_turn = bool({"create_plan", "retry_step"} & tools_of(info))
@@ -47,11 +51,14 @@ class Gate:
         try:
             await self.release.wait()
         except asyncio.CancelledError:
-            self.cancelled = True
+            self.stopped.set()
             raise
 
     async def reached(self) -> None:
         await asyncio.wait_for(self.started.wait(), WAIT)
+
+    async def cut(self) -> None:
+        await asyncio.wait_for(self.stopped.wait(), WAIT)
 
 
 def gated(*gates: Gate, script: Script | None = None) -> FunctionModel:

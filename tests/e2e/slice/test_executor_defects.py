@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents import offline
-from agents.effects import finished_key, question_key, result_key, step_key
+from agents.effects import finished_key, question_key, result_key, step_key, stopped_key
 from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
 from bot.views.forms import INLINE_ACTION
 from bot.views.plan_card import CANCEL_ACTION
@@ -68,6 +68,43 @@ async def test_cancel_stops_the_step_in_flight(
         assert plan.status == "cancelled"
         assert [s.status for s in plan.steps] == ["done", "skipped", "skipped"]
         assert writer.calls == 1  # nobody ran the step again
+
+
+async def test_a_cancel_stops_the_step_running_in_another_process(
+    start: Callable[..., Any],
+) -> None:
+    from bot.service import Flotilla
+
+    writer = Gate("Write up the findings")
+    async with start(model=gated(writer), heartbeat_seconds=0.05) as run:
+        root = run.ask(CHAIN)
+        await writer.reached()
+        first = run.service
+        await first.executor.abandon()  # this process still serves Slack, runs nothing
+        second = Flotilla(
+            first.db, first.client, api_url=run.stack.workspace.api_url, cipher=first.cipher,
+            options=first.options, clock=run.clock, model=gated(writer),
+        )  # fmt: skip
+        await second.start()
+        try:
+            writer.started.clear()
+            run.clock.advance(first.executor.context.options.lease.total_seconds() + 1)
+            second.wake()  # the first process's lease is over: the second runs the writer
+            await writer.reached()
+
+            await run.driver.click("maya", card_of(run, root), CANCEL_ACTION)  # to the first
+            await writer.cut()  # the second process's heartbeat saw the plan cancelled...
+            plan = await run.plan(root)  # ...before anyone delivered the cancel's notice
+            assert (await outbox_row(run, stopped_key(plan.id)))[0] == "pending"
+            writer.release.set()
+            second.wake()
+            notice = await run.says(root, "Plan cancelled by")
+            await second.settle()
+            assert after(run, root, notice) == [], run.transcript(root)
+            assert said(run, root, "[offline model] writer:") == 0
+            assert (await run.plan(root)).status == "cancelled"
+        finally:
+            await second.stop()
 
 
 async def test_a_cancel_cuts_the_commanders_answer_to_a_message_in_flight(

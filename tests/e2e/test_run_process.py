@@ -20,6 +20,8 @@ from tests.e2e.flotilla_process import FlotillaProcess
 from tests.fakes.openai_server import FakeOpenAI, text_message
 
 SUMMARY_REQUEST = "research our launch emails and write a short report"
+# a lease far longer than any wait here: only a hand-over lets another process take a step
+LONG_LEASE = {"FLOTILLA_RUN_LEASE_SECONDS": "600", "FLOTILLA_HEARTBEAT_SECONDS": "5"}
 
 
 class World:
@@ -148,12 +150,12 @@ async def test_sigint_stops_too_and_a_killed_process_leaves_a_usable_database(
 async def test_sigterm_hands_a_running_step_to_the_next_process_at_once(world: World) -> None:
     """The researcher's model answers only when the test says so: SIGTERM arrives while
     its step runs; after the grace period the step is handed over, and a second process
-    takes it at once (well before the two-minute run lease would have expired)."""
+    takes it at once: the lease is ten minutes, the second process gets 30 seconds."""
     model = FakeOpenAI(respond=lambda body: text_message("Findings: launch emails did well."))
     model.hold = asyncio.Event()
     await model.start()
     try:
-        first = world.process(FLOTILLA_SHUTDOWN_GRACE_SECONDS="0.5")
+        first = world.process(FLOTILLA_SHUTDOWN_GRACE_SECONDS="0.5", **LONG_LEASE)
         await first.start()
         team = (await first.started())["team"]
         db = Database(world.database_url)
@@ -172,10 +174,10 @@ async def test_sigterm_hands_a_running_step_to_the_next_process_at_once(world: W
 
         model.received.clear()
         model.hold.set()
-        second = world.process()
+        second = world.process(**LONG_LEASE)
         await second.start()
         await second.started()
-        await asyncio.wait_for(model.received.wait(), 30)  # taken over at once
+        await asyncio.wait_for(model.received.wait(), 30)  # taken over at once, not after 600 s
         await world.driver.thread_has_message("launch", root.ts, containing="Findings:")
         assert await second.terminate() == 0
     finally:

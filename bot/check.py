@@ -123,13 +123,13 @@ async def check_slack(settings: Settings, client: AsyncWebClient | None = None) 
     client = client or make_client(
         settings.slack_bot_token.get_secret_value(), settings.slack_api_url
     )
-    findings = [await _auth(settings, client)]
-    if findings[0].level == "ok":
-        findings.append(await _scopes(client))
+    auth, granted = await _auth(settings, client)
+    findings = [auth] if granted is None else [auth, _scopes(granted)]
     return [*findings, *check_mode(settings), *await _app_token(settings)]
 
 
-async def _auth(settings: Settings, client: AsyncWebClient) -> Finding:
+async def _auth(settings: Settings, client: AsyncWebClient) -> tuple[Finding, str | None]:
+    """`auth.test`, and the token's scopes (Slack lists them in a header of every answer)."""
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             auth = await client.auth_test()
@@ -140,26 +140,25 @@ async def _auth(settings: Settings, client: AsyncWebClient) -> Finding:
             "error",
             f"Slack refused SLACK_BOT_TOKEN ({error}): copy the Bot User OAuth Token (xoxb-…) "
             "again from your app's OAuth & Permissions page and reinstall the app if needed",
-        )
+        ), None
     except Exception as exc:  # DNS, refused connection, timeout: Slack is not reachable
         return Finding(
             "slack token",
             "error",
             f"cannot reach Slack at {settings.slack_api_url} ({type(exc).__name__}): "
             "check the network and SLACK_API_URL",
-        )
-    return Finding(
+        ), None
+    found = Finding(
         "slack token",
         "ok",
         f"connected to workspace {auth.get('team')!s} ({auth.get('team_id')}) as "
         f"{auth.get('user')!s}",
     )
+    headers = {k.lower(): v for k, v in (auth.headers or {}).items()}
+    return found, str(headers.get("x-oauth-scopes", "") or "")
 
 
-async def _scopes(client: AsyncWebClient) -> Finding:
-    # Slack lists the token's scopes in a header of every Web API answer
-    response = await client.auth_test()
-    granted_header = str(response.headers.get("X-OAuth-Scopes", "") or "")
+def _scopes(granted_header: str) -> Finding:
     granted = {s.strip() for s in granted_header.split(",") if s.strip()}
     missing = sorted(_needed_scopes() - granted)
     if not granted_header:

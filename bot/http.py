@@ -42,7 +42,8 @@ def request_kind(body: dict[str, Any]) -> str:
 def measure_requests(app: AsyncApp, service: Flotilla) -> None:
     """Time every request from Slack until Bolt acknowledged it (both modes)."""
 
-    async def timed(body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> Any:  # noqa: A002
+    # Bolt passes middleware arguments by name: `next` it must be
+    async def timed(body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> Any:
         started = time.perf_counter()
         try:
             return await next()

@@ -34,7 +34,7 @@ from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord
 
 if TYPE_CHECKING:
-    from agents.executor import Context
+    from agents.run_context import Context
 
 log = logging.getLogger(__name__)
 Woken = AskCommander | MessageForCommander | PlanStalled

@@ -10,7 +10,8 @@ cancelled or aborted, in this process or another) and stops the job at once.
 
 Every job ends by reporting: an outcome (or commander operations) to the reconciler. A job
 that dies of a bug reports the step failed with a sentence (its `on_failure` applies);
-nothing is retried blindly for ever.
+nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; what they
+share: `agents/run_context.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agents import commander_turns, step_runs
@@ -38,79 +38,17 @@ from agents.effects import (
     ShowForm,
     UpdatePlanCard,
 )
-from agents.errors import TransientError
+from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
-from agents.plan import StepFailed
-from agents.ports import ChooseModel, NoObserver, RunObserver, SlackPort
-from agents.reconciler import Reconciler
-from agents.registry import enabled_agent_names
-from storage.conversations import get_conversation
-from storage.db import Database
-from storage.outbox import finish_effect, hold_effect, next_effect_due
-from storage.plans import load_plan
+from agents.ports import NoObserver, RunObserver
+from agents.run_context import Context, Job
+from storage.outbox import next_effect_due
 from storage.records import ConversationRecord
-from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
-Clock = Callable[[], datetime]
 Work = Callable[[], Awaitable[None]]
 RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
 FINISH_BATCH_SECONDS = 5.0  # a stopping process still delivers the rows it claimed
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutorOptions:
-    """How the executor runs work (read from the settings in bot/)."""
-
-    max_parallel: int = 1
-    max_transient_failures: int = 3
-    lease: timedelta = timedelta(seconds=30)  # a crashed process's work waits at most this
-    heartbeat: timedelta = timedelta(seconds=5)  # renews the lease, notices a cancel
-    poll_seconds: float = 5.0  # look at the outbox at least this often (expired leases)
-    commander_retries: int = 2  # a commander turn that fails or stalls the plan: retries
-
-
-@dataclass(slots=True)
-class Job:
-    """Long work of this process: one agent run or commander turn."""
-
-    key: str  # the outbox row it holds
-    kind: str  # the kind of effect that started it
-    plan_id: int | None
-    step: int | None
-    attempt: int | None
-    conversation_id: int | None = None
-    task: asyncio.Task[None] | None = None
-    cancelled: bool = False  # the plan was stopped: the work is over, not handed on
-    lease_lost: bool = False  # another process took the lease: it settles the row
-    working: bool = True  # False once the work ended: its heartbeat then cancels nothing
-
-
-@dataclass(slots=True)
-class Context:
-    """What a job needs: handed to `step_runs` and `commander_turns`."""
-
-    db: Database
-    reconciler: Reconciler
-    port: SlackPort
-    choose_model: ChooseModel
-    clock: Clock
-    options: ExecutorOptions
-    observer: RunObserver
-    team_id: str = ""
-    conversations: dict[int, ConversationRecord] = field(default_factory=dict)
-
-    async def conversation(self, conversation_id: int) -> ConversationRecord:
-        known = self.conversations.get(conversation_id)
-        if known is None:
-            async with self.db.read() as conn:
-                known = await get_conversation(conn, conversation_id)
-            self.conversations[conversation_id] = known
-        return known
-
-    async def enabled_names(self) -> list[str]:
-        async with self.db.read() as conn:
-            return await enabled_agent_names(conn, self.team_id)
 
 
 class Executor:
@@ -127,12 +65,20 @@ class Executor:
             lease=options.lease,
             on_give_up=self._given_up,
         )
-        self.jobs: dict[str, Job] = {}
+        self.runner = JobRunner(context, owner=owner)
         self._wake = asyncio.Event()
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
-        self._abandoned = False  # see `abandon`
         self._stopping = False  # see `stop`
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        """This process's running jobs, by the key of the outbox row each holds."""
+        return self.runner.jobs
+
+    async def cancel_runs(self, plan_id: int, *, conversation_id: int | None = None) -> int:
+        """Stop this process's jobs of a plan at once (see `JobRunner.cancel_runs`)."""
+        return await self.runner.cancel_runs(plan_id, conversation_id=conversation_id)
 
     @property
     def observer(self) -> RunObserver:
@@ -170,13 +116,9 @@ class Executor:
                 job.task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         # a job cancelled before its task ran never got to its own hand-over: done here
-        self.jobs = {k: j for k, j in self.jobs.items() if j.task and not j.task.done()}
+        self.runner.jobs = {k: j for k, j in self.jobs.items() if j.task and not j.task.done()}
         if handed:
-            with contextlib.suppress(Exception):
-                async with self.context.db.write() as conn:
-                    await release_runs_of(conn, self.owner)
-                    for key in handed:
-                        await hold_effect(conn, key, self.context.clock())
+            await self.runner.hand_over_all(handed)
             log.info("handed over %d job(s) to other processes: %s", len(handed), handed)
         return handed
 
@@ -185,7 +127,7 @@ class Executor:
         nothing and hand nothing over, so another process takes the work only once the
         lease expired. A seam for the tests (bench/resume.py kills real processes); a
         service never calls it."""
-        self._abandoned = True
+        self.runner.abandoned = True
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if self._loop is not None:
             tasks.append(self._loop)
@@ -296,22 +238,22 @@ class Executor:
         ctx = self.context
         redelivered = claimed.delivery > 1
         if isinstance(effect, PostDispatch):
-            self._hold(
+            self.runner.hold(
                 effect, effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
             )
         elif isinstance(effect, RunCommanderStep):
             self.observer.dispatched("commander")
-            self._hold(
+            self.runner.hold(
                 effect, effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
             )
         elif isinstance(effect, ResumeStep):
-            self._hold(
+            self.runner.hold(
                 effect,
                 step_runs.run_key_of(effect),
                 lambda: step_runs.run(ctx, conversation, effect, redelivered),
             )
         elif isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
-            self._hold(effect, None, lambda: commander_turns.take(ctx, conversation, effect))
+            self.runner.hold(effect, None, lambda: commander_turns.take(ctx, conversation, effect))
         else:  # pragma: no cover - every kind is handled above
             raise TypeError(f"no performer for {type(effect).__name__}")
         return True
@@ -332,7 +274,7 @@ class Executor:
         self, conversation: ConversationRecord, effect: PlanStopped, *, redelivered: bool
     ) -> None:
         """A cancelled plan: stop its runs here, close its forms, say so once."""
-        await self.cancel_runs(effect.plan_id, conversation_id=conversation.id)
+        await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
         if plan is not None:
             await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
@@ -347,7 +289,7 @@ class Executor:
         self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
     ) -> None:
         if effect.status == "aborted":
-            await self.cancel_runs(effect.plan_id, conversation_id=conversation.id)
+            await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
         if plan is None:
             return
@@ -358,167 +300,6 @@ class Executor:
         note = step_runs.closing_note(plan, effect.reason)
         if note:
             await self.context.port.say(conversation, note, key=effect.key)
-
-    # --- jobs, leases, cancellation -----------------------------------------------------
-
-    def _hold(self, effect: Effect, run_key: str | None, work: Work) -> None:
-        """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease)."""
-        if effect.key in self.jobs:
-            return  # already running here
-        plan_id = getattr(effect, "plan_id", None)
-        job = Job(
-            effect.key,
-            kind=effect.kind,
-            plan_id=plan_id,
-            step=getattr(effect, "step", None),
-            attempt=getattr(effect, "attempt", None),
-            conversation_id=effect.conversation_id,
-        )
-        self.jobs[effect.key] = job
-        job.task = asyncio.create_task(self._job(job, run_key, work), name=effect.key)
-        self.observer.jobs_running(len(self.jobs))
-
-    async def _job(self, job: Job, run_key: str | None, work: Work) -> None:
-        lease_key = run_key or f"turn:{job.key}"
-        try:
-            if not await self._claim(lease_key, job.key):
-                log.info("%s runs in another process", lease_key)
-                return
-            heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
-            ended: BaseException | None = None
-            try:
-                await work()
-            except (asyncio.CancelledError, Exception) as exc:
-                ended = exc
-            finally:
-                job.working = False
-                heartbeat.cancel()
-            # the heartbeat is over before the lease is let go: it cannot renew it after
-            await asyncio.gather(heartbeat, return_exceptions=True)
-            await self._release(job, lease_key, ended)
-            if isinstance(ended, asyncio.CancelledError):
-                raise ended
-        finally:
-            self.jobs.pop(job.key, None)
-            self.observer.jobs_running(len(self.jobs))
-
-    async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> None:
-        """Let go of a job's lease and row as its work ended (`ended`: why, None: done)."""
-        if self._abandoned or job.lease_lost:
-            return  # a killed process releases nothing; a lost lease is another's now
-        if isinstance(ended, asyncio.CancelledError):
-            if job.cancelled:  # the plan was stopped: the work is over, not handed on
-                await self._settle(lease_key, job.key)
-            else:  # this process stops: any process takes it now
-                await self._hand_over(lease_key, job.key)
-        elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
-            log.info("%s will be tried again: %s", job.key, ended)
-            await self._hand_over(lease_key, job.key, after=RETRY_AFTER)
-        elif isinstance(ended, Exception):
-            log.error("%s failed", job.key, exc_info=ended)
-            await self._crashed(job, ended)
-            await self._settle(lease_key, job.key)
-        else:
-            await self._settle(lease_key, job.key)
-
-    async def _crashed(self, job: Job, exc: Exception) -> None:
-        """A job died of a bug: its step fails with a sentence, under its on_failure."""
-        if job.plan_id is None or job.step is None or job.attempt is None:
-            return
-        effect_conversation = await self._conversation_of(job.plan_id)
-        if effect_conversation is None:
-            return
-        failed = StepFailed(
-            index=job.step,
-            attempt=job.attempt,
-            reason="an internal error stopped this step (the details are in the log)",
-            retryable=False,
-        )
-        with contextlib.suppress(Exception):
-            await step_runs.report(self.context, effect_conversation, failed)
-
-    async def _conversation_of(self, plan_id: int) -> int | None:
-        async with self.context.db.read() as conn:
-            loaded = await conn.run_sync(load_plan, plan_id)
-        return int(loaded.plan["conversation_id"]) if loaded is not None else None
-
-    async def _claim(self, lease_key: str, row_key: str) -> bool:
-        """Take the run's lease and hold its outbox row until the same instant, in one
-        transaction: after a crash both come free together, so whoever claims the row
-        takes the run in the same pass. Refused (another process runs it): the row is
-        looked at again when that lease ends, or within a heartbeat if sooner."""
-        options = self.context.options
-        now = self.context.clock()
-        until = now + options.lease
-        async with self.context.db.write() as conn:
-            mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
-            if mine:
-                await hold_effect(conn, row_key, until)
-            else:
-                held = await run_lease_until(conn, lease_key) or now
-                await hold_effect(conn, row_key, min(held, now + options.heartbeat))
-        return mine
-
-    async def _heartbeat(self, job: Job, lease_key: str) -> None:
-        """Renew the run's lease and its row's together; stop the job when its step is
-        no longer in progress (cancelled or aborted elsewhere) or the lease was lost."""
-        ctx = self.context
-        while True:
-            await asyncio.sleep(ctx.options.heartbeat.total_seconds())
-            try:
-                until = ctx.clock() + ctx.options.lease
-                async with ctx.db.write() as conn:
-                    kept = await renew_run(conn, lease_key, self.owner, until)
-                    if kept:
-                        await hold_effect(conn, job.key, until)
-                wanted = kept and await step_runs.job_still_wanted(ctx, job)
-            except Exception:  # a database hiccup: the lease outlives a few missed beats
-                log.warning("could not renew the lease on %s", lease_key, exc_info=True)
-                continue
-            if wanted:
-                continue
-            if not kept:
-                log.warning("lost the lease on %s (this process was too slow)", lease_key)
-                job.lease_lost = True
-            else:
-                job.cancelled = True
-            if job.working and job.task is not None:
-                job.task.cancel()
-            return
-
-    async def _settle(self, lease_key: str, row_key: str) -> None:
-        async with self.context.db.write() as conn:  # lease, then row: as `_claim` locks
-            await release_run(conn, lease_key, self.owner)
-            await finish_effect(conn, row_key, self.context.clock())
-
-    async def _hand_over(
-        self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0)
-    ) -> None:
-        with contextlib.suppress(Exception):  # a stopping process: best effort
-            async with self.context.db.write() as conn:
-                await release_run(conn, lease_key, self.owner)
-                await hold_effect(conn, row_key, self.context.clock() + after)
-
-    async def cancel_runs(self, plan_id: int, *, conversation_id: int | None = None) -> int:
-        """Stop this process's jobs of a plan at once (other processes' heartbeats notice
-        within one heartbeat), and the commander's answers to people's messages in its
-        thread (`conversation_id`): nothing is said after the plan's stop. A job whose
-        work already ended is waited for, not cut while it settles. How many were stopped."""
-
-        def of_plan(job: Job) -> bool:
-            if job.plan_id == plan_id:
-                return True
-            # the commander answering a person's message in the plan's thread
-            return job.kind == "commander_turn" and job.conversation_id == conversation_id
-
-        jobs = [j for j in self.jobs.values() if of_plan(j) and j.task is not None]
-        stopped = [j for j in jobs if j.working]
-        for job in stopped:
-            job.cancelled = True
-            assert job.task is not None
-            job.task.cancel()
-        await asyncio.gather(*(j.task for j in jobs if j.task), return_exceptions=True)
-        return len(stopped)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

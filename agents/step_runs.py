@@ -44,7 +44,7 @@ from storage.plans import load_plan
 from storage.records import ConversationRecord
 
 if TYPE_CHECKING:
-    from agents.executor import Context, Job
+    from agents.run_context import Context, Job
 
 log = logging.getLogger(__name__)
 RunnableStep = PostDispatch | RunCommanderStep | ResumeStep

@@ -24,10 +24,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.clock import Clock, utcnow
-from agents.executor import Context, Executor, ExecutorOptions
+from agents.executor import Executor
 from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
 from agents.registry import enabled_agent_names, seed_default_agents
+from agents.run_context import Context, ExecutorOptions
 from bot.identities import Identity, Poster
 from bot.metrics import Metrics
 from bot.port import SlackPort

@@ -1,0 +1,206 @@
+"""Long work of one process – agent runs and commander turns – as jobs under a lease.
+
+A job holds its outbox row and its run's lease until the same instant, renewed together by
+a heartbeat every few seconds, so after a crash another process takes the work over as
+soon as that one lease expired. The heartbeat also notices when the step is no longer the
+job's to finish (the plan was cancelled or aborted, in this process or another) and stops
+the job at once. A job that dies of a bug fails its step with a sentence; a transient
+failure hands the work over to be tried again shortly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+
+from agents import step_runs
+from agents.effects import Effect
+from agents.errors import TransientError
+from agents.plan import StepFailed
+from agents.run_context import Context, Job, Work
+from storage.outbox import finish_effect, hold_effect
+from storage.plans import load_plan
+from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
+
+log = logging.getLogger(__name__)
+RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
+
+
+class JobRunner:
+    """This process's jobs, each under the lease of the work it does."""
+
+    def __init__(self, context: Context, *, owner: str) -> None:
+        self.context = context
+        self.owner = owner
+        self.jobs: dict[str, Job] = {}
+        self.abandoned = False  # a killed process releases nothing (see Executor.abandon)
+
+    def hold(self, effect: Effect, run_key: str | None, work: Work) -> None:
+        """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease)."""
+        if effect.key in self.jobs:
+            return  # already running here
+        plan_id = getattr(effect, "plan_id", None)
+        job = Job(
+            effect.key,
+            kind=effect.kind,
+            plan_id=plan_id,
+            step=getattr(effect, "step", None),
+            attempt=getattr(effect, "attempt", None),
+            conversation_id=effect.conversation_id,
+        )
+        self.jobs[effect.key] = job
+        job.task = asyncio.create_task(self._job(job, run_key, work), name=effect.key)
+        self.context.observer.jobs_running(len(self.jobs))
+
+    async def _job(self, job: Job, run_key: str | None, work: Work) -> None:
+        lease_key = run_key or f"turn:{job.key}"
+        try:
+            if not await self._claim(lease_key, job.key):
+                log.info("%s runs in another process", lease_key)
+                return
+            heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
+            ended: BaseException | None = None
+            try:
+                await work()
+            except (asyncio.CancelledError, Exception) as exc:
+                ended = exc
+            finally:
+                job.working = False
+                heartbeat.cancel()
+            # the heartbeat is over before the lease is let go: it cannot renew it after
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self._release(job, lease_key, ended)
+            if isinstance(ended, asyncio.CancelledError):
+                raise ended
+        finally:
+            self.jobs.pop(job.key, None)
+            self.context.observer.jobs_running(len(self.jobs))
+
+    async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> None:
+        """Let go of a job's lease and row as its work ended (`ended`: why, None: done)."""
+        if self.abandoned or job.lease_lost:
+            return  # a killed process releases nothing; a lost lease is another's now
+        if isinstance(ended, asyncio.CancelledError):
+            if job.cancelled:  # the plan was stopped: the work is over, not handed on
+                await self._settle(lease_key, job.key)
+            else:  # this process stops: any process takes it now
+                await self._hand_over(lease_key, job.key)
+        elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
+            log.info("%s will be tried again: %s", job.key, ended)
+            await self._hand_over(lease_key, job.key, after=RETRY_AFTER)
+        elif isinstance(ended, Exception):
+            log.error("%s failed", job.key, exc_info=ended)
+            await self._crashed(job, ended)
+            await self._settle(lease_key, job.key)
+        else:
+            await self._settle(lease_key, job.key)
+
+    async def _crashed(self, job: Job, exc: Exception) -> None:
+        """A job died of a bug: its step fails with a sentence, under its on_failure."""
+        if job.plan_id is None or job.step is None or job.attempt is None:
+            return
+        effect_conversation = await self._conversation_of(job.plan_id)
+        if effect_conversation is None:
+            return
+        failed = StepFailed(
+            index=job.step,
+            attempt=job.attempt,
+            reason="an internal error stopped this step (the details are in the log)",
+            retryable=False,
+        )
+        with contextlib.suppress(Exception):
+            await step_runs.report(self.context, effect_conversation, failed)
+
+    async def _conversation_of(self, plan_id: int) -> int | None:
+        async with self.context.db.read() as conn:
+            loaded = await conn.run_sync(load_plan, plan_id)
+        return int(loaded.plan["conversation_id"]) if loaded is not None else None
+
+    async def _claim(self, lease_key: str, row_key: str) -> bool:
+        """Take the run's lease and hold its outbox row until the same instant, in one
+        transaction: after a crash both come free together, so whoever claims the row
+        takes the run in the same pass. Refused (another process runs it): the row is
+        looked at again when that lease ends, or within a heartbeat if sooner."""
+        options = self.context.options
+        now = self.context.clock()
+        until = now + options.lease
+        async with self.context.db.write() as conn:
+            mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
+            if mine:
+                await hold_effect(conn, row_key, until)
+            else:
+                held = await run_lease_until(conn, lease_key) or now
+                await hold_effect(conn, row_key, min(held, now + options.heartbeat))
+        return mine
+
+    async def _heartbeat(self, job: Job, lease_key: str) -> None:
+        """Renew the run's lease and its row's together; stop the job when its step is
+        no longer in progress (cancelled or aborted elsewhere) or the lease was lost."""
+        ctx = self.context
+        while True:
+            await asyncio.sleep(ctx.options.heartbeat.total_seconds())
+            try:
+                until = ctx.clock() + ctx.options.lease
+                async with ctx.db.write() as conn:
+                    kept = await renew_run(conn, lease_key, self.owner, until)
+                    if kept:
+                        await hold_effect(conn, job.key, until)
+                wanted = kept and await step_runs.job_still_wanted(ctx, job)
+            except Exception:  # a database hiccup: the lease outlives a few missed beats
+                log.warning("could not renew the lease on %s", lease_key, exc_info=True)
+                continue
+            if wanted:
+                continue
+            if not kept:
+                log.warning("lost the lease on %s (this process was too slow)", lease_key)
+                job.lease_lost = True
+            else:
+                job.cancelled = True
+            if job.working and job.task is not None:
+                job.task.cancel()
+            return
+
+    async def _settle(self, lease_key: str, row_key: str) -> None:
+        async with self.context.db.write() as conn:  # lease, then row: as `_claim` locks
+            await release_run(conn, lease_key, self.owner)
+            await finish_effect(conn, row_key, self.context.clock())
+
+    async def _hand_over(
+        self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0)
+    ) -> None:
+        with contextlib.suppress(Exception):  # a stopping process: best effort
+            async with self.context.db.write() as conn:
+                await release_run(conn, lease_key, self.owner)
+                await hold_effect(conn, row_key, self.context.clock() + after)
+
+    async def cancel_runs(self, plan_id: int, *, conversation_id: int | None = None) -> int:
+        """Stop this process's jobs of a plan at once (other processes' heartbeats notice
+        within one heartbeat), and the commander's answers to people's messages in its
+        thread (`conversation_id`): nothing is said after the plan's stop. A job whose
+        work already ended is waited for, not cut while it settles. How many were stopped."""
+
+        def of_plan(job: Job) -> bool:
+            if job.plan_id == plan_id:
+                return True
+            # the commander answering a person's message in the plan's thread
+            return job.kind == "commander_turn" and job.conversation_id == conversation_id
+
+        jobs = [j for j in self.jobs.values() if of_plan(j) and j.task is not None]
+        stopped = [j for j in jobs if j.working]
+        for job in stopped:
+            job.cancelled = True
+            assert job.task is not None
+            job.task.cancel()
+        await asyncio.gather(*(j.task for j in jobs if j.task), return_exceptions=True)
+        return len(stopped)
+
+    async def hand_over_all(self, keys: list[str]) -> None:
+        """A stopping process: every lease of this process released and the rows of
+        `keys` free for any process now."""
+        with contextlib.suppress(Exception):
+            async with self.context.db.write() as conn:
+                await release_runs_of(conn, self.owner)
+                for key in keys:
+                    await hold_effect(conn, key, self.context.clock())

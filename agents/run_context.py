@@ -1,0 +1,74 @@
+"""What the executor's jobs share: its options, the job record and the context a job runs
+in (the database, the reconciler, the Slack port, the model chooser, the clock)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from agents.clock import Clock
+from agents.ports import ChooseModel, RunObserver, SlackPort
+from agents.reconciler import Reconciler
+from agents.registry import enabled_agent_names
+from storage.conversations import get_conversation
+from storage.db import Database
+from storage.records import ConversationRecord
+
+Work = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorOptions:
+    """How the executor runs work (read from the settings in bot/)."""
+
+    max_parallel: int = 1
+    max_transient_failures: int = 3
+    lease: timedelta = timedelta(seconds=30)  # a crashed process's work waits at most this
+    heartbeat: timedelta = timedelta(seconds=5)  # renews the lease, notices a cancel
+    poll_seconds: float = 5.0  # look at the outbox at least this often (expired leases)
+    commander_retries: int = 2  # a commander turn that fails or stalls the plan: retries
+
+
+@dataclass(slots=True)
+class Job:
+    """Long work of this process: one agent run or commander turn."""
+
+    key: str  # the outbox row it holds
+    kind: str  # the kind of effect that started it
+    plan_id: int | None
+    step: int | None
+    attempt: int | None
+    conversation_id: int | None = None
+    task: asyncio.Task[None] | None = None
+    cancelled: bool = False  # the plan was stopped: the work is over, not handed on
+    lease_lost: bool = False  # another process took the lease: it settles the row
+    working: bool = True  # False once the work ended: its heartbeat then cancels nothing
+
+
+@dataclass(slots=True)
+class Context:
+    """What a job needs: handed to `step_runs` and `commander_turns`."""
+
+    db: Database
+    reconciler: Reconciler
+    port: SlackPort
+    choose_model: ChooseModel
+    clock: Clock
+    options: ExecutorOptions
+    observer: RunObserver
+    team_id: str = ""
+    conversations: dict[int, ConversationRecord] = field(default_factory=dict)
+
+    async def conversation(self, conversation_id: int) -> ConversationRecord:
+        known = self.conversations.get(conversation_id)
+        if known is None:
+            async with self.db.read() as conn:
+                known = await get_conversation(conn, conversation_id)
+            self.conversations[conversation_id] = known
+        return known
+
+    async def enabled_names(self) -> list[str]:
+        async with self.db.read() as conn:
+            return await enabled_agent_names(conn, self.team_id)

@@ -20,6 +20,7 @@ from bot.local import start_local_stack
 from bot.metrics import Metrics, SlackCallMeter, word
 from storage.db import Database
 from storage.events import record_event
+from storage.outbox import enqueue_effects
 from tests.conftest import PostgresSchema, postgres_url
 
 
@@ -151,3 +152,22 @@ async def test_the_slack_call_meter_counts_each_attempt_and_never_retries() -> N
     for outcome in ("rate_limited", "ok", "error", "server_error", "unreachable"):
         labels = f'method="chat.postMessage",outcome="{outcome}"'
         assert f"flotilla_slack_api_calls_total{{{labels}}} 1.0" in text
+
+
+async def test_the_outbox_backlog_is_read_at_scrape_time(db: Database) -> None:
+    metrics = Metrics()
+    now = datetime.now(UTC)
+    await metrics.refresh(db, now)
+    assert "flotilla_outbox_pending 0.0" in metrics.exposition().decode()
+    rows: list[dict[str, object]] = [
+        {"idempotency_key": f"k{i}", "kind": "post", "conversation_id": None, "payload": {},
+         "available_at": now}
+        for i in range(3)
+    ]  # fmt: skip
+    async with db.write() as conn:
+        await conn.run_sync(enqueue_effects, rows[:1], now - timedelta(seconds=90))
+        await conn.run_sync(enqueue_effects, rows[1:], now - timedelta(seconds=10))
+    await metrics.refresh(db, now)
+    text = metrics.exposition().decode()
+    assert "flotilla_outbox_pending 3.0" in text
+    assert "flotilla_outbox_oldest_pending_seconds 90.0" in text

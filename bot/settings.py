@@ -267,6 +267,11 @@ def load_settings() -> Settings:
     `ConfigurationError` naming each setting and what to write instead."""
     try:
         return Settings()
+    except (UnicodeDecodeError, OSError) as exc:  # the .env file itself cannot be read
+        raise ConfigurationError(
+            f"cannot read the .env file in {Path.cwd()}: {exc}; save it as UTF-8 text "
+            "with one NAME=value per line"
+        ) from None
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

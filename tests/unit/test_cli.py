@@ -210,3 +210,12 @@ def test_dev_uses_the_database_of_dotenv(clean: Path) -> None:
     url = f"sqlite+aiosqlite:///{clean}/from-dotenv.db"
     (clean / ".env").write_text(f"FLOTILLA_DATABASE_URL={url}\n")
     assert dev_database_url(load_settings()) == url
+
+
+def test_an_unreadable_dotenv_is_a_sentence(
+    capsys: pytest.CaptureFixture[str], clean: Path
+) -> None:
+    (clean / ".env").write_bytes(b"FLOTILLA_MODEL=\xff\xfe\n")
+    code, _, err = run(capsys, "demo")
+    assert code == EXIT_CONFIG and "cannot read the .env file" in err and "UTF-8" in err
+    no_traceback(err)

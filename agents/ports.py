@@ -2,7 +2,7 @@
 
 The reconciler decides typed effects (`agents/effects.py`); the executor performs them:
 it runs steps and commander turns itself and asks the Slack layer – through `SlackPort`,
-which `bot/port.py` implements – to post, update and look things up in a thread. The
+which `bot/slack_port.py` implements – to post, update and look things up in a thread. The
 port knows Block Kit, identities and Slack's errors; `agents/` knows none of them.
 
 Errors: the port raises `TransientError` for what is worth trying again (429, 5xx, a

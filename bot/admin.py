@@ -32,7 +32,7 @@ from storage.usage import usage_since
 from storage.workspaces import set_workspace_default_model, workspace_default_model
 
 if TYPE_CHECKING:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Reports:
 # --- authorization ------------------------------------------------------------------------
 
 
-async def refusal(service: Flotilla, user: str) -> str | None:
+async def refusal(service: SlackService, user: str) -> str | None:
     """None when `user` may administer Flotilla, else the sentence to show them."""
     return None if await service.is_admin(user) else REFUSAL
 
@@ -69,7 +69,9 @@ async def refusal(service: Flotilla, user: str) -> str | None:
 # --- saving an agent ----------------------------------------------------------------------
 
 
-async def save_agent(service: Flotilla, user: str, mode: Mode, draft: AgentDraft) -> dict[str, str]:
+async def save_agent(
+    service: SlackService, user: str, mode: Mode, draft: AgentDraft
+) -> dict[str, str]:
     """Validate and store an added or edited agent, audited. Errors per block ({} = saved)."""
     if await refusal(service, user):
         return {"description": REFUSAL}
@@ -119,7 +121,7 @@ def _changed(before: AgentRecord, fields: dict[str, Any], new_token: bool) -> li
 
 
 async def _identity_fields(
-    service: Flotilla, draft: AgentDraft, existing: AgentRecord | None
+    service: SlackService, draft: AgentDraft, existing: AgentRecord | None
 ) -> tuple[dict[str, Any], str | None]:
     """The identity columns to store, or why the token cannot be used."""
     if draft.identity == "persona":
@@ -163,7 +165,7 @@ async def _identity_fields(
 MODEL_RESETS = ("default", "reset")
 
 
-async def workspace_model(service: Flotilla) -> str:
+async def workspace_model(service: SlackService) -> str:
     """Which model the workspace uses when an agent names none (`/flotilla model`)."""
     async with service.db.read() as conn:
         chosen = await workspace_default_model(conn, service.team_id)
@@ -179,7 +181,7 @@ async def workspace_model(service: Flotilla) -> str:
     )
 
 
-async def set_workspace_model(service: Flotilla, user: str, spec: str) -> str:
+async def set_workspace_model(service: SlackService, user: str, spec: str) -> str:
     """Set (or with `default`/`reset` clear) the workspace's default model (audited)."""
     from agents.models import ModelSpecError, resolve_model
 
@@ -207,7 +209,7 @@ async def set_workspace_model(service: Flotilla, user: str, spec: str) -> str:
 # --- enabling, disabling, removing ---------------------------------------------------------
 
 
-async def set_enabled(service: Flotilla, user: str, name: str, enabled: bool) -> str:
+async def set_enabled(service: SlackService, user: str, name: str, enabled: bool) -> str:
     """Enable or disable an agent (audited); disabling fails its pending steps."""
     verb = "enabled" if enabled else "disabled"
     async with service.db.write() as conn:
@@ -229,7 +231,7 @@ async def set_enabled(service: Flotilla, user: str, name: str, enabled: bool) ->
     return answer
 
 
-async def remove_agent(service: Flotilla, user: str, name: str) -> str:
+async def remove_agent(service: SlackService, user: str, name: str) -> str:
     """Remove an agent (audited); its pending steps fail."""
     async with service.db.write() as conn:
         if not await agent_store.remove_agent(conn, service.team_id, name):
@@ -246,7 +248,7 @@ async def remove_agent(service: Flotilla, user: str, name: str) -> str:
     return f"*{name}* is removed." + await _fail_pending(service, name, reason)
 
 
-async def _fail_pending(service: Flotilla, name: str, reason: str) -> str:
+async def _fail_pending(service: SlackService, name: str, reason: str) -> str:
     """Fail the agent's pending steps in every running plan; say so in each thread."""
     async with service.db.read() as conn:
         conversations = await conversations_waiting_on_agent(conn, service.team_id, name)
@@ -277,7 +279,7 @@ async def _fail_pending(service: Flotilla, name: str, reason: str) -> str:
 # --- cancelling a plan ----------------------------------------------------------------------
 
 
-async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None) -> str:
+async def cancel(service: SlackService, user: str, channel: str, plan_id: int | None) -> str:
     """Cancel a plan by id, or the one running in `channel` (requester or admin; audited)."""
     async with service.db.read() as conn:
         plans = await plan_store.active_plans(conn, service.team_id)
@@ -322,16 +324,16 @@ async def cancel(service: Flotilla, user: str, channel: str, plan_id: int | None
 # --- reading ------------------------------------------------------------------------------
 
 
-async def _agents(service: Flotilla) -> list[AgentRecord]:
+async def _agents(service: SlackService) -> list[AgentRecord]:
     async with service.db.read() as conn:
         return await list_agents(conn, service.team_id)
 
 
-async def agents(service: Flotilla) -> list[AgentRecord]:
+async def agents(service: SlackService) -> list[AgentRecord]:
     return await _agents(service)
 
 
-async def active_plans(service: Flotilla) -> list[tuple[int, str, str, str]]:
+async def active_plans(service: SlackService) -> list[tuple[int, str, str, str]]:
     async with service.db.read() as conn:
         return await plan_store.active_plans(conn, service.team_id)
 
@@ -340,7 +342,7 @@ def month_start(now: datetime) -> datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-async def usage(service: Flotilla) -> tuple[datetime, list[UsageTotal], list[UsageTotal]]:
+async def usage(service: SlackService) -> tuple[datetime, list[UsageTotal], list[UsageTotal]]:
     """This month's token totals per agent and per channel."""
     since = month_start(service.clock())
     async with service.db.read() as conn:
@@ -349,12 +351,12 @@ async def usage(service: Flotilla) -> tuple[datetime, list[UsageTotal], list[Usa
     return since, by_agent, by_channel
 
 
-async def audit_trail(service: Flotilla, limit: int = 20) -> list[AuditRecord]:
+async def audit_trail(service: SlackService, limit: int = 20) -> list[AuditRecord]:
     async with service.db.read() as conn:
         return list(await audit_log.audit_trail(conn, service.team_id, limit=limit))
 
 
-async def reports(service: Flotilla, user: str) -> Reports:
+async def reports(service: SlackService, user: str) -> Reports:
     """What the App Home shows `user` (the audit trail only to admins)."""
     since, by_agent, by_channel = await usage(service)
     trail = await audit_trail(service, limit=10) if await service.is_admin(user) else None
@@ -374,7 +376,7 @@ class WorkspaceUrl:
     def __init__(self) -> None:
         self._url: str | None = None
 
-    async def get(self, service: Flotilla) -> str:
+    async def get(self, service: SlackService) -> str:
         if self._url is None:
             try:
                 auth = await service.client.auth_test()

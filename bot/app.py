@@ -13,10 +13,10 @@ from bot.listeners.admin import register_admin
 from bot.listeners.forms import register_forms
 from bot.listeners.messages import register_messages
 from bot.listeners.plan_card import register_plan_card
-from bot.service import Flotilla
+from bot.service import SlackService
 
 
-def build_app(service: Flotilla, *, signing_secret: str | None) -> AsyncApp:
+def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
     """The commander's Bolt app, wired to `service`."""
     app = AsyncApp(
         client=service.client,

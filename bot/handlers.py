@@ -27,7 +27,7 @@ from bot.listeners.payloads import (
 from bot.views.forms import FormKey, answered_message
 
 if TYPE_CHECKING:
-    from bot.service import Flotilla
+    from bot.service import SlackService
     from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def _incoming(message: SlackMessage) -> Incoming:
     )
 
 
-async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str | None) -> None:
+async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: str | None) -> None:
     """A person mentioned the commander: a new request, or a message in a running plan."""
     message = parse_message(event)
     if message is None or message.bot_id or not message.user:
@@ -74,7 +74,7 @@ async def on_mention(service: Flotilla, event: Mapping[str, Any], event_id: str 
     service.wake()
 
 
-async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
+async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
     """A message in a thread: a sub-agent's result, a person's interjection, or nothing."""
     message = parse_message(event)
     if message is None or not message.in_thread or message.thread_ts is None:
@@ -109,7 +109,7 @@ async def on_message(service: Flotilla, event: Mapping[str, Any]) -> None:
 
 
 async def _agent_result(
-    service: Flotilla, conversation: ConversationRecord, agent: str, meta: StepMeta
+    service: SlackService, conversation: ConversationRecord, agent: str, meta: StepMeta
 ) -> None:
     """An own-app agent's answer, seen as an event: accepted only from the assigned agent.
 
@@ -128,7 +128,7 @@ async def _agent_result(
 
 
 async def answer_form(
-    service: Flotilla,
+    service: SlackService,
     *,
     key: FormKey,
     values: dict[str, str],
@@ -191,7 +191,9 @@ def _closed(status: str, answered_by: str | None) -> str:
     return "This form is no longer open: the plan has moved on."
 
 
-async def _may_answer(service: Flotilla, conversation: ConversationRecord, user: str) -> str | None:
+async def _may_answer(
+    service: SlackService, conversation: ConversationRecord, user: str
+) -> str | None:
     if service.options.form_answerers == "anyone" or user == conversation.requested_by:
         return None
     if await service.is_admin(user):
@@ -200,7 +202,7 @@ async def _may_answer(service: Flotilla, conversation: ConversationRecord, user:
 
 
 async def cancel_plan(
-    service: Flotilla, *, plan_id: int, user: str, channel: str, thread_ts: str
+    service: SlackService, *, plan_id: int, user: str, channel: str, thread_ts: str
 ) -> str | None:
     """Cancel a plan from its card. Returns a refusal sentence, or None when cancelled."""
     conversation = await service.find_conversation(channel, thread_ts)
@@ -221,5 +223,5 @@ async def cancel_plan(
     return None
 
 
-async def _say(service: Flotilla, conversation: ConversationRecord, text: str) -> None:
+async def _say(service: SlackService, conversation: ConversationRecord, text: str) -> None:
     await service.say(conversation, text)

@@ -25,7 +25,7 @@ from aiohttp import web
 if TYPE_CHECKING:  # both are heavy to import: the surface is served before they are loaded
     from slack_bolt.async_app import AsyncApp
 
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 5.0
@@ -39,7 +39,7 @@ def request_kind(body: dict[str, Any]) -> str:
     return _KINDS.get(str(body.get("type", "")), "interaction")
 
 
-def measure_requests(app: AsyncApp, service: Flotilla) -> None:
+def measure_requests(app: AsyncApp, service: SlackService) -> None:
     """Time every request from Slack until Bolt acknowledged it (both modes)."""
 
     # Bolt passes middleware arguments by name: `next` it must be
@@ -55,7 +55,7 @@ def measure_requests(app: AsyncApp, service: Flotilla) -> None:
     app.middleware(timed)
 
 
-async def database_ready(service: Flotilla) -> str | None:
+async def database_ready(service: SlackService) -> str | None:
     """None when the database answers, else a sentence saying what is wrong."""
     from sqlalchemy import text
 
@@ -76,10 +76,10 @@ class Serving:
     """What the HTTP surface serves: empty while the service starts, then filled in."""
 
     app: AsyncApp | None = None
-    service: Flotilla | None = None
+    service: SlackService | None = None
 
 
-def web_app(app: AsyncApp, service: Flotilla, *, events: bool = True) -> web.Application:
+def web_app(app: AsyncApp, service: SlackService, *, events: bool = True) -> web.Application:
     """The aiohttp application of a started service (see `http_surface`)."""
     return http_surface(Serving(app, service), events=events)
 

@@ -20,7 +20,7 @@ from bot.http import web_app
 from bot.identities import make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher
-from bot.service import Flotilla, Options
+from bot.service import Options, SlackService
 from local_slack import InstalledApp, LocalWorkspace, Person
 from local_slack.events import SLACK_RETRY_DELAYS
 from local_slack.state import Channel
@@ -37,7 +37,7 @@ class LocalStack:
 
     workspace: LocalWorkspace
     commander: InstalledApp
-    service: Flotilla
+    service: SlackService
     channel: Channel
     people: dict[str, Person]
     agent_apps: dict[str, InstalledApp] = field(default_factory=dict)
@@ -52,14 +52,14 @@ class LocalStack:
         if self.owns_db:
             await self.service.db.dispose()
 
-    async def restart(self, model: Model | None = None) -> Flotilla:
+    async def restart(self, model: Model | None = None) -> SlackService:
         """Stop Flotilla's process (its jobs die mid-run) and start a new one on the same
         database and workspace, as after a crash or a deploy."""
         old = self.service
         await old.stop()
         if self.runner is not None:
             await self.runner.cleanup()
-        self.service = Flotilla(
+        self.service = SlackService(
             old.db,
             old.client,
             api_url=self.workspace.api_url,
@@ -122,7 +122,7 @@ async def start_local_stack(
     await migrate.upgrade(database)
     cipher = TokenCipher(TokenCipher.new_key())
     client = make_client(commander.bot_token, workspace.api_url)
-    service = Flotilla(
+    service = SlackService(
         database,
         client,
         api_url=workspace.api_url,

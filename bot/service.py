@@ -3,7 +3,7 @@ to Slack, and owning their lifecycle.
 
 Listeners (`bot/listeners/`) call `bot/handlers.py` after they acked; handlers hand work
 to the reconciler; the executor (`agents/executor.py`) performs what it decided – posts
-through `SlackPort` (`bot/port.py`), runs agents and commander turns.
+through `SlackPort` (`bot/slack_port.py`), runs agents and commander turns.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from agents.registry import enabled_agent_names, seed_default_agents
 from agents.run_context import Context, ExecutorOptions
 from bot.identities import Identity, Poster
 from bot.metrics import Metrics
-from bot.port import SlackPort
 from bot.secrets import TokenCipher
+from bot.slack_port import SlackPort
 from storage.agents import get_agent, list_agents
 from storage.conversations import find_conversation
 from storage.db import Database
@@ -111,7 +111,7 @@ class EventTasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
 
-class Flotilla:
+class SlackService:
     """The service behind the Slack app of one workspace."""
 
     def __init__(

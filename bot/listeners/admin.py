@@ -30,7 +30,7 @@ from bot.views.admin import (
 )
 
 if TYPE_CHECKING:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
 log = logging.getLogger(__name__)
 AGENT_VERBS = ("add", "edit", "remove", "enable", "disable")
@@ -71,7 +71,7 @@ def parse_command(text: str) -> Command:
     return Command("help", problem=f"I don't know `/flotilla {text.strip()}`." if words else "")
 
 
-def register_admin(app: AsyncApp, service: Flotilla) -> None:
+def register_admin(app: AsyncApp, service: SlackService) -> None:
     workspace_url = admin.WorkspaceUrl()
 
     @app.command("/flotilla")
@@ -122,7 +122,7 @@ def register_admin(app: AsyncApp, service: Flotilla) -> None:
 
 
 async def _command(
-    service: Flotilla,
+    service: SlackService,
     workspace_url: admin.WorkspaceUrl,
     command: dict[str, Any],
     respond: AsyncRespond,
@@ -150,7 +150,7 @@ async def _command(
 
 
 async def _open_agent_modal(
-    service: Flotilla, client: AsyncWebClient, command: dict[str, Any], parsed: Command
+    service: SlackService, client: AsyncWebClient, command: dict[str, Any], parsed: Command
 ) -> str | None:
     """Open the add/edit modal; a sentence instead when it cannot be opened."""
     agent = await service.agent(parsed.name) if parsed.name else None
@@ -167,7 +167,7 @@ async def _open_agent_modal(
     return None
 
 
-async def _answer(service: Flotilla, parsed: Command, user: str, channel: str, url: str) -> str:
+async def _answer(service: SlackService, parsed: Command, user: str, channel: str, url: str) -> str:
     """The ephemeral answer to every subcommand but the modal ones."""
     if parsed.sub == "agents":
         return agents_text(await admin.agents(service))

@@ -22,10 +22,10 @@ from bot.views.forms import (
 )
 
 if TYPE_CHECKING:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
 
-def register_forms(app: AsyncApp, service: Flotilla) -> None:
+def register_forms(app: AsyncApp, service: SlackService) -> None:
     """Form answers (inline and in a modal)."""
 
     @app.action(INLINE_ACTION)
@@ -85,7 +85,7 @@ def register_forms(app: AsyncApp, service: Flotilla) -> None:
 
 
 async def _form_of(
-    service: Flotilla, channel: str, thread_ts: str, key: FormKey
+    service: SlackService, channel: str, thread_ts: str, key: FormKey
 ) -> tuple[str, str, FormSpec | None]:
     """The title, question and fields of the form a key names (as stored in the plan)."""
     conversation = await service.find_conversation(channel, thread_ts)
@@ -98,7 +98,7 @@ async def _form_of(
     return step.title, step.input or step.title, step.form
 
 
-async def _single_field(service: Flotilla, body: Body, key: FormKey) -> str:
+async def _single_field(service: SlackService, body: Body, key: FormKey) -> str:
     where = where_of(body)
     _title, _question, form = await _form_of(service, where["channel"], where["thread_ts"], key)
     return form.fields[0].name if form and form.fields else "answer"

@@ -20,14 +20,14 @@ from slack_bolt.response import BoltResponse
 from bot import handlers
 
 if TYPE_CHECKING:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
 log = logging.getLogger(__name__)
 Body = dict[str, Any]
 RECORDED_EVENTS = ("app_mention", "message")
 
 
-def register_messages(app: AsyncApp, service: Flotilla) -> None:
+def register_messages(app: AsyncApp, service: SlackService) -> None:
     """`app_mention` and `message` events, recorded before the ack."""
 
     @app.middleware

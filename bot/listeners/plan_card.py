@@ -11,10 +11,10 @@ from bot.listeners.where import Body, where_of
 from bot.views.plan_card import CANCEL_ACTION
 
 if TYPE_CHECKING:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
 
-def register_plan_card(app: AsyncApp, service: Flotilla) -> None:
+def register_plan_card(app: AsyncApp, service: SlackService) -> None:
     """The card's Cancel button (requester or admin)."""
 
     @app.action(CANCEL_ACTION)

@@ -44,7 +44,7 @@ from agents.ports import SlackPort
 from bot.local import LocalStack, start_local_stack
 from bot.metrics import Metrics
 from bot.serve import options_from
-from bot.service import Flotilla, MetricsObserver, Options
+from bot.service import MetricsObserver, Options, SlackService
 from bot.settings import Settings
 from local_slack import Driver, Message
 from storage.db import Database
@@ -101,7 +101,7 @@ class Counting(MetricsObserver):
         super().ran(agent, seconds)
 
 
-def ran(service: Flotilla) -> list[str]:
+def ran(service: SlackService) -> list[str]:
     """The agents whose runs finished (and reported an outcome) in `service`'s process."""
     observer = service.context.observer
     assert isinstance(observer, Counting)
@@ -128,7 +128,7 @@ class Processes:
     root: Message | None = None
 
     @property
-    def service(self) -> Flotilla:
+    def service(self) -> SlackService:
         return self.stack.service
 
     async def writer_started(self, model: HangsInTheWriter) -> str:
@@ -141,16 +141,16 @@ class Processes:
         assert [s.status for s in plan.steps] == ["done", "in_progress", "pending"]
         return step_key(plan.id, 2, 1)
 
-    async def crash_and_replace(self, model: Model) -> Flotilla:
+    async def crash_and_replace(self, model: Model) -> SlackService:
         """A dies as by kill -9 (nothing released); B starts on the same database."""
         old = self.service
         await old.executor.abandon()
         return await self.replace(old, model)
 
-    async def replace(self, old: Flotilla, model: Model) -> Flotilla:
+    async def replace(self, old: SlackService, model: Model) -> SlackService:
         if self.stack.runner is not None:
             await self.stack.runner.cleanup()
-        new = Flotilla(
+        new = SlackService(
             old.db, old.client, api_url=self.stack.workspace.api_url, cipher=old.cipher,
             options=old.options, clock=old.clock, model=model,
         )  # fmt: skip

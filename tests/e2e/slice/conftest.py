@@ -16,7 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline
 from agents.plan import Plan
 from bot.local import LocalStack, start_local_stack
-from bot.service import Flotilla, Options
+from bot.service import Options, SlackService
 from local_slack import Driver, Message
 from tests.e2e.slice.scripts import Script
 
@@ -53,7 +53,7 @@ class Run:
     clock: FakeClock
 
     @property
-    def service(self) -> Flotilla:
+    def service(self) -> SlackService:
         return self.stack.service
 
     def ask(self, text: str, who: str = "maya") -> Message:

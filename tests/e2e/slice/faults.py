@@ -16,7 +16,7 @@ from agents.errors import TransientError
 from agents.offline import first_prompt
 from agents.ports import StepTag
 from bot.identities import make_client
-from bot.port import SlackPort
+from bot.slack_port import SlackPort
 from local_slack import Message
 from storage.outbox import outbox_t
 from storage.records import ConversationRecord

@@ -73,7 +73,7 @@ async def test_cancel_stops_the_step_in_flight(
 async def test_a_cancel_stops_the_step_running_in_another_process(
     start: Callable[..., Any],
 ) -> None:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
     writer = Gate("Write up the findings")
     async with start(model=gated(writer), heartbeat_seconds=0.05) as run:
@@ -81,7 +81,7 @@ async def test_a_cancel_stops_the_step_running_in_another_process(
         await writer.reached()
         first = run.service
         await first.executor.abandon()  # this process still serves Slack, runs nothing
-        second = Flotilla(
+        second = SlackService(
             first.db, first.client, api_url=run.stack.workspace.api_url, cipher=first.cipher,
             options=first.options, clock=run.clock, model=gated(writer),
         )  # fmt: skip

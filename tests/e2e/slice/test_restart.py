@@ -66,7 +66,7 @@ async def test_default_agents_are_seeded_once(start: Callable[..., Any]) -> None
 async def test_a_second_replica_never_runs_a_step_another_is_running(
     start: Callable[..., Any],
 ) -> None:
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
     started, release = asyncio.Event(), asyncio.Event()
 
@@ -82,7 +82,7 @@ async def test_a_second_replica_never_runs_a_step_another_is_running(
         root = run.ask("research the history of our launch emails and write a short report")
         await asyncio.wait_for(started.wait(), 20)
         first = run.service
-        second = Flotilla(
+        second = SlackService(
             first.db, first.client, api_url=run.stack.workspace.api_url, cipher=first.cipher,
             options=first.options, clock=run.clock, model=offline.offline_model(),
         )  # fmt: skip

@@ -215,3 +215,12 @@ async def test_a_wrong_model_key_starts_with_a_loud_error(world: World) -> None:
         assert await flotilla.terminate() == 0
     finally:
         await model.close()
+
+
+async def test_a_stop_while_starting_ends_cleanly(world: World) -> None:
+    flotilla = world.process()
+    await flotilla.start()
+    await flotilla.line(lambda line: str(line["message"]).startswith("starting:"))
+    assert await flotilla.terminate() == 0  # most likely while the modules still load
+    assert messages(flotilla)[-1] in ("stopped before the service started", "stopped")
+    assert not [raw for raw in flotilla.raw if "Traceback" in raw]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
     from bot.check import Finding
-    from bot.service import Flotilla, Options
+    from bot.service import Options, SlackService
     from storage.db import Database
 
 log = logging.getLogger("flotilla.serve")
@@ -74,7 +74,7 @@ def _refuse(findings: list[Finding]) -> None:
         raise ConfigurationError("cannot start:\n" + render(findings))
 
 
-async def _stop_service(service: Flotilla, grace: float) -> list[str]:
+async def _stop_service(service: SlackService, grace: float) -> list[str]:
     """`service.stop(grace=…)`, returning the keys of the work handed over."""
     stop: Callable[..., Awaitable[object]] = service.stop
     if "grace" not in inspect.signature(stop).parameters:  # a service without hand-over
@@ -218,11 +218,11 @@ async def _serve(
     from bot.http import measure_requests
     from bot.metrics import meter
     from bot.secrets import TokenCipher
-    from bot.service import Flotilla
+    from bot.service import SlackService
 
     await _model_is_checked(settings)
     key = settings.encryption_key.get_secret_value() if settings.encryption_key else None
-    service = Flotilla(
+    service = SlackService(
         db,
         client,
         api_url=settings.slack_api_url,
@@ -278,7 +278,7 @@ async def _socket_mode(settings: Settings, app: object) -> AsyncSocketModeHandle
     return handler
 
 
-def _started(settings: Settings, service: Flotilla) -> None:
+def _started(settings: Settings, service: SlackService) -> None:
     log.info(
         "Flotilla started in %s mode for workspace %s; database %s; model %s; "
         "HTTP on %s:%s (/healthz, /readyz, /metrics%s)",

@@ -229,7 +229,7 @@ async def _turn(
                 turn.plan,
                 assignees=names,
                 max_parallel=ctx.options.max_parallel,
-                max_attempts=ctx.options.max_transient_failures,
+                max_transient_failures=ctx.options.max_transient_failures,
             )
             log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
         if turn.operations:

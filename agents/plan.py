@@ -157,7 +157,7 @@ Outcome = StepSucceeded | StepFailed | StepBlocked | StepAnswered | StepCancelle
 MAX_STEPS = 50
 MAX_TITLE = 150
 MAX_INPUT = 3000
-DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_MAX_TRANSIENT_FAILURES = 3
 # the commander's retry_step operations allowed on one step (then it must skip, add or abort)
 MAX_COMMANDER_RETRIES = 3
 USER = "user"
@@ -207,7 +207,7 @@ class Step(_Strict):
     output_files: tuple[str, ...] = ()
     failure_reason: str | None = None
     attempts: int = 0  # dispatches so far = the current attempt's number
-    transient_failures: int = 0  # counted against the plan's max_attempts
+    transient_failures: int = 0  # counted against the plan's max_transient_failures
     retries: int = 0  # the commander's retry_step operations, capped at MAX_COMMANDER_RETRIES
     not_before: datetime | None = None  # backoff after a transient failure
     question: Question | None = None  # set while blocked; kept (with the answer) after
@@ -222,7 +222,7 @@ class Plan(_Strict):
     conversation_id: int
     status: PlanStatus = "running"
     max_parallel: int = 1
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES
     version: int = 0
     request: str = ""  # the user's original message, for {{request}}
     steps: tuple[Step, ...] = ()

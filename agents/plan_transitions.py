@@ -281,7 +281,7 @@ def _blocked(plan: Plan, step: Step, outcome: StepBlocked) -> Result:
 
 def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Result:
     failures = step.transient_failures + 1
-    if outcome.retryable and failures < plan.max_attempts:
+    if outcome.retryable and failures < plan.max_transient_failures:
         not_before = now + retry_backoff(failures)
         retry = _update(
             step,

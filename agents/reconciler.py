@@ -32,7 +32,7 @@ from agents.effects import (
 )
 from agents.errors import OperationRejected
 from agents.plan import (
-    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_TRANSIENT_FAILURES,
     TERMINAL_PLAN,
     AbortPlan,
     CancelPlan,
@@ -225,7 +225,7 @@ class Reconciler:
         assignees: Collection[str],
         disabled: Collection[str] = (),
         max_parallel: int = 1,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
     ) -> Decision:
         """Validate and store a new plan, and dispatch its first step(s), in one transaction.
 
@@ -237,7 +237,7 @@ class Reconciler:
             conversation_id,
             new_steps(checked),
             max_parallel=max_parallel,
-            max_attempts=max_attempts,
+            max_transient_failures=max_transient_failures,
         )
 
     async def start_steps(
@@ -246,7 +246,7 @@ class Reconciler:
         steps: Sequence[Step],
         *,
         max_parallel: int = 1,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
     ) -> Decision:
         """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
@@ -262,14 +262,14 @@ class Reconciler:
                 conn,
                 conversation_id,
                 max_parallel=max_parallel,
-                max_attempts=max_attempts,
+                max_transient_failures=max_transient_failures,
                 now=now,
             )
             plan = Plan(
                 id=plan_id,
                 conversation_id=conversation_id,
                 max_parallel=max_parallel,
-                max_attempts=max_attempts,
+                max_transient_failures=max_transient_failures,
                 request=request_text(conn, conversation_id),
                 steps=tuple(steps),
             )

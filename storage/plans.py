@@ -156,7 +156,7 @@ def _loaded(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan
         "conversation_id": first["plan_conversation_id"],
         "status": first["plan_status"],
         "max_parallel": first["plan_max_parallel"],
-        "max_attempts": first["plan_max_attempts"],
+        "max_transient_failures": first["plan_max_attempts"],
         "version": first["plan_version"],
         "request": first["plan_request"],
     }
@@ -206,17 +206,18 @@ def insert_plan(
     conversation_id: int,
     *,
     max_parallel: int,
-    max_attempts: int,
+    max_transient_failures: int,
     now: datetime,
 ) -> int:
-    """A new plan row (status running, version 0); its id."""
+    """A new plan row (status running, version 0); its id. (The cap on a step's transient
+    failures is stored in the `max_attempts` column.)"""
     stmt = (
         insert(plans_t)
         .values(
             conversation_id=conversation_id,
             status="running",
             max_parallel=max_parallel,
-            max_attempts=max_attempts,
+            max_attempts=max_transient_failures,
             version=0,
             created_at=now,
             updated_at=now,

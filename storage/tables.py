@@ -134,6 +134,7 @@ class Plan(Base):
     # running | paused | completed | aborted | cancelled
     status: Mapped[str] = mapped_column(String(16), default="running")
     max_parallel: Mapped[int] = mapped_column(Integer, default=1)
+    # the cap on a step's transient failures (`Plan.max_transient_failures`)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     card_ts: Mapped[str | None] = mapped_column(String(32))
     # bumped on every change, so readers (the plan card) can coalesce updates
@@ -164,8 +165,8 @@ class PlanStep(Base):
     output_files: Mapped[list[str]] = mapped_column(Json, default=list)
     failure_reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    # transient failures so far, counted against the plan's max_attempts (a cancelled run
-    # is re-dispatched as a new attempt without counting)
+    # transient failures so far, counted against the plan's cap (plans.max_attempts, the
+    # domain's max_transient_failures); a cancelled run is re-dispatched without counting
     transient_failures: Mapped[int] = mapped_column(Integer, default=0)
     # the commander's retry_step operations on this step (capped)
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

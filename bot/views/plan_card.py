@@ -109,7 +109,7 @@ def step_note(step: Step, plan: Plan, stop_note: str | None = None) -> str:
     reason = _short(step.failure_reason) if step.failure_reason else None
     if step.status == "pending" and step.transient_failures:
         why = f": {reason}" if reason else ""
-        return f"🔁 retrying ({step.transient_failures + 1}/{plan.max_attempts}){why}"
+        return f"🔁 retrying ({step.transient_failures + 1}/{plan.max_transient_failures}){why}"
     if step.status == "in_progress" and step.attempts > 1:
         return f"attempt {step.attempts}"
     if step.status == "failed":

@@ -19,6 +19,8 @@ ENV_NAMES = [
     "ANTHROPIC_API_KEY",
     "FLOTILLA_ADMIN_USER_IDS",
     "FLOTILLA_ENCRYPTION_KEY",
+    "FLOTILLA_MAX_STEP_ATTEMPTS",
+    "FLOTILLA_MAX_TRANSIENT_FAILURES",
 ]
 
 
@@ -85,3 +87,12 @@ def test_secrets_are_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
         assert value not in shown
     assert settings.slack_bot_token is not None
     assert settings.slack_bot_token.get_secret_value() == "xoxb-very-secret-bot"
+
+
+def test_the_cap_on_transient_failures_under_its_new_and_its_old_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOTILLA_MAX_STEP_ATTEMPTS", "5")
+    assert Settings().max_transient_failures == 5
+    monkeypatch.setenv("FLOTILLA_MAX_TRANSIENT_FAILURES", "7")
+    assert Settings().max_transient_failures == 7  # the new name wins

@@ -51,6 +51,7 @@ from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_th
 from agents.tools.context import RunDeps, RunJob
 from agents.tools.http_fetch import http_fetch
 from agents.tools.mcp import mcp_toolsets
+from agents.tools.net_guard import FetchPolicy
 from storage.conversations import thread_messages
 from storage.db import Database
 from storage.records import AgentRunRecord
@@ -143,6 +144,14 @@ def build_step_agent(
     )
 
 
+def run_deps(
+    job: RunJob, thread: list[Any], spec: AgentSpec, fetch_policy: FetchPolicy | None
+) -> RunDeps:
+    """The deps of a run; `fetch_policy` defaults to public addresses only (tests pass another)."""
+    policy = fetch_policy if fetch_policy is not None else FetchPolicy()
+    return RunDeps(job=job, thread=thread, http_domains=spec.http_domains, fetch_policy=policy)
+
+
 async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None, list[Any]]:
     """The stored session of `job.run_key` (if any) and the thread's stored messages."""
     async with db.read() as conn:
@@ -164,6 +173,7 @@ async def run_step(
     limits: RunLimits = DEFAULT_LIMITS,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     now: Clock = utcnow,
+    fetch_policy: FetchPolicy | None = None,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -173,6 +183,8 @@ async def run_step(
     `finished` one returns its stored result and a `suspended` one its open question.
     `toolsets` are extra toolsets only: the agent's built-in tools and its MCP servers are
     built here from `spec` (passing them again would duplicate their tool names).
+    `fetch_policy` is for tests only (e.g. a loopback site); by default `http_fetch` reaches
+    public addresses only.
     """
     stored, thread = await load_session(db, job)
     history = load_messages(stored.messages) if stored and stored.messages else None
@@ -182,7 +194,7 @@ async def run_step(
         question = pending_question(history)
         if question is not None:
             return question
-    deps = RunDeps(job=job, thread=thread, http_domains=spec.http_domains)
+    deps = run_deps(job, thread, spec, fetch_policy)
     agent = build_step_agent(spec, toolsets)
     prompt = None if history else step_prompt(job, thread)
     previous = stored if stored and history else None
@@ -202,6 +214,7 @@ async def resume_step(
     limits: RunLimits = DEFAULT_LIMITS,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     now: Clock = utcnow,
+    fetch_policy: FetchPolicy | None = None,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question."""
     stored, thread = await load_session(db, job)
@@ -212,7 +225,7 @@ async def resume_step(
     if question is None:
         raise PermanentError("The suspended run has no open question.")
     deferred = DeferredToolResults(calls={question.tool_call_id: answer})
-    deps = RunDeps(job=job, thread=thread, http_domains=spec.http_domains)
+    deps = run_deps(job, thread, spec, fetch_policy)
     agent = build_step_agent(spec, toolsets)
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,

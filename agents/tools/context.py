@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pydantic_ai import RunContext
 
+from agents.tools.net_guard import FetchPolicy
 from storage.records import MessageRecord
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -54,6 +55,8 @@ class RunDeps:
     job: RunJob
     thread: list[MessageRecord] = field(default_factory=list)
     http_domains: tuple[str, ...] = ()
+    # how `http_fetch` resolves and what it may reach: public addresses only unless a test says
+    fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
     files: list[str] = field(default_factory=list)
 
     def tool_call_key(self, tool_call_id: str) -> str:

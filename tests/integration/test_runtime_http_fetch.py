@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from ipaddress import ip_network
 
 import pytest
 from aiohttp import web
@@ -11,8 +12,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, StepRunResult, run_step
-from agents.tools import http_fetch as fetch_module
 from agents.tools.http_fetch import domain_allowed
+from agents.tools.net_guard import FetchPolicy
 from storage.db import Database
 
 
@@ -40,6 +41,10 @@ async def site() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
+# test-only: the site runs on loopback, which the fetch refuses unless told otherwise
+LOOPBACK = FetchPolicy(allow_networks=(ip_network("127.0.0.1/32"),))
+
+
 def fetching(url: str) -> FunctionModel:
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
@@ -61,20 +66,28 @@ def job(key: str) -> RunJob:
 
 
 async def test_an_allowed_domain_is_fetched(db: Database, site: str) -> None:
-    result = await run_step(db, job("f1"), spec("127.0.0.1"), model=fetching(f"{site}/page"))
+    result = await run_step(
+        db, job("f1"), spec("127.0.0.1"), model=fetching(f"{site}/page"), fetch_policy=LOOPBACK
+    )
     assert isinstance(result, StepRunResult) and "Acme Pro costs 42" in result.message
 
 
 async def test_other_domains_and_redirects_to_them_are_refused(db: Database, site: str) -> None:
-    refused = await run_step(db, job("f2"), spec("example.com"), model=fetching(f"{site}/page"))
+    refused = await run_step(
+        db, job("f2"), spec("example.com"), model=fetching(f"{site}/page"), fetch_policy=LOOPBACK
+    )
     assert "not on this agent's allowed domains" in refused.message  # type: ignore[union-attr]
-    redirected = await run_step(db, job("f3"), spec("127.0.0.1"), model=fetching(f"{site}/away"))
+    redirected = await run_step(
+        db, job("f3"), spec("127.0.0.1"), model=fetching(f"{site}/away"), fetch_policy=LOOPBACK
+    )
     assert "localhost" in redirected.message and "not on this agent" in redirected.message  # type: ignore[union-attr]
 
 
-async def test_the_body_is_capped(db: Database, site: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fetch_module, "MAX_BYTES", 1000)
-    result = await run_step(db, job("f4"), spec("127.0.0.1"), model=fetching(f"{site}/big"))
+async def test_the_body_is_capped(db: Database, site: str) -> None:
+    capped = FetchPolicy(allow_networks=LOOPBACK.allow_networks, max_bytes=1000)
+    result = await run_step(
+        db, job("f4"), spec("127.0.0.1"), model=fetching(f"{site}/big"), fetch_policy=capped
+    )
     assert isinstance(result, StepRunResult)
     assert "[cut" in result.message and result.message.count("x") == 1000
 

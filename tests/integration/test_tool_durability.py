@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from ipaddress import ip_network
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from sqlalchemy import select
 from agents.registry import AgentSpec, McpServerSpec
 from agents.runtime import RunJob, StepRunResult, run_step
 from agents.tools.context import IDEMPOTENCY_META_KEY, tool_call_key
+from agents.tools.net_guard import FetchPolicy
 from storage.db import Database
 from storage.runs import load_run
 from storage.usage import usage_t
@@ -265,6 +267,10 @@ async def site() -> AsyncIterator[Site]:
     await runner.cleanup()
 
 
+# test-only: the site runs on loopback, which http_fetch refuses unless told otherwise
+LOOPBACK = FetchPolicy(allow_networks=(ip_network("127.0.0.1/32"),))
+
+
 def fetch_spec() -> AgentSpec:
     return AgentSpec(
         "researcher",
@@ -292,13 +298,17 @@ async def test_a_retried_fetch_sends_the_same_idempotency_key(db: Database, site
         return ModelResponse(parts=[TextPart("ordered and got the receipt")])
 
     run = job("fetch:1", "Place the order")
-    first = asyncio.create_task(run_step(db, run, fetch_spec(), model=FunctionModel(script)))
+    first = asyncio.create_task(
+        run_step(db, run, fetch_spec(), model=FunctionModel(script), fetch_policy=LOOPBACK)
+    )
     await asyncio.wait_for(site.first_arrived.wait(), timeout=10)
     first.cancel()  # the process dies while the fetch is in flight
     with pytest.raises(asyncio.CancelledError):
         await first
 
-    result = await run_step(db, run, fetch_spec(), model=FunctionModel(script))
+    result = await run_step(
+        db, run, fetch_spec(), model=FunctionModel(script), fetch_policy=LOOPBACK
+    )
 
     assert isinstance(result, StepRunResult) and result.message == "ordered and got the receipt"
     order_key = tool_call_key(run.run_key, call_ids[0])

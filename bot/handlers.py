@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from agents import step_runs
+from agents.errors import OperationRejected
 from agents.inbox import Incoming, record_reply, record_request, stored_result
 from agents.plan import CancelPlan, StepAnswered
 from bot.listeners.payloads import (
@@ -214,12 +215,16 @@ async def cancel_plan(
     if user != conversation.requested_by and not await service.is_admin(user):
         return f"Only <@{conversation.requested_by}> or a workspace admin can cancel this plan."
     # the stop notice, the runs stopped and the forms closed follow from the decision
-    await service.reconciler.reconcile(
-        conversation.id,
-        operations=[CancelPlan(reason=f"cancelled by <@{user}>")],
-        assignees=await service.enabled_names(),
-        actor=user,
-    )
+    try:
+        await service.reconciler.reconcile(
+            conversation.id,
+            operations=[CancelPlan(reason=f"cancelled by <@{user}>")],
+            assignees=await service.enabled_names(),
+            actor=user,
+        )
+    except OperationRejected:  # another click (or the plan's end) came first, under the lock
+        plan = await service.reconciler.plan(conversation.id)
+        return f"This plan is already {plan.status if plan else 'gone'}."
     return None
 
 

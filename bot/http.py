@@ -90,14 +90,9 @@ def http_surface(serving: Serving, *, events: bool = True) -> web.Application:
     async def slack_events(request: web.Request) -> web.Response:
         if serving.app is None:
             return web.json_response({"error": "starting"}, status=503)  # Slack retries
-        from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+        from bot.edge import dispatch  # refuses what is not Slack's (401/400), then Bolt
 
-        try:
-            bolt_request = await to_bolt_request(request)
-        except ValueError:  # a body that is neither JSON nor a form Slack would send
-            return web.json_response({"error": "invalid request body"}, status=400)
-        bolt_response = await serving.app.async_dispatch(bolt_request)
-        return await to_aiohttp_response(bolt_response)
+        return await dispatch(serving.app, request)
 
     async def healthz(_request: web.Request) -> web.Response:
         team = serving.service.team_id if serving.service is not None else None

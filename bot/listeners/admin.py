@@ -16,6 +16,17 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import admin
+from bot.listeners.guard import guarded
+from bot.listeners.inbound import (
+    AgentMetadata,
+    BlockActions,
+    HomeOpened,
+    InvalidPayload,
+    SlashCommand,
+    ViewSubmission,
+    metadata_of,
+    parse,
+)
 from bot.views.admin import (
     ADD_AGENT_ACTION,
     AGENT_CALLBACK,
@@ -75,18 +86,21 @@ def register_admin(app: AsyncApp, service: SlackService) -> None:
     workspace_url = admin.WorkspaceUrl()
 
     @app.command("/flotilla")
+    @guarded
     async def flotilla_command(
         ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond, client: AsyncWebClient
     ) -> None:
+        parsed = parse(SlashCommand, command, "a /flotilla command")
         await ack()
-        await _command(service, workspace_url, command, respond, client)
+        await _command(service, workspace_url, parsed, respond, client)
 
     @app.view(AGENT_CALLBACK)
-    async def on_agent_saved(
-        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient
-    ) -> None:
-        mode, draft, channel = submitted_draft(view)
-        user = body["user"]["id"]
+    @guarded
+    async def on_agent_saved(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+        submission = parse(ViewSubmission, body, "an agent form")
+        metadata_of(submission.view, AgentMetadata)  # only the modal Flotilla opened
+        mode, draft, channel = submitted_draft(body["view"])
+        user = submission.user.id
         errors = await admin.save_agent(service, user, mode, draft)
         if errors:
             await ack(response_action="errors", errors=errors)
@@ -102,35 +116,48 @@ def register_admin(app: AsyncApp, service: SlackService) -> None:
                 log.info("could not confirm the agent change: %s", exc.response.get("error"))
 
     @app.action(ADD_AGENT_ACTION)
+    @guarded
     async def on_add_from_home(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        if await admin.refusal(service, body["user"]["id"]):
-            return  # the button is shown to admins only; a forged click opens nothing
-        try:
-            await client.views_open(trigger_id=body["trigger_id"], view=agent_modal(None))
-        except SlackApiError as exc:
-            log.warning("views.open failed: %s", exc.response.get("error"))
+        await _open_add_modal(service, client, parse(BlockActions, body, "an Add agent click"))
 
     @app.event("app_home_opened")
+    @guarded
     async def home_opened(event: dict[str, Any], client: AsyncWebClient) -> None:
-        if event.get("tab", "home") != "home":
+        """Checked before the ack (`record_before_ack`): the event fits `HomeOpened`."""
+        opened = parse(HomeOpened, event, "an app_home_opened event")
+        if opened.tab != "home":
             return
-        user = event["user"]
+        user = opened.user
         reports = await admin.reports(service, user)
         view = home_view(reports, await workspace_url.get(service))
         await client.views_publish(user_id=user, view=view)
 
 
+async def _open_add_modal(
+    service: SlackService, client: AsyncWebClient, click: BlockActions
+) -> None:
+    """The App Home's Add agent button: the agent modal, for admins."""
+    if await admin.refusal(service, click.user.id):
+        return  # the button is shown to admins only; a forged click opens nothing
+    if click.trigger_id is None:
+        raise InvalidPayload("an Add agent click", "trigger_id: missing")
+    try:
+        await client.views_open(trigger_id=click.trigger_id, view=agent_modal(None))
+    except SlackApiError as exc:
+        log.warning("views.open failed: %s", exc.response.get("error"))
+
+
 async def _command(
     service: SlackService,
     workspace_url: admin.WorkspaceUrl,
-    command: dict[str, Any],
+    command: SlashCommand,
     respond: AsyncRespond,
     client: AsyncWebClient,
 ) -> None:
     """After the ack: authorize, then open the agent modal or answer ephemerally."""
-    parsed = parse_command(command.get("text") or "")
-    user, channel = command["user_id"], command.get("channel_id", "")
+    parsed = parse_command(command.text)
+    user, channel = command.user_id, command.channel_id
     if parsed.sub in ADMIN_ONLY or (parsed.sub == "model" and parsed.name):
         refusal = await admin.refusal(service, user)
         if refusal:
@@ -150,7 +177,7 @@ async def _command(
 
 
 async def _open_agent_modal(
-    service: SlackService, client: AsyncWebClient, command: dict[str, Any], parsed: Command
+    service: SlackService, client: AsyncWebClient, command: SlashCommand, parsed: Command
 ) -> str | None:
     """Open the add/edit modal; a sentence instead when it cannot be opened."""
     agent = await service.agent(parsed.name) if parsed.name else None
@@ -158,9 +185,11 @@ async def _open_agent_modal(
         return f"There is no agent named {parsed.name}. `/flotilla agents` lists them."
     if parsed.verb == "add" and agent is not None:
         return f"An agent named {parsed.name} exists already: `/flotilla agent edit {parsed.name}`."
-    view = agent_modal(agent, name=parsed.name, channel=command.get("channel_id", ""))
+    if command.trigger_id is None:
+        return "Slack did not send what opens a form; please run the command again."
+    view = agent_modal(agent, name=parsed.name, channel=command.channel_id)
     try:
-        await client.views_open(trigger_id=command["trigger_id"], view=view)
+        await client.views_open(trigger_id=command.trigger_id, view=view)
     except SlackApiError as exc:
         log.warning("views.open failed: %s", exc.response.get("error"))
         return "Slack did not open the form in time; please run the command again."

@@ -1,8 +1,11 @@
-"""Listeners for forms: an inline answer, the button that opens a form's modal, its submit."""
+"""Listeners for forms: an inline answer, the button that opens a form's modal, its submit.
+
+Each payload is parsed into its typed model first (`bot/listeners/inbound.py`); one that does
+not fit is answered by the guard with a sentence, and nothing from it reaches the handlers.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
@@ -10,7 +13,17 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.plan import FormSpec
 from bot import handlers
-from bot.listeners.where import Body, where_of
+from bot.listeners.guard import guarded
+from bot.listeners.inbound import (
+    BlockActions,
+    Body,
+    FormMetadata,
+    InvalidPayload,
+    ViewSubmission,
+    form_key,
+    metadata_of,
+    parse,
+)
 from bot.views.forms import (
     INLINE_ACTION,
     MODAL_CALLBACK,
@@ -29,59 +42,63 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
     """Form answers (inline and in a modal)."""
 
     @app.action(INLINE_ACTION)
-    async def on_inline_answer(
-        ack: AsyncAck, body: Body, action: Body, respond: AsyncRespond
-    ) -> None:
+    @guarded
+    async def on_inline_answer(ack: AsyncAck, body: Body, respond: AsyncRespond) -> None:
         await ack()
-        value = inline_value(action)
+        click = parse(BlockActions, body, "a form answer")
+        where, key = click.where(), form_key(click.action.block_id)
+        value = inline_value(click.action.model_dump())
         if not value:
             await respond(text="Please type an answer first.", response_type="ephemeral",
                           replace_original=False)  # fmt: skip
             return
-        key = FormKey.decode(action["block_id"])
-        field_name = await _single_field(service, body, key)
+        _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
+        field_name = form.fields[0].name if form and form.fields else "answer"
         refusal = await handlers.answer_form(
-            service, key=key, values={field_name: value}, **where_of(body)
+            service, key=key, values={field_name: value}, **where.model_dump()
         )
         if refusal:
             await respond(text=refusal, response_type="ephemeral", replace_original=False)
 
     @app.action(OPEN_ACTION)
-    async def on_open_form(ack: AsyncAck, body: Body, action: Body, client: AsyncWebClient) -> None:
+    @guarded
+    async def on_open_form(ack: AsyncAck, body: Body, client: AsyncWebClient) -> None:
         await ack()
-        key = FormKey.decode(action["value"])
-        where = where_of(body)
-        title, question, form = await _form_of(service, where["channel"], where["thread_ts"], key)
-        view = form_modal(key, title=title, question=question, form=form, metadata=where)
-        await client.views_open(trigger_id=body["trigger_id"], view=view)
+        click = parse(BlockActions, body, "an Answer click")
+        where, key = click.where(), form_key(click.action.button_value())
+        if click.trigger_id is None:
+            raise InvalidPayload("an Answer click", "trigger_id: missing")
+        title, question, form = await _form_of(service, where.channel, where.thread_ts, key)
+        view = form_modal(key, title=title, question=question, form=form,
+                          metadata=where.model_dump(exclude={"user"}))  # fmt: skip
+        await client.views_open(trigger_id=click.trigger_id, view=view)
 
     @app.view(MODAL_CALLBACK)
-    async def on_form_submit(ack: AsyncAck, body: Body, view: Body, client: AsyncWebClient) -> None:
-        metadata = json.loads(view.get("private_metadata") or "{}")
-        key = FormKey.decode(metadata["key"])
-        _title, _question, form = await _form_of(
-            service, metadata["channel"], metadata["thread_ts"], key
-        )
-        values, errors = modal_values(view.get("state") or {}, form)
+    @guarded
+    async def on_form_submit(ack: AsyncAck, body: Body, client: AsyncWebClient) -> None:
+        submission = parse(ViewSubmission, body, "a form submission")
+        metadata = metadata_of(submission.view, FormMetadata)
+        key = form_key(metadata.key)
+        _title, _question, form = await _form_of(service, metadata.channel, metadata.thread_ts, key)
+        values, errors = modal_values(submission.view.state, form)
         if errors:
             await ack(response_action="errors", errors=errors)
             return
         await ack()
-        user = body["user"]["id"]
+        user = submission.user.id
         refusal = await handlers.answer_form(
             service,
             key=key,
             values=values,
             user=user,
-            channel=metadata["channel"],
-            thread_ts=metadata["thread_ts"],
-            message_ts=metadata.get("message_ts"),
+            channel=metadata.channel,
+            thread_ts=metadata.thread_ts,
+            message_ts=metadata.message_ts,
         )
         if refusal:
             await client.chat_postEphemeral(
-                channel=metadata["channel"], user=user, text=refusal,
-                thread_ts=metadata["thread_ts"],
-            )  # fmt: skip
+                channel=metadata.channel, user=user, text=refusal, thread_ts=metadata.thread_ts
+            )
 
 
 async def _form_of(
@@ -96,9 +113,3 @@ async def _form_of(
     if step.question is not None and step.assignee != "user":
         return step.title, step.question.text, step.question.form
     return step.title, step.input or step.title, step.form
-
-
-async def _single_field(service: SlackService, body: Body, key: FormKey) -> str:
-    where = where_of(body)
-    _title, _question, form = await _form_of(service, where["channel"], where["thread_ts"], key)
-    return form.fields[0].name if form and form.fields else "answer"

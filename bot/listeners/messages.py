@@ -5,7 +5,8 @@ before Bolt answers Slack): the message, its conversation and its commander turn
 stored in one transaction, so a crash or a database hiccup after the ack can lose nothing.
 When it cannot be stored, Slack gets a 500 and delivers the event again (de-duplicated by
 the message's channel and ts). The same holds in Socket Mode, where the ack is sent after
-dispatch too.
+dispatch too. An event Flotilla reads that does not fit its typed model
+(`bot/listeners/inbound.py`) gets a 400 and one log line, and nothing of it is stored.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 
 from bot import handlers
+from bot.listeners.inbound import RECORDED_EVENTS, InvalidPayload, check_event
 
 if TYPE_CHECKING:
     from bot.service import SlackService
 
 log = logging.getLogger(__name__)
 Body = dict[str, Any]
-RECORDED_EVENTS = ("app_mention", "message")
 
 
 def register_messages(app: AsyncApp, service: SlackService) -> None:
@@ -34,8 +35,13 @@ def register_messages(app: AsyncApp, service: SlackService) -> None:
     async def record_before_ack(
         body: Body, next: Callable[[], Awaitable[None]]
     ) -> BoltResponse | None:
-        event = body.get("event") if body.get("type") == "event_callback" else None
-        if isinstance(event, dict) and event.get("type") in RECORDED_EVENTS:
+        try:
+            kind = check_event(body)
+        except InvalidPayload as exc:  # nothing from it is stored or answered
+            log.warning("%s", exc)
+            return BoltResponse(status=400, body={"error": "invalid event"})
+        event = body.get("event")
+        if isinstance(event, dict) and kind in RECORDED_EVENTS:
             try:
                 if event["type"] == "app_mention":
                     await handlers.on_mention(service, event, body.get("event_id"))

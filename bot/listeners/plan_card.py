@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from bot import handlers
-from bot.listeners.where import Body, where_of
+from bot.listeners.guard import guarded
+from bot.listeners.inbound import BlockActions, Body, parse, plan_number
 from bot.views.plan_card import CANCEL_ACTION
 
 if TYPE_CHECKING:
@@ -18,15 +19,17 @@ def register_plan_card(app: AsyncApp, service: SlackService) -> None:
     """The card's Cancel button (requester or admin)."""
 
     @app.action(CANCEL_ACTION)
-    async def on_cancel(ack: AsyncAck, body: Body, action: Body, respond: AsyncRespond) -> None:
+    @guarded
+    async def on_cancel(ack: AsyncAck, body: Body, respond: AsyncRespond) -> None:
         await ack()
-        where = where_of(body)
+        click = parse(BlockActions, body, "a Cancel click")
+        where, plan_id = click.where(), plan_number(click.action.button_value())
         refusal = await handlers.cancel_plan(
             service,
-            plan_id=int(action["value"]),
-            user=where["user"],
-            channel=where["channel"],
-            thread_ts=where["thread_ts"],
+            plan_id=plan_id,
+            user=where.user,
+            channel=where.channel,
+            thread_ts=where.thread_ts,
         )
         if refusal:
             await respond(text=refusal, response_type="ephemeral", replace_original=False)

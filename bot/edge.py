@@ -1,0 +1,182 @@
+"""The gate in front of Bolt at `/slack/events`: a request that is not Slack's is refused
+before Bolt parses it (Bolt answers a JSON array or a `nan` timestamp with a 500 and a
+traceback). Unsigned, badly signed or stale: 401. Signed but unparsable (not a JSON object,
+nested too deep, `payload=` that is not an object, a timestamp that is not a number): 400.
+Refusals are logged at most once per source address per minute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+from weakref import WeakKeyDictionary
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from slack_bolt.async_app import AsyncApp
+
+log = logging.getLogger(__name__)
+MAX_SKEW_S = 300  # Slack's replay window: a request older than five minutes is refused
+MAX_BODY_BYTES = 1_000_000
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class RateLimitedLog:
+    """One log line per key (a source address) per `every` seconds; the rest are counted."""
+
+    def __init__(
+        self, every: float = 60.0, *, clock: Callable[[], float] = time.monotonic, keys: int = 4096
+    ) -> None:
+        self.every = every
+        self.clock = clock
+        self.keys = keys
+        self.last: dict[str, float] = {}
+        self.skipped: dict[str, int] = {}
+
+    def warning(self, key: str, message: str) -> bool:
+        """Log `message` unless `key` was logged within `every` seconds; True when logged."""
+        now = self.clock()
+        last = self.last.get(key)
+        if last is not None and now - last < self.every:
+            self.skipped[key] = self.skipped.get(key, 0) + 1
+            return False
+        if last is None and len(self.last) >= self.keys:  # bounded: forget the oldest
+            oldest = min(self.last, key=self.last.__getitem__)
+            self.last.pop(oldest)
+            self.skipped.pop(oldest, None)
+        skipped = self.skipped.pop(key, 0)
+        self.last[key] = now
+        more = f" ({skipped} more refused since the last line)" if skipped else ""
+        log.warning("%s%s", message, more)
+        return True
+
+
+class RequestGate:
+    """Checks a request to `/slack/events` before Bolt sees it (see the module)."""
+
+    def __init__(
+        self,
+        signing_secret: str | None,
+        *,
+        clock: Callable[[], float] = time.time,
+        log_every: float = 60.0,
+    ) -> None:
+        self.secret = signing_secret or None
+        self.clock = clock
+        self.refusals = RateLimitedLog(log_every)
+
+    async def refusal(self, request: web.Request) -> web.Response | None:
+        """The answer to a request that is refused, or None for one Bolt may handle."""
+        try:
+            raw = await request.read()
+            self.check(raw, request.headers)
+        except Refused as refused:
+            source = request.remote or "unknown"
+            self.refusals.warning(source, f"refused a request from {source}: {refused.reason}")
+            error = "invalid signature" if refused.status == 401 else "invalid request"
+            return web.json_response({"error": error}, status=refused.status)
+        return None
+
+    def check(self, raw: bytes, headers: Mapping[str, str]) -> None:
+        """Refused unless `raw` is signed (when a secret is set) and parses as Slack's."""
+        if len(raw) > MAX_BODY_BYTES:
+            raise Refused(400, "the body is too large")
+        if self.secret is not None:
+            self.check_signature(raw, headers.get("X-Slack-Request-Timestamp"),
+                                 headers.get("X-Slack-Signature"))  # fmt: skip
+        parse_slack_body(raw, headers.get("Content-Type"))
+
+    def check_signature(self, raw: bytes, timestamp: str | None, signature: str | None) -> None:
+        if not timestamp or not signature:
+            raise Refused(401, "no signature")
+        if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+            raise Refused(400, "the timestamp is not a number")
+        if abs(self.clock() - int(timestamp)) > MAX_SKEW_S:
+            raise Refused(401, "a stale timestamp")
+        assert self.secret is not None
+        base = b"v0:" + timestamp.encode() + b":" + raw
+        expected = "v0=" + hmac.new(self.secret.encode(), base, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
+            raise Refused(401, "a bad signature")
+
+
+def parse_slack_body(raw: bytes, content_type: str | None) -> None:
+    """Refused(400) unless `raw` parses the way Bolt will parse it, into a JSON object (or a
+    slash command's form)."""
+    try:
+        body = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused(400, "the body is not UTF-8") from None
+    if not body:
+        raise Refused(400, "an empty body")
+    try:  # the same choice Bolt makes (slack_bolt.request.internals.parse_body)
+        if content_type == "application/json" or body.startswith("{"):
+            _json_object(body)
+        elif "payload" in body:
+            payload = dict(parse_qsl(body, keep_blank_values=True)).get("payload")
+            if payload is None:
+                raise Refused(400, "a form without a payload")
+            _json_object(payload)
+        elif "command" not in dict(parse_qsl(body, keep_blank_values=True)):
+            raise Refused(400, "a form that is not a slash command")
+    except (ValueError, RecursionError):
+        raise Refused(400, "the body is not JSON") from None
+
+
+def _json_object(text: str) -> None:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise Refused(400, "the body is not a JSON object")
+    if not isinstance(value.get("type"), str):
+        raise Refused(400, "the body has no type")
+
+
+_GATES: WeakKeyDictionary[Any, RequestGate] = WeakKeyDictionary()
+
+
+def gate_for(app: AsyncApp) -> RequestGate:
+    """The gate of a Bolt app: its signing secret when it verifies signatures (one gate per
+    app, so the per-source log limit holds across requests)."""
+    gate = _GATES.get(app)
+    if gate is None:
+        from slack_bolt.middleware.request_verification.async_request_verification import (
+            AsyncRequestVerification,
+        )
+
+        # Bolt keeps the secret in its verification middleware, present only when enabled
+        verifying = [
+            m for m in app._async_middleware_list if isinstance(m, AsyncRequestVerification)
+        ]
+        gate = RequestGate(verifying[0].verifier.signing_secret if verifying else None)
+        _GATES[app] = gate
+    return gate
+
+
+async def dispatch(app: AsyncApp, request: web.Request) -> web.Response:
+    """A request to `/slack/events`: refused by the gate, or handed to Bolt."""
+    from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+
+    gate = gate_for(app)
+    refused = await gate.refusal(request)
+    if refused is not None:
+        return refused
+    try:
+        bolt_request = await to_bolt_request(request)
+    except Exception as exc:  # a body Bolt cannot read (its context extraction assumes shapes)
+        source = request.remote or "unknown"
+        gate.refusals.warning(source, f"refused a request from {source}: {type(exc).__name__}")
+        return web.json_response({"error": "invalid request body"}, status=400)
+    return await to_aiohttp_response(await app.async_dispatch(bolt_request))

@@ -1,0 +1,90 @@
+"""Every interactive listener answers: a payload that does not fit is acked with a sentence
+and one log line; a failure after the ack is logged once with its traceback and the person
+gets "Something went wrong…" ephemerally. Nothing escapes to Bolt, whose own error path
+answers the request with a 404 or a 500 (and can lose the ack it already had).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from slack_bolt.async_app import AsyncAck, AsyncRespond
+
+from bot.listeners.inbound import InvalidPayload, Url
+
+log = logging.getLogger(__name__)
+TRY_AGAIN = "Something went wrong on my side; please try again."
+UNREADABLE = "I could not read that request; nothing was changed."
+# what the guard itself needs from Bolt, whatever the listener asks for
+_NEEDS = ("ack", "body", "respond")
+_URL: TypeAdapter[str] = TypeAdapter(Url)
+Listener = Callable[..., Awaitable[None]]
+
+
+def sentence_view(text: str) -> dict[str, Any]:
+    """A modal that says one sentence (the answer to a submission that cannot be taken)."""
+    return {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "Flotilla"},
+        "close": {"type": "plain_text", "text": "Close"},
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+    }
+
+
+def guarded(listener: Listener) -> Listener:
+    """`listener`, answering for it when it refuses a payload or fails (see the module)."""
+    signature = inspect.signature(listener)
+    own = list(signature.parameters)
+    name = getattr(listener, "__qualname__", "listener")
+
+    async def answering(**kwargs: Any) -> None:
+        try:
+            await listener(**{k: v for k, v in kwargs.items() if k in own})
+        except InvalidPayload as exc:
+            log.warning("%s (%s)", exc, name)
+            await answer(kwargs["ack"], kwargs["body"], kwargs["respond"], UNREADABLE)
+        except Exception:  # the operator gets the traceback once, the person a sentence
+            log.exception("%s failed", name)
+            await answer(kwargs["ack"], kwargs["body"], kwargs["respond"], TRY_AGAIN)
+
+    extra = [
+        inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for n in _NEEDS
+        if n not in own
+    ]
+    # Bolt passes the arguments a listener names (read from its signature)
+    answering.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), *extra]
+    )
+    answering.__name__ = answering.__qualname__ = name
+    return answering
+
+
+async def answer(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond, text: str) -> None:
+    """Say `text` to whoever sent `body`: in the ack when it is still due, else through the
+    response_url (only one that has Slack's shape); never raises."""
+    try:
+        if ack.response is None:
+            if body.get("type") == "view_submission":
+                await ack(response_action="update", view=sentence_view(text))
+                return
+            if "command" in body:
+                await ack(text=text, response_type="ephemeral")
+                return
+            await ack()
+        if respond is not None and _valid_url(body.get("response_url")):
+            await respond(text=text, response_type="ephemeral", replace_original=False)
+    except Exception as exc:  # the answer itself failed: the log says so, nothing else can
+        log.warning("could not answer an interaction: %s", exc)
+
+
+def _valid_url(value: Any) -> bool:
+    try:
+        _URL.validate_python(value)
+    except ValidationError:
+        return False
+    return True

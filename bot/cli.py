@@ -11,10 +11,7 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
-import traceback
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from bot.settings import ConfigurationError, Settings, load_settings
 
@@ -35,10 +32,23 @@ class UsageError(Exception):
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # only for --version
+
     try:
         return version("flotilla")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, looked up only when asked for (package metadata is slow to import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(f"flotilla {_version()}")
+        parser.exit()
 
 
 def _settings(*, console: bool = False) -> Settings:
@@ -97,6 +107,8 @@ def dev_database_url(settings: Settings) -> str:
 
 def _demo_command(args: argparse.Namespace) -> int:
     settings = _settings(console=True)
+    import tempfile
+
     from bot.serve import options_from
     from bot.trial import demo
 
@@ -235,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Flotilla: one assistant, a whole team, in Slack.",
         epilog="Settings come from the environment and .env (README: Settings).",
     )
-    parser.add_argument("--version", action="version", version=f"flotilla {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     # --debug after the command too (`flotilla run --debug`); SUPPRESS keeps the main default
     common = argparse.ArgumentParser(add_help=False)
@@ -280,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fail(message: str, code: int, debug: bool) -> int:
     if debug:
+        import traceback
+
         traceback.print_exc()
     print(f"flotilla: {message}", file=sys.stderr)
     return code

@@ -68,6 +68,8 @@ async def fetch_page(
                 raise ModelRetry(
                     f"{url} was refused: {exc}; only public addresses can be fetched."
                 ) from None
+            except aiohttp.InvalidURL:
+                raise ModelRetry(f"{url} is not a web address that can be fetched.") from None
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                 raise ModelRetry(f"Fetching {url} failed: {type(exc).__name__}.") from None
     raise ModelRetry(f"{url} redirected more than {policy.max_redirects} times.")
@@ -88,9 +90,20 @@ def check_target(url: str, allowed: tuple[str, ...], policy: FetchPolicy) -> Non
         raise AddressRefused(host, host, reason)
 
 
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most `limit` bytes of the body (`read(n)` may return fewer than are coming)."""
+    body = bytearray()
+    while len(body) < limit:
+        chunk = await response.content.read(limit - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body)
+
+
 async def page_text(url: str, response: aiohttp.ClientResponse, max_bytes: int) -> str:
     """The response as the model reads it: status line, then text (HTML as markdown), capped."""
-    body = await response.content.read(max_bytes + 1)
+    body = await read_capped(response, max_bytes + 1)
     declared = "Content-Type" in response.headers
     media_type = response.content_type.lower() if declared else ""
     cut = " [cut: the page is longer]" if len(body) > max_bytes else ""

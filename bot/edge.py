@@ -13,11 +13,12 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import parse_qsl
 from weakref import WeakKeyDictionary
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -140,8 +141,59 @@ def _json_object(text: str) -> None:
     value = json.loads(text)
     if not isinstance(value, dict):
         raise Refused(400, "the body is not a JSON object")
-    if not isinstance(value.get("type"), str):
-        raise Refused(400, "the body has no type")
+    try:
+        _Envelope.model_validate(value)
+    except ValidationError as exc:
+        raise Refused(400, f"not the shape Slack sends ({exc.error_count()} problems)") from None
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Action(_Shape):
+    action_id: str
+    block_id: str = ""
+
+
+class _View(_Shape):
+    type: str
+    callback_id: str = ""
+
+
+class _Event(_Shape):
+    type: str
+
+
+Ref = dict[str, Any] | str | None  # Bolt reads `user`, `team`, … as an object or an id
+
+
+class _Envelope(_Shape):
+    """What Bolt itself assumes of a payload before any listener sees it (it answers 500 with
+    a traceback otherwise); the fields Flotilla reads are checked by its listeners."""
+
+    type: Literal[
+        "event_callback", "url_verification", "app_rate_limited",
+        "block_actions", "view_submission", "view_closed",
+    ]  # fmt: skip
+    user: Ref = None
+    team: Ref = None
+    channel: Ref = None
+    enterprise: Ref = None
+    container: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    authorizations: list[dict[str, Any]] | None = None
+    actions: Annotated[list[_Action], Field(min_length=1)] | None = None
+    view: _View | None = None
+    event: _Event | None = None
+
+    @model_validator(mode="after")
+    def _parts_of_its_type(self) -> _Envelope:
+        needed = {"block_actions": self.actions, "view_submission": self.view,
+                  "view_closed": self.view, "event_callback": self.event}  # fmt: skip
+        if self.type in needed and needed[self.type] is None:
+            raise ValueError(f"a {self.type} payload without its main part")
+        return self
 
 
 _GATES: WeakKeyDictionary[Any, RequestGate] = WeakKeyDictionary()
@@ -175,8 +227,18 @@ async def dispatch(app: AsyncApp, request: web.Request) -> web.Response:
         return refused
     try:
         bolt_request = await to_bolt_request(request)
+        _probe(bolt_request.body)
     except Exception as exc:  # a body Bolt cannot read (its context extraction assumes shapes)
         source = request.remote or "unknown"
         gate.refusals.warning(source, f"refused a request from {source}: {type(exc).__name__}")
         return web.json_response({"error": "invalid request body"}, status=400)
     return await to_aiohttp_response(await app.async_dispatch(bolt_request))
+
+
+def _probe(body: dict[str, Any]) -> None:
+    """What Bolt extracts for every listener and middleware (raises where Bolt would)."""
+    from slack_bolt.request import payload_utils as p
+
+    for extract in (p.to_options, p.to_shortcut, p.to_action, p.to_view, p.to_command,
+                    p.to_event, p.to_message, p.to_step):  # fmt: skip
+        extract(body)

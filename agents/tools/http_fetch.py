@@ -78,7 +78,7 @@ async def fetch_page(
 def check_target(url: str, allowed: tuple[str, ...], policy: FetchPolicy) -> None:
     """Refuse a hop before any connection: off the allow-list, or an IP literal not allowed.
 
-    Host names are checked again where they are resolved (`GuardedResolver`); aiohttp does
+    Host names are checked where they are resolved (`GuardedResolver`); aiohttp does
     not resolve IP literals, so they are checked here.
     """
     if not domain_allowed(url, allowed):

@@ -233,6 +233,22 @@ async def test_a_page_comes_back_as_markdown_with_the_idempotency_key(
     assert site.hits == [("/page", f"docs.example.com:{site.port}", key)]
 
 
+async def test_a_name_is_resolved_once_per_hop_and_that_answer_is_used(
+    db: Database, site: Site
+) -> None:
+    asked: list[str] = []
+
+    async def rebinding(host: str) -> Sequence[str]:
+        asked.append(host)  # a rebinding server: allowed first, inside afterwards
+        return ["127.0.0.1"] if len(asked) == 1 else ["10.0.0.7"]
+
+    once = FetchPolicy(resolve=rebinding, allow_networks=LOOPBACK_ONLY)
+    url = f"http://docs.example.com:{site.port}/page"
+    message = await fetch(db, "rebind", url, spec("example.com"), once)
+    assert message.startswith(f"HTTP 200 from {url}") and "Acme Pro costs 42" in message
+    assert asked == ["docs.example.com"] and len(site.hits) == 1
+
+
 async def test_by_default_the_system_resolver_is_used_and_loopback_is_refused(
     db: Database, site: Site
 ) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agents.ports import StepTag
 
 # Message metadata event types Flotilla writes (Slack: metadata.event_type / event_payload).
 DISPATCH_EVENT = "flotilla_dispatch"  # `@agent <input>` for a step
@@ -120,16 +122,7 @@ def mentioned_users(text: str) -> list[str]:
     return MENTION.findall(text)
 
 
-class _StepTag(Protocol):
-    @property
-    def plan_id(self) -> int: ...
-    @property
-    def step(self) -> int: ...
-    @property
-    def attempt(self) -> int: ...
-
-
-def step_metadata(event_type: str, tag: _StepTag, key: str) -> dict[str, Any]:
+def step_metadata(event_type: str, tag: StepTag, key: str) -> dict[str, Any]:
     """The metadata a step's message carries: which plan, step and attempt, and its key."""
     payload = {"plan_id": tag.plan_id, "step": tag.step, "attempt": tag.attempt, "key": key}
     return {"event_type": event_type, "event_payload": payload}

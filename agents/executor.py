@@ -222,6 +222,7 @@ class Executor:
         await ctx.port.post_form(conversation, effect, plan)
         if isinstance(effect, ShowForm):
             self.observer.dispatched("user")
+            log.info("step dispatched to a person", extra=step_runs.ids(conversation, effect))
 
     async def _post_dispatch(
         self, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
@@ -232,6 +233,9 @@ class Executor:
         if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
             await ctx.port.post_dispatch(conversation, effect)
             self.observer.dispatched("agent")
+            log.info(
+                "step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect)
+            )
 
     def _start_long(self, claimed: Claimed, conversation: ConversationRecord) -> bool:
         effect = claimed.effect
@@ -243,6 +247,7 @@ class Executor:
             )
         elif isinstance(effect, RunCommanderStep):
             self.observer.dispatched("commander")
+            log.info("step dispatched to the commander", extra=step_runs.ids(conversation, effect))
             self.runner.hold(
                 effect, effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
             )
@@ -280,6 +285,7 @@ class Executor:
             await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
         if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
             return  # said already (Slack's answer was lost, or this process stopped)
+        log.info("plan finished: cancelled", extra=step_runs.ids(conversation, effect))
         who = f" by <@{effect.by}>" if effect.by else ""
         await self.context.port.say(
             conversation, f"Plan cancelled{who}. Nothing else will run.", key=effect.key
@@ -288,6 +294,7 @@ class Executor:
     async def _finished(
         self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
     ) -> None:
+        log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
         if effect.status == "aborted":
             await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)

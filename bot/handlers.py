@@ -14,6 +14,7 @@ from agents import step_runs
 from agents.errors import OperationRejected
 from agents.inbox import Incoming, record_reply, record_request, stored_result
 from agents.plan import CancelPlan, StepAnswered
+from agents.step_runs import ids
 from bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,
@@ -170,6 +171,11 @@ async def answer_form(
     )
     if decision is None or decision.before is None or not decision.changed:
         return "This form was already answered."
+    log.info(
+        "form answered",
+        extra=ids(conversation) | {"plan": key.plan_id, "step": key.step_index,
+                                   "attempt": key.attempt},
+    )  # fmt: skip
     if message_ts:
         text, blocks = answered_message(
             step_index=key.step_index,

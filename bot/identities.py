@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +64,18 @@ class Identity:
 class Poster:
     """Posts and edits messages in threads as the commander or as an agent identity."""
 
-    def __init__(self, commander: AsyncWebClient, base_url: str) -> None:
+    def __init__(
+        self,
+        commander: AsyncWebClient,
+        base_url: str,
+        *,
+        on_client: Callable[[AsyncWebClient], None] | None = None,
+    ) -> None:
+        """`on_client` sees every client this poster makes (an agent app's), e.g. to meter
+        its Web API calls like the commander's."""
         self.commander = commander
         self._base_url = base_url
+        self._on_client = on_client
         self._clients: dict[str, AsyncWebClient] = {}
 
     @property
@@ -80,6 +90,8 @@ class Poster:
         client = self._clients.get(token)
         if client is None:
             client = self._clients[token] = make_client(token, self._base_url)
+            if self._on_client is not None:
+                self._on_client(client)
         return client
 
     async def post(

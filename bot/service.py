@@ -30,7 +30,7 @@ from agents.reconciler import Reconciler
 from agents.registry import enabled_agent_names, seed_default_agents
 from agents.run_context import Context, ExecutorOptions
 from bot.identities import Identity, Poster
-from bot.metrics import Metrics
+from bot.metrics import Metrics, meter
 from bot.secrets import TokenCipher
 from bot.slack_port import SlackPort
 from storage.agents import get_agent, list_agents
@@ -129,12 +129,14 @@ class SlackService:
         model string is chosen per agent, workspace default, then `options.default_model`."""
         self.db = db
         self.client = client
-        self.poster = Poster(client, api_url)
         self.cipher = cipher
         self.options = options or Options()
         self.clock = clock
         self.model = model
         self.metrics = Metrics()
+        # every Web API call is counted: the commander's and each agent app's
+        meter(client, self.metrics)
+        self.poster = Poster(client, api_url, on_client=lambda made: meter(made, self.metrics))
         self.locks = ConversationLocks()
         self.reconciler = Reconciler(
             db, locks=self.locks, clock=clock, after_commit=self._after_commit

@@ -122,7 +122,7 @@ def check_event(body: dict[str, Any]) -> str | None:
     event = envelope.event
     if event.get("subtype") in IGNORED_SUBTYPES or event.get("hidden"):
         return None  # edits, deletions, joins: not acted on
-    check_metadata(parse(MessageEvent, event, f"a {kind} event").metadata)
+    check_metadata(parse(MessageEvent, event, f"an event ({kind})").metadata)
     return "app_mention" if kind == "app_mention" else "message"
 
 

@@ -98,7 +98,8 @@ class RequestGate:
         if self.secret is not None:
             self.check_signature(raw, headers.get("X-Slack-Request-Timestamp"),
                                  headers.get("X-Slack-Signature"))  # fmt: skip
-        parse_slack_body(raw, headers.get("Content-Type"))
+        content_type = (headers.get("Content-Type") or "").split(";")[0]  # as Bolt reads it
+        parse_slack_body(raw, content_type or None)
 
     def check_signature(self, raw: bytes, timestamp: str | None, signature: str | None) -> None:
         if not timestamp or not signature:

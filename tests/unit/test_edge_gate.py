@@ -84,3 +84,12 @@ def test_a_wrong_or_missing_signature_is_401_whatever_the_body() -> None:
             gate.check(b"[[[", headers)
         assert refused.value.status == 401
     RequestGate(None).check(b'{"type": "url_verification"}', {})  # no secret: not verified
+
+
+def test_the_content_type_is_read_as_bolt_reads_it() -> None:
+    gate = RequestGate("secret", clock=lambda: 1000.0)
+    body = b' {"type": "url_verification", "challenge": "x"}'  # JSON by its content type only
+    headers = {"X-Slack-Request-Timestamp": "1000", "X-Slack-Signature":
+               signature("secret", "1000", body),
+               "Content-Type": "application/json; charset=utf-8"}  # fmt: skip
+    gate.check(body, headers)

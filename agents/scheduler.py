@@ -1,0 +1,203 @@
+"""Admission and fair shares: which waiting runs start now, and why the others wait. Pure.
+
+`admit(waiting, running, limits, now)` decides, from the runs waiting and the runs in
+flight, which runs are granted a slot, why each other one waits (a sentence a person can
+read), and which running batch runs to preempt for urgent work. No I/O, no clock read:
+the async loop that claims run requests in the database and grants leases calls it.
+
+Order (learned from Temporal's fairness keys, Hatchet's group round robin, Inngest's key
+queues and Kueue's admission):
+- priority first (1 urgent … 5 batch): interactive work goes ahead of long plans;
+- then the tenant (a workspace, or a workspace's channel) with the fewest slots per unit
+  of weight – its running runs plus those granted in this pass – so one team's fifty-step
+  plan cannot starve another team's request (weighted round robin over slots);
+- then first come, first served inside a tenant.
+Each run is judged on its own: a run whose agent is at its quota does not block the runs
+behind it (no head-of-line blocking). Budgets are checked against the tokens a run is
+estimated to spend, and a grant counts against the budget for the rest of the pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+URGENT = 1
+NORMAL = 3
+BATCH = 5
+WaitKind = Literal["capacity", "agent", "tool", "budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """A run waiting for a slot (a dispatched step attempt, or a commander turn)."""
+
+    key: str
+    tenant: str
+    agent: str
+    enqueued_at: datetime
+    priority: int = NORMAL
+    tools: tuple[str, ...] = ()
+    estimate_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A run holding a slot."""
+
+    key: str
+    tenant: str
+    agent: str
+    started_at: datetime
+    priority: int = NORMAL
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Tokens a tenant may still spend in its period, and when the period starts again."""
+
+    remaining: int
+    resets_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Capacity, quotas, weights and budgets (settings, adjustable by admins)."""
+
+    capacity: int
+    agent_caps: Mapping[str, int] = field(default_factory=dict)
+    tool_caps: Mapping[str, int] = field(default_factory=dict)
+    weights: Mapping[str, float] = field(default_factory=dict)  # tenant -> weight (1.0)
+    budgets: Mapping[str, Budget] = field(default_factory=dict)  # tenant -> budget
+    preempt_at_or_below: int = URGENT  # waiting runs this urgent may preempt …
+    preemptible_from: int = BATCH - 1  # … running runs this unurgent
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why a run waits, as a person should read it on the plan card."""
+
+    kind: WaitKind
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What one pass decided."""
+
+    grants: tuple[str, ...] = ()
+    waits: Mapping[str, Wait] = field(default_factory=dict)
+    preempt: tuple[str, ...] = ()  # running keys to suspend at their next turn boundary
+
+
+def admit(
+    waiting: Sequence[RunRequest],
+    running: Sequence[Running],
+    limits: Limits,
+    now: datetime,
+    served: Mapping[str, float] | None = None,
+) -> Admission:
+    """Grant free slots to waiting runs in fair order; say why the others wait. Pure.
+
+    `served`: the runs each tenant was granted recently (e.g. in the last minutes, from
+    the run requests' table) – the memory that keeps shares fair when runs finish between
+    passes, so slots held at this instant are not the only measure.
+    """
+    slots: Counter[str] = Counter(r.tenant for r in running)
+    slots.update(served or {})
+    agents = Counter(r.agent for r in running)
+    tools = Counter(t for r in running for t in set(r.tools))
+    spent: Counter[str] = Counter()
+    free = limits.capacity - len(running)
+    grants: list[str] = []
+    waits: dict[str, Wait] = {}
+    pending = sorted(waiting, key=lambda r: (r.priority, r.enqueued_at, r.key))
+    while pending:
+        request = min(pending, key=lambda r: _order(r, slots, limits))
+        pending.remove(request)
+        blocked = _blocked(request, agents, tools, spent, limits, now)
+        if blocked is not None:
+            waits[request.key] = blocked
+            continue
+        if free <= 0:
+            waits[request.key] = _in_line(0)  # numbered once the order is known
+            continue
+        grants.append(request.key)
+        free -= 1
+        slots[request.tenant] += 1
+        agents[request.agent] += 1
+        tools.update(set(request.tools))
+        spent[request.tenant] += request.estimate_tokens
+    line = [k for k, w in waits.items() if w.kind == "capacity"]
+    waits |= {key: _in_line(position) for position, key in enumerate(line, start=1)}
+    return Admission(tuple(grants), waits, _preempt(waiting, running, waits, limits))
+
+
+def _order(request: RunRequest, slots: Counter[str], limits: Limits) -> tuple[object, ...]:
+    share = slots[request.tenant] / max(limits.weights.get(request.tenant, 1.0), 1e-9)
+    return (request.priority, share, request.enqueued_at, request.key)
+
+
+def _blocked(
+    request: RunRequest,
+    agents: Counter[str],
+    tools: Counter[str],
+    spent: Counter[str],
+    limits: Limits,
+    now: datetime,
+) -> Wait | None:
+    cap = limits.agent_caps.get(request.agent)
+    if cap is not None and agents[request.agent] >= cap:
+        return Wait("agent", f"waiting: {request.agent} busy ({agents[request.agent]}/{cap})")
+    for tool in sorted(set(request.tools)):
+        tool_cap = limits.tool_caps.get(tool)
+        if tool_cap is not None and tools[tool] >= tool_cap:
+            return Wait("tool", f"waiting: {tool} busy ({tools[tool]}/{tool_cap})")
+    budget = limits.budgets.get(request.tenant)
+    if budget is not None and request.estimate_tokens > budget.remaining - spent[request.tenant]:
+        return Wait("budget", _budget_sentence(budget, now))
+    return None
+
+
+def _budget_sentence(budget: Budget, now: datetime) -> str:
+    if budget.resets_at is None:
+        return "waiting: the token budget is used up"
+    when = budget.resets_at.strftime("%H:%M UTC")
+    if budget.resets_at.date() != now.date():
+        when = budget.resets_at.strftime("%d %b %H:%M UTC")
+    return f"waiting: the token budget is used up (it resets {when})"
+
+
+def _in_line(position: int) -> Wait:
+    return Wait("capacity", f"waiting: {_ordinal(position)} in line")
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _preempt(
+    waiting: Sequence[RunRequest],
+    running: Sequence[Running],
+    waits: Mapping[str, Wait],
+    limits: Limits,
+) -> tuple[str, ...]:
+    """One batch run to suspend for each urgent run waiting only for a free slot: the
+    least urgent first, then the one started last (it loses the least work)."""
+    urgent = [
+        r
+        for r in waiting
+        if r.priority <= limits.preempt_at_or_below
+        and (wait := waits.get(r.key)) is not None
+        and wait.kind == "capacity"
+    ]
+    victims = sorted(
+        (r for r in running if r.priority >= limits.preemptible_from),
+        key=lambda r: (-r.priority, -r.started_at.timestamp(), r.key),
+    )
+    return tuple(r.key for r in victims[: len(urgent)])

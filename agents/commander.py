@@ -44,7 +44,7 @@ from agents.plan import (
 )
 from agents.plan_validation import parse_plan, validate_plan
 from agents.registry import AgentSpec
-from agents.runtime import RunJob, drive, load_session, step_prompt
+from agents.runtime import RunJob, drive, load_session
 from agents.session import (
     DEFAULT_LIMITS,
     RunLimits,
@@ -52,6 +52,7 @@ from agents.session import (
     compact_history,
     load_messages,
 )
+from agents.thread_window import Known, newest_plan_id, prompt_with_context, thread_window
 from storage.db import Database
 
 OPERATION_TOOLS = ("retry_step", "skip_step", "add_steps", "edit_step", "abort_plan", "cancel_plan")
@@ -138,8 +139,19 @@ def commander_instructions(agents: Sequence[AgentSpec], *, woken: bool) -> str:
 
 
 def commander_prompt(job: RunJob, thread: Sequence[Any], wake: CommanderWake | None) -> str:
-    """The turn's user message: the request (or new message), thread context, plan state."""
-    text = step_prompt(job, thread)
+    """The turn's user message: the request (or new message), thread context, plan state.
+
+    The thread window leaves out what the turn gets already (see `agents.thread_window`):
+    the new message, the request, Flotilla's own posts and, when woken, the answers of the
+    running plan's steps whose summaries the plan listing shows."""
+    texts = [job.input, job.request]
+    plan_id, answered = None, frozenset[int]()
+    if wake is not None:
+        texts += [s.output_summary for s in wake.steps if s.output_summary]
+        plan_id = job.plan_id if job.plan_id is not None else newest_plan_id(thread)
+        answered = frozenset(s.index for s in wake.steps if s.output_summary)
+    known = Known(texts=tuple(texts), plan_id=plan_id, steps=answered)
+    text = prompt_with_context(job.input, job.request, thread_window(thread, known))
     if wake is None:
         return text
     steps = "\n".join(

@@ -28,6 +28,8 @@ from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
 from agents.failures import classify_error
 from agents.models import model_label
+from agents.plan import Plan
+from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec
 from agents.run_results import (
     SUMMARY_MAX_CHARS,
@@ -47,13 +49,15 @@ from agents.session import (
     compact_history,
     load_messages,
 )
-from agents.tools.builtin import ASK_USER, ask_user, format_thread_line, read_thread
+from agents.thread_window import Known, given_steps, prompt_with_context, thread_window
+from agents.tools.builtin import ASK_USER, ask_user, read_thread
 from agents.tools.context import RunDeps, RunJob
 from agents.tools.http_fetch import http_fetch
 from agents.tools.mcp import mcp_toolsets
 from agents.tools.net_guard import FetchPolicy
 from storage.conversations import thread_messages
 from storage.db import Database
+from storage.plans import load_plan
 from storage.records import AgentRunRecord
 from storage.runs import load_run
 
@@ -75,29 +79,14 @@ __all__ = [
     "step_outcome",
 ]
 
-THREAD_CONTEXT_MESSAGES = 20
-THREAD_CONTEXT_CHARS = 400
 
-
-# --- the run ------------------------------------------------------------------------------
-
-
-def step_prompt(job: RunJob, thread: Sequence[Any]) -> str:
-    """The first user message of a step: its task, the original request, recent thread context."""
-    lines = [job.input.strip(), ""]
-    if job.request:
-        lines += ["The original request in this conversation:", job.request.strip(), ""]
-    recent = list(thread)[-THREAD_CONTEXT_MESSAGES:]
-    if recent:
-        lines.append("Recent messages in the thread (oldest first):")
-        lines += [
-            "- "
-            + format_thread_line(
-                m.author_name or m.user_id or m.bot_id, m.text, THREAD_CONTEXT_CHARS
-            )
-            for m in recent
-        ]
-    return "\n".join(lines).strip()
+def step_prompt(job: RunJob, thread: Sequence[Any], plan: Plan | None = None) -> str:
+    """The first user message of a step: its task, the original request and the thread
+    window – without what the step already gets (see `agents.thread_window`). `plan` (the
+    stored plan of `job.plan_id`) names the upstream answers whose summaries it was given."""
+    given = given_steps(plan, job.step_index, job.input) if plan is not None else frozenset()
+    known = Known(texts=(job.input, job.request), plan_id=job.plan_id, steps=given)
+    return prompt_with_context(job.input, job.request, thread_window(thread, known))
 
 
 def step_instructions(spec: AgentSpec) -> str:
@@ -154,6 +143,15 @@ def run_deps(
 
 async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None, list[Any]]:
     """The stored session of `job.run_key` (if any) and the thread's stored messages."""
+    stored, thread, _plan = await _load(db, job, with_plan=False)
+    return stored, thread
+
+
+async def _load(
+    db: Database, job: RunJob, *, with_plan: bool
+) -> tuple[AgentRunRecord | None, list[Any], Plan | None]:
+    """`load_session`, and – in the same read, for a step's first prompt – its stored plan."""
+    plan: Plan | None = None
     async with db.read() as conn:
         stored = await load_run(conn, job.run_key)
         thread = (
@@ -161,7 +159,10 @@ async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None
             if job.conversation_id is not None
             else []
         )
-    return stored, list(thread)
+        if with_plan and job.plan_id is not None and not (stored and stored.messages):
+            loaded = await conn.run_sync(load_plan, job.plan_id)
+            plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
+    return stored, list(thread), plan
 
 
 async def run_step(
@@ -186,7 +187,7 @@ async def run_step(
     `fetch_policy` is for tests only (e.g. a loopback site); by default `http_fetch` reaches
     public addresses only.
     """
-    stored, thread = await load_session(db, job)
+    stored, thread, plan = await _load(db, job, with_plan=True)
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return result_from_history(history)
@@ -196,7 +197,7 @@ async def run_step(
             return question
     deps = run_deps(job, thread, spec, fetch_policy)
     agent = build_step_agent(spec, toolsets)
-    prompt = None if history else step_prompt(job, thread)
+    prompt = None if history else step_prompt(job, thread, plan)
     previous = stored if stored and history else None
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,

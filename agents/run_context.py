@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from agents.clock import Clock
+from agents.lru import LRUCache
 from agents.ports import ChooseModel, RunObserver, SlackPort
 from agents.reconciler import Reconciler
 from agents.registry import enabled_agent_names
@@ -17,6 +18,7 @@ from storage.db import Database
 from storage.records import ConversationRecord
 
 Work = Callable[[], Awaitable[None]]
+CONVERSATION_CACHE_SIZE = 1000  # conversation records kept in memory per process
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +61,19 @@ class Context:
     options: ExecutorOptions
     observer: RunObserver
     team_id: str = ""
-    conversations: dict[int, ConversationRecord] = field(default_factory=dict)
+    # conversations this process worked in lately: bounded, a long-running process sees many
+    conversations: LRUCache[int, ConversationRecord] = field(
+        default_factory=lambda: LRUCache(CONVERSATION_CACHE_SIZE)
+    )
 
     async def conversation(self, conversation_id: int) -> ConversationRecord:
+        """The conversation's record (its thread never changes: kept, least recently used
+        forgotten first)."""
         known = self.conversations.get(conversation_id)
         if known is None:
             async with self.db.read() as conn:
                 known = await get_conversation(conn, conversation_id)
-            self.conversations[conversation_id] = known
+            self.conversations.put(conversation_id, known)
         return known
 
     async def enabled_names(self) -> list[str]:

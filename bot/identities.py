@@ -19,7 +19,10 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agents.lru import LRUCache
+
 COMMANDER_NAME = "Flotilla"
+CLIENT_CACHE_SIZE = 256  # Web API clients kept, one per agent app token
 
 
 def make_client(token: str | None, base_url: str) -> AsyncWebClient:
@@ -70,13 +73,15 @@ class Poster:
         base_url: str,
         *,
         on_client: Callable[[AsyncWebClient], None] | None = None,
+        client_cache_size: int = CLIENT_CACHE_SIZE,
     ) -> None:
         """`on_client` sees every client this poster makes (an agent app's), e.g. to meter
         its Web API calls like the commander's."""
         self.commander = commander
         self._base_url = base_url
         self._on_client = on_client
-        self._clients: dict[str, AsyncWebClient] = {}
+        # token -> client; bounded: rotated tokens leave their old client behind
+        self._clients: LRUCache[str, AsyncWebClient] = LRUCache(client_cache_size)
 
     @property
     def base_url(self) -> str:
@@ -89,7 +94,8 @@ class Poster:
         token = identity.token.get_secret_value()
         client = self._clients.get(token)
         if client is None:
-            client = self._clients[token] = make_client(token, self._base_url)
+            client = make_client(token, self._base_url)
+            self._clients.put(token, client)
             if self._on_client is not None:
                 self._on_client(client)
         return client

@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.clock import Clock, utcnow
 from agents.executor import Executor
+from agents.lru import LRUCache
 from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
 from agents.registry import enabled_agent_names, seed_default_agents
@@ -57,6 +58,7 @@ class Options:
     # who may answer a form: the person who made the request (and admins), or anyone
     form_answerers: Literal["requester", "anyone"] = "requester"
     seed_agents: bool = True
+    admin_cache_size: int = 1000  # people whose admin status is remembered (bounded)
     lease_seconds: float = 30.0
     heartbeat_seconds: float = 5.0
     # model provider keys from the settings (environment or .env), passed explicitly
@@ -159,7 +161,8 @@ class SlackService:
         )
         self.executor = Executor(self.context, owner=self.owner)
         self.events = EventTasks()
-        self._admins: dict[str, tuple[bool, float]] = {}  # user -> (is admin, checked at)
+        # user -> (is admin, checked at); bounded: every person who clicks an admin button
+        self._admins: LRUCache[str, tuple[bool, float]] = LRUCache(self.options.admin_cache_size)
 
     @property
     def team_id(self) -> str:
@@ -262,7 +265,7 @@ class SlackService:
             return False
         user = info.get("user") or {}
         is_admin = bool(user.get("is_admin") or user.get("is_owner"))
-        self._admins[user_id] = (is_admin, time.monotonic())
+        self._admins.put(user_id, (is_admin, time.monotonic()))
         return is_admin
 
     async def say(self, conversation: ConversationRecord, text: str, **kwargs: Any) -> str:

@@ -55,6 +55,10 @@ from agents.session import (
 from agents.thread_window import Known, newest_plan_id, prompt_with_context, thread_window
 from storage.db import Database
 
+PLAN_NOT_WRITTEN = (
+    "I could not put together a workable plan for this; please rephrase the request or "
+    "break it into smaller parts."
+)
 OPERATION_TOOLS = ("retry_step", "skip_step", "add_steps", "edit_step", "abort_plan", "cancel_plan")
 _operation: TypeAdapter[CommanderOperation] = TypeAdapter(CommanderOperation)
 
@@ -348,10 +352,12 @@ async def commander_turn(
     except PermanentError as exc:
         if not deps.problems:
             raise
-        # the model gave up correcting its plan: say what was still wrong, in sentences
+        # the model gave up correcting its plan: what was still wrong is for operators (the
+        # log); people read one sentence, never the validator's list
         raise PermanentError(
             "I could not write a valid plan. What was still wrong:\n"
-            + "\n".join(f"- {p}" for p in deps.problems)
+            + "\n".join(f"- {p}" for p in deps.problems),
+            public=PLAN_NOT_WRITTEN,
         ) from exc
     await session.close("finished", messages)
     return turn_from_history(messages)

@@ -174,6 +174,13 @@ async def _ask_again(
         await conn.run_sync(enqueue_effects, [to_row(retry)], ctx.clock(), ignore_duplicates=True)
 
 
+def refused_sentence(*, starting: bool) -> str:
+    """What a person reads when the commander's plan or change was refused (no details)."""
+    if starting:
+        return "I could not start a plan for this; please rephrase the request."
+    return "I could not change the plan as asked; it carries on as it was."
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     """How a turn went: the change it made (None: nothing changed) and whether it failed."""
@@ -239,8 +246,11 @@ async def _turn(
             if decision is not None and decision.changed:
                 changed = decision
     except (PlanValidationError, OperationRejected) as exc:
-        log.info("commander change refused: %s", exc, extra=ids(conversation, effect))
-        await ctx.port.say(conversation, f"I could not change the plan: {exc}")
+        # the details are for operators; a person reads one sentence, a decision turn
+        # on a failure none (the stall handling decides again, then says the outcome)
+        log.warning("commander change refused: %s", exc, extra=ids(conversation, effect))
+        if isinstance(effect, MessageForCommander):
+            await ctx.port.say(conversation, refused_sentence(starting=turn.plan is not None))
         return Turn()
     if turn.reply and turn.plan is None:
         await ctx.port.say(conversation, turn.reply)  # after the change it announces is made

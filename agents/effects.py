@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agents.plan import FormSpec
+from agents.plan import FormSpec, OnFailure
 
 # --- keys ---------------------------------------------------------------------------------
 
@@ -45,6 +45,16 @@ def failed_key(plan_id: int, step: int, attempt: int, turn: int = 1) -> str:
     """The commander's decision on a failed step; `turn` > 1 for a retried decision."""
     base = f"{step_key(plan_id, step, attempt)}:failed"
     return base if turn == 1 else f"{base}:turn:{turn}"
+
+
+def failure_notice_key(plan_id: int, step: int, attempt: int) -> str:
+    """The sentence telling people a step attempt really failed (posted once)."""
+    return f"{step_key(plan_id, step, attempt)}:failure"
+
+
+def final_answer_key(plan_id: int) -> str:
+    """The commander's final answer of a completed plan: its run's key (paid once)."""
+    return f"plan:{plan_id}:final"
 
 
 def card_key(plan_id: int, version: int) -> str:
@@ -103,6 +113,10 @@ class PostDispatch(_StepEffect):
     agent: str
     title: str
     text: str
+    # a transient failure's retry: the try this is and of how many (0: a first dispatch);
+    # the step's earlier dispatch message is edited instead of posting a second one
+    retry: int = 0
+    max_tries: int = 0
 
 
 class ShowForm(_StepEffect):
@@ -153,6 +167,16 @@ class ResumeStep(_StepEffect):
     answer: dict[str, str]
     answered_by: str
     round: int = 1
+
+
+class StepFailureNotice(_StepEffect):
+    """A step really failed: say so once, in words, with what happens next (`on_failure`)."""
+
+    kind: Literal["step_failure_notice"] = "step_failure_notice"
+    assignee: str
+    title: str
+    reason: str
+    on_failure: OnFailure
 
 
 class UpdatePlanCard(_Effect):
@@ -213,6 +237,7 @@ Effect = Annotated[
     | AskCommander
     | AskUser
     | ResumeStep
+    | StepFailureNotice
     | UpdatePlanCard
     | RetryDue
     | PlanFinished

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from agents import commander_turns, step_runs
+from agents import commander_turns, plan_endings, step_runs
 from agents.effects import (
     AskCommander,
     AskUser,
@@ -36,7 +36,9 @@ from agents.effects import (
     RetryDue,
     RunCommanderStep,
     ShowForm,
+    StepFailureNotice,
     UpdatePlanCard,
+    final_answer_key,
 )
 from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
@@ -198,7 +200,9 @@ class Executor:
             await self._stopped(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanFinished):
-            await self._finished(conversation, effect, redelivered=redelivered)
+            return await self._finished(conversation, effect, redelivered=redelivered)
+        if isinstance(effect, StepFailureNotice):
+            await self._failure(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
             if not await step_runs.still_current(ctx, effect):
@@ -287,26 +291,47 @@ class Executor:
             return  # said already (Slack's answer was lost, or this process stopped)
         log.info("plan finished: cancelled", extra=step_runs.ids(conversation, effect))
         who = f" by <@{effect.by}>" if effect.by else ""
-        await self.context.port.say(
-            conversation, f"Plan cancelled{who}. Nothing else will run.", key=effect.key
-        )
+        note = f"Plan cancelled{who}; nothing else will run."
+        if plan is not None:
+            note = plan_endings.closing_sentence(plan, by=effect.by)
+        await self.context.port.say(conversation, note, key=effect.key)
 
     async def _finished(
         self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
-    ) -> None:
+    ) -> bool:
+        """A completed plan gets its final answer (a job: the commander's run), an aborted
+        one a sentence; True when a job now holds the row."""
         log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
         if effect.status == "aborted":
             await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
         plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
         if plan is None:
-            return
+            return False
         if effect.status == "aborted":
             await self.context.port.close_forms(conversation, plan, "The plan was stopped.")
+        if plan_endings.needs_final_answer(plan):
+            ctx, write = self.context, plan_endings.write_final_answer
+            self.runner.hold(
+                effect,
+                final_answer_key(plan.id),
+                lambda: write(ctx, conversation, effect, plan, redelivered),
+            )
+            return True
+        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
+            return False
+        if plan.status in ("aborted", "cancelled"):
+            note = plan_endings.closing_sentence(plan, effect.reason)
+            await self.context.port.say(conversation, note, key=effect.key)
+        return False
+
+    async def _failure(
+        self, conversation: ConversationRecord, effect: StepFailureNotice, *, redelivered: bool
+    ) -> None:
+        """A step really failed: said once, in words, with what happens next."""
         if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
             return
-        note = step_runs.closing_note(plan, effect.reason)
-        if note:
-            await self.context.port.say(conversation, note, key=effect.key)
+        sentence = plan_endings.failure_sentence(effect)
+        await self.context.port.say(conversation, sentence, key=effect.key)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

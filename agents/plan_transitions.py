@@ -24,8 +24,10 @@ from agents.effects import (
     RetryDue,
     RunCommanderStep,
     ShowForm,
+    StepFailureNotice,
     answer_key,
     failed_key,
+    failure_notice_key,
     finished_key,
     question_key,
     retry_key,
@@ -187,16 +189,20 @@ def dispatch(plan: Plan, now: datetime) -> Result:
     for chosen in next_dispatches(plan, now):
         step = _update(chosen, status="in_progress", attempts=chosen.attempts + 1, not_before=None)
         plan = replace_step(plan, step)
-        effects.append(_dispatch_effect(plan, step))
+        # only a transient failure's backoff sets `not_before`: this dispatch is its retry
+        effects.append(_dispatch_effect(plan, step, retry=chosen.not_before is not None))
     return plan, effects
 
 
-def _dispatch_effect(plan: Plan, step: Step) -> Effect:
+def _dispatch_effect(plan: Plan, step: Step, *, retry: bool = False) -> Effect:
     fields = _meta(plan, step) | {"title": step.title, "text": render_input(step, plan)}
     if step.assignee == USER:
         return ShowForm(**fields, form=step.form)
     if step.assignee == COMMANDER:
         return RunCommanderStep(**fields)
+    if retry:
+        tries = {"retry": step.transient_failures + 1, "max_tries": plan.max_transient_failures}
+        return PostDispatch(**fields, agent=step.assignee, **tries)
     return PostDispatch(**fields, agent=step.assignee)
 
 
@@ -304,17 +310,25 @@ def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Resul
 
 
 def fail_step(plan: Plan, step: Step, reason: str) -> Result:
-    """A real failure of `step`, following its `on_failure` policy."""
+    """A real failure of `step`, following its `on_failure` policy; people are told once
+    (a `StepFailureNotice`, before whatever the policy decides next)."""
+    notice = StepFailureNotice(
+        **_meta(plan, step) | {"key": failure_notice_key(plan.id, step.index, step.attempts)},
+        assignee=step.assignee,
+        title=step.title,
+        reason=reason,
+        on_failure=step.on_failure,
+    )
     if step.on_failure == "continue":
         skipped = _update(step, status="skipped", failure_reason=reason, question=None)
-        return _finish(plan, replace_step(plan, skipped), [])
+        return _finish(plan, replace_step(plan, skipped), [notice])
     failed = _update(step, status="failed", failure_reason=reason, question=None)
     new = replace_step(plan, failed)
     if new.status in ("aborted", "cancelled"):
         return new, []
     if step.on_failure == "abort_plan":
         aborted = abort_plan(new, f"step {step.index} failed: {reason}")
-        return _finish(plan, aborted, [])
+        return _finish(plan, aborted, [notice])
     ask = AskCommander(
         **_meta(plan, step) | {"key": failed_key(plan.id, step.index, step.attempts)},
         title=step.title,
@@ -324,7 +338,7 @@ def fail_step(plan: Plan, step: Step, reason: str) -> Result:
         input=step.input,
         waiting=[s.index for s in new.steps if step.index in s.wait_for],
     )
-    return new, [ask]
+    return new, [notice, ask]
 
 
 def abort_plan(plan: Plan, reason: str) -> Plan:

@@ -28,7 +28,6 @@ from agents.errors import PermanentError, RunError, TransientError
 from agents.plan import (
     COMMANDER,
     TERMINAL_PLAN,
-    USER,
     Outcome,
     Plan,
     StepBlocked,
@@ -94,8 +93,8 @@ async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser)
 
 async def job_still_wanted(ctx: Context, job: Job) -> bool:
     """Whether a running job's work is still wanted (asked by its heartbeat)."""
-    if job.plan_id is None:
-        return True  # a person's message: always answered
+    if job.plan_id is None or job.kind == "plan_finished":
+        return True  # a person's message, a finished plan's answer: always given
     conversation_id = await _conversation_of(ctx, job.plan_id)
     plan = await ctx.reconciler.plan(conversation_id) if conversation_id is not None else None
     if plan is None or plan.id != job.plan_id or plan.status in TERMINAL_PLAN:
@@ -229,23 +228,3 @@ async def fail_given_up(ctx: Context, effect: Effect, reason: str) -> None:
         retryable=False,
     )
     await report(ctx, effect.conversation_id, failed)
-
-
-def closing_note(plan: Plan, reason: str | None = None) -> str | None:
-    """What closes the thread of a plan that ended without the commander's synthesis.
-
-    `reason`: why an aborted plan was stopped (the abort's own reason), said instead of
-    only naming the step that failed.
-    """
-    if plan.status == "aborted":
-        failed = [s for s in plan.steps if s.status == "failed"]
-        why = f": step {failed[0].index} failed ({failed[0].failure_reason})" if failed else ""
-        if reason and reason.strip():
-            why = f": {reason.strip().rstrip('.')}"
-        return f"The plan was stopped{why}. Nothing else will run."
-    if plan.status == "completed" and plan.steps and plan.steps[-1].assignee != COMMANDER:
-        last = [s for s in plan.steps if s.status == "done" and s.assignee != USER]
-        if last and last[-1].output_summary:
-            return f"✅ All steps are done. In short: {last[-1].output_summary}"
-        return "✅ All steps are done."
-    return None

@@ -39,7 +39,7 @@ from bot.secrets import TokenCipher
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
 from storage.agents import get_agent, list_agents
-from storage.conversations import store_message, thread_messages
+from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
 from storage.plans import claim_plan_card, plan_card_ts
 from storage.records import AgentRecord, ConversationRecord, MessageRecord
@@ -175,12 +175,42 @@ class SlackPort:
             )
 
     async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+        """Post `@agent <input>`; a transient failure's retry edits the step's earlier
+        dispatch message instead ("— retrying, 2 of 3"), so the thread holds one."""
         identity = await self.identity(effect.agent)
-        await self.say(
-            conversation,
-            f"{identity.mention} {effect.text}".strip(),
-            metadata=step_metadata(DISPATCH_EVENT, effect, effect.key),
-        )
+        text = f"{identity.mention} {effect.text}".strip()
+        metadata = step_metadata(DISPATCH_EVENT, effect, effect.key)
+        if effect.retry:
+            earlier = await self._dispatch_message(conversation, effect)
+            if earlier is not None:
+                text = fit_text(f"{text} — retrying, {effect.retry} of {effect.max_tries}")
+                with _slack_call():
+                    await self.poster.update(
+                        channel=conversation.channel_id, ts=earlier, text=text, metadata=metadata
+                    )
+                async with self.db.write() as conn:
+                    await update_message(
+                        conn, conversation.channel_id, earlier, text=text, metadata=metadata
+                    )
+                return
+        await self.say(conversation, text, metadata=metadata)
+
+    async def _dispatch_message(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> str | None:
+        """The ts of the step's latest dispatch message before this attempt, if stored."""
+        async with self.db.read() as conn:
+            messages = await thread_messages(conn, conversation.id)
+        for message in reversed(messages):
+            meta = _payload_of(message.metadata, DISPATCH_EVENT)
+            if (
+                meta is not None
+                and meta.get("plan_id") == effect.plan_id
+                and meta.get("step") == effect.step
+                and int(meta.get("attempt", 0)) < effect.attempt
+            ):
+                return message.ts
+        return None
 
     async def post_form(
         self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Plan | None

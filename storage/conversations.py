@@ -6,8 +6,9 @@ Every function takes an open connection; the caller owns the transaction.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, select, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -114,6 +115,22 @@ async def store_message(
         )
     )
     return bool(result.rowcount)
+
+
+async def update_message(
+    conn: AsyncConnection,
+    channel_id: str,
+    ts: str,
+    *,
+    text: str,
+    metadata: dict[str, Any] | None,
+) -> None:
+    """Keep an edited message's new text and metadata (Flotilla's own edits)."""
+    await conn.execute(
+        update(messages_t)
+        .where(messages_t.c.channel_id == channel_id, messages_t.c.ts == ts)
+        .values(text=text, metadata=metadata)
+    )
 
 
 async def thread_messages(

@@ -247,7 +247,8 @@ async def test_commander_operations_are_stored(db: Database) -> None:
     failed = StepFailed(index=1, attempt=1, reason="no access", retryable=False)
     decision = await reconciler.reconcile(cid, outcomes=[failed])
     assert decision is not None
-    assert decision.effects[0].kind == "ask_commander"
+    # people are told of the failure once, then the commander decides
+    assert [e.kind for e in decision.effects[:2]] == ["step_failure_notice", "ask_commander"]
     extra = StepProposal(index=3, title="use the archive", assignee="writer", wait_for=[])
     skip = SkipStep(index=1, reason="route around")
     ops: list[CommanderOperation] = [skip, AddSteps(steps=[extra])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agents.effects import AskCommander, Effect, PostDispatch, ShowForm
+from agents.effects import AskCommander, Effect, PostDispatch, ShowForm, StepFailureNotice
 from agents.plan import (
     FormField,
     FormSpec,
@@ -150,6 +150,9 @@ def test_transient_failure_backs_off_then_retries_as_a_new_attempt() -> None:
     assert next_dispatches(plan, T0) == []  # backing off: nothing to do yet
     plan, effects = dispatch(plan, T0 + timedelta(seconds=30))
     assert [e.key for e in effects] == ["plan:7:step:1:attempt:2"]
+    # a transient failure's retry: the try it is, so the first dispatch message is edited
+    retry = effects[0]
+    assert isinstance(retry, PostDispatch) and (retry.retry, retry.max_tries) == (2, 3)
 
 
 def test_transient_cap_turns_into_a_real_failure() -> None:
@@ -166,7 +169,8 @@ def test_transient_cap_turns_into_a_real_failure() -> None:
     step = plan.steps[0]
     assert step.status == "failed"
     assert step.failure_reason == "timeout (gave up after 3 attempts)"
-    assert [e.kind for e in effects] == ["ask_commander"]
+    # people are told once, before the commander decides
+    assert [e.kind for e in effects] == ["step_failure_notice", "ask_commander"]
 
 
 def test_abort_plan_policy_skips_everything_pending() -> None:
@@ -185,7 +189,10 @@ def test_abort_plan_policy_skips_everything_pending() -> None:
     assert plan.steps[3].failure_reason == (
         "not run: the plan was aborted (step 1 failed: no data)"
     )
-    assert [e.kind for e in effects] == ["plan_finished"]
+    assert [e.kind for e in effects] == ["step_failure_notice", "plan_finished"]
+    notice = effects[0]
+    assert isinstance(notice, StepFailureNotice) and notice.on_failure == "abort_plan"
+    assert notice.key == "plan:7:step:1:attempt:1:failure" and notice.reason == "no data"
     assert dispatch(plan, T0)[1] == []
 
 
@@ -208,7 +215,8 @@ def test_ask_commander_policy_fails_and_wakes_the_commander_with_context() -> No
     )
     assert statuses(plan) == "fppp"
     assert plan.status == "running"
-    (wake,) = effects
+    notice, wake = effects
+    assert isinstance(notice, StepFailureNotice) and notice.on_failure == "ask_commander"
     assert isinstance(wake, AskCommander)
     assert wake.key == "plan:7:step:1:attempt:1:failed"
     assert wake.failure_reason == "bad key"

@@ -56,7 +56,8 @@ async def test_cancel_stops_the_step_in_flight(
         else:
             plan = await run.plan(root)
             assert await command(run, "maya", "cancel") == f"Plan {plan.id} is cancelled."
-        notice = await run.says(root, f"Plan cancelled by <@{maya}>. Nothing else will run.")
+        notice = await run.says(root, f"Plan cancelled by <@{maya}>; nothing else will run")
+        assert "what finished is kept: step 1 (" in notice.text  # one sentence: what is kept
         assert writer.cancelled  # the run was stopped, not left to finish
 
         writer.release.set()  # a model that answers late must change nothing

@@ -1,4 +1,5 @@
-"""Block Kit validation to Slack's published limits (../shared/slack-specs/limits.json).
+"""Block Kit validation to Slack's published limits (Slack's `limits.json`; a copy the tests read is
+in `tests/specs/`).
 
 Each check answers a list of messages in Slack's own format,
 `"<problem> [json-pointer:/blocks/0/text/text]"`; an empty list means valid.

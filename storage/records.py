@@ -1,4 +1,4 @@
-"""Plain, immutable records that the repository returns (no ORM objects leave storage/)."""
+"""Plain, immutable records that the table modules return (no ORM objects leave storage/)."""
 
 from __future__ import annotations
 

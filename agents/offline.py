@@ -25,13 +25,14 @@ Markers in the request, copied into the first line of the plan's first step inpu
 The same markers on the first line of a sub-agent's step input act on that step (a marker
 inside a quoted request, e.g. from `{{request}}` on a later line, does not).
 
-Woken after a failure, the offline commander retries the failed step without its failure
-marker when it had one, and skips it otherwise; woken by a person's message containing
-"cancel" or "stop" it cancels the plan; a message asking for more ("also", "add", "mention",
-"include", "make sure", "instead") is added to the first pending sub-agent step's input
-(`edit_step`, as the walkthrough shows); anything else is acknowledged with `reply`.
-Sub-agents answer with content derived from their input (its first line, its key terms,
-the upstream material it was given).
+Asked for a plan's final answer (agents/plan_endings.py), the commander lists the request and
+each step's result. Woken after a failure, the offline commander retries the failed step
+without its failure marker when it had one, and skips it otherwise; woken by a person's
+message containing "cancel" or "stop" it cancels the plan; a message asking for more
+("also", "add", "mention", "include", "make sure", "instead") is added to the first pending
+sub-agent step's input (`edit_step`, as the walkthrough shows); anything else is
+acknowledged with `reply`. Sub-agents answer with content derived from their input (its
+first line, its key terms, the upstream material it was given).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ FAIL_TRANSIENT = "[fail transient]"
 FAIL = "[fail]"
 ASK = "[ask]"
 BAD_PLAN = "[bad plan]"
+FINAL_ANSWER = "Write the final answer to the request"  # agents/plan_endings.py's task
 MARKERS = (FAIL_TRANSIENT, FAIL, ASK)
 _CONTEXT_HEADERS = ("\n\nThe original request in this conversation:", "\n\nRecent messages in")
 
@@ -380,7 +382,21 @@ def _step_turn(messages: list[ModelMessage], info: AgentInfo, tools: set[str]) -
                 "ask_user",
                 {"question": f"{PREFIX} Before I start “{headline}”: what should I focus on?"},
             )
+    if task.startswith(FINAL_ANSWER):
+        return _final_answer(task)
     return _final(info, _agent_name(info), task, answer.content if answer else None)
+
+
+def _final_answer(task: str) -> ModelResponse:
+    """The commander's final answer of a plan: the request, then each step's result."""
+    lines = task.splitlines()
+    asked = next((ln.removeprefix("Request: ") for ln in lines if ln.startswith("Request: ")), "")
+    found = [
+        re.sub(r"^Step \d+ \([^)]*\) ", "", ln) for ln in lines if re.match(r"Step \d+ \(", ln)
+    ]
+    head = f"{PREFIX} What the team found" + (f" for “{asked[:200]}”" if asked else "") + ":"
+    message = "\n".join([head, *(f"- {r[:300]}" for r in found)])
+    return _call("final_result", {"message": message, "summary": f"{len(found)} step results"})
 
 
 def _agent_name(info: AgentInfo) -> str:

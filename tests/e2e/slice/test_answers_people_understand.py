@@ -24,7 +24,7 @@ from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.faults import LostAnswer
 from tests.e2e.slice.scripts import Script, answered, call, combine, flaky, plans, steer, text
 
-ANSWER = f"[offline model] commander: {FINAL_ANSWER_TASK}"
+ANSWER = "[offline model] What the team found for “"
 RETRY_AFTER_JOB = 16  # past agents/jobs.py RETRY_AFTER (a job handed over after Slack 5xx)
 NO_SYNTHESIS = [
     {"index": 1, "title": "Find the numbers", "assignee": "researcher",
@@ -67,7 +67,10 @@ async def test_a_plan_without_a_synthesis_ends_with_the_commanders_answer(
         answers = said(run, root, ANSWER)
         assert len(answers) == 1 and finals.calls == 1, run.transcript(root)
         # written from the steps' results, and the last word in the thread
-        assert "writer (offline)" in answers[0].text
+        lines = answers[0].text.splitlines()
+        assert lines[0] == "[offline model] What the team found for “NOSYNTH please”:"
+        assert lines[1] == "- Find the numbers: researcher (offline) on “Find the launch numbers.”"
+        assert lines[2].startswith("- Write it up: writer (offline) on “Write up: researcher")
         assert run.messages(root)[-1].ts == answers[0].ts
         assert "All steps are done" not in run.transcript(root)
         async with run.service.db.read() as conn:

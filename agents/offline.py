@@ -58,6 +58,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from agents.offline_plans import chain, diamond
+
 PREFIX = "[offline model]"
 MODEL_NAME = "offline"
 FAIL_TRANSIENT = "[fail transient]"
@@ -126,14 +128,6 @@ def _roster(instructions: str | None) -> list[str]:
         elif listing and not line.strip():
             break
     return [n for n in names if not n.startswith("(")]
-
-
-def _pick(roster: list[str], *hints: str) -> str:
-    for hint in hints:
-        for name in roster:
-            if hint in name:
-                return name
-    return roster[0] if roster else "commander"
 
 
 def _markers(text: str) -> str:
@@ -216,101 +210,10 @@ def _plan_for(request: str, info: AgentInfo, *, bad: bool) -> list[dict[str, Any
     writes = _wants(low, "draft", "note", "write", "report", "summar")
     marks = _markers(request)
     if _wants(low, "compare", "pricing", "competitor") and writes:
-        return _diamond(roster, marks, bad=bad)
+        return diamond(roster, marks, bad=bad)
     if _wants(low, "research", "investigate", "find out") and writes:
-        return _chain(roster, marks, bad=bad)
+        return chain(roster, marks, bad=bad)
     return []
-
-
-def _diamond(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]:
-    researcher = _pick(roster, "research")
-    analyst = _pick(roster, "analy", "research")
-    writer = _pick(roster, "writ")
-    return [
-        {
-            "index": 1,
-            "title": "Research competitors' pricing",
-            "assignee": researcher,
-            "input": "Find the tiers and list prices of our main competitors."
-            + marks
-            + "\nRequest: {{request}}",
-            "wait_for": [],
-        },
-        {
-            "index": 2,
-            "title": "Survey our own pricing",
-            "assignee": analyst,
-            "input": "Summarise our pricing tiers and what each includes.\nRequest: {{request}}",
-            "wait_for": [5] if bad else [],
-        },
-        {
-            "index": 3,
-            "title": "Choose the tiers to compare",
-            "assignee": "user",
-            "input": "Which tiers should the note compare?",
-            "wait_for": [1, 2],
-            "form": {
-                "fields": [
-                    {
-                        "name": "tiers",
-                        "label": "Which tiers should the note compare?",
-                        "kind": "select",
-                        "options": ["Starter", "Pro", "Enterprise", "All tiers"],
-                    },
-                    {
-                        "name": "notes",
-                        "label": "Anything the note must mention?",
-                        "kind": "long_text",
-                        "required": False,
-                    },
-                ]
-            },
-        },
-        {
-            "index": 4,
-            "title": "Draft the note for sales",
-            "assignee": writer,
-            "input": (
-                "Draft a short note for the sales team comparing our pricing with competitors."
-                "\nCompetitors: {{step_1.output_summary}}"
-                "\nOur pricing: {{step_2.output_summary}}"
-                "\nTiers to cover: {{step_3.output_summary}}"
-            ),
-            "wait_for": [3],
-        },
-        {
-            "index": 5,
-            "title": "Review and post the synthesis",
-            "assignee": "commander",
-            "input": "Review the draft and post the answer.\nDraft: {{step_4.output_summary}}",
-            "wait_for": [4],
-        },
-    ]
-
-
-def _chain(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]:
-    return [
-        {
-            "index": 1,
-            "title": "Research the topic",
-            "assignee": _pick(roster, "research"),
-            "input": "Research this and list the key findings." + marks + "\nRequest: {{request}}",
-        },
-        {
-            "index": 2,
-            "title": "Write it up",
-            "assignee": _pick(roster, "writ"),
-            "input": "Write up the findings for the team.\nFindings: {{step_1.output_summary}}",
-            "wait_for": [3] if bad else [1],
-        },
-        {
-            "index": 3,
-            "title": "Post the synthesis",
-            "assignee": "commander",
-            "input": "Post the final answer.\nWrite-up: {{step_2.output_summary}}",
-            "wait_for": [2],
-        },
-    ]
 
 
 def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:

@@ -20,12 +20,18 @@ from agents.effects import Effect
 from agents.errors import TransientError
 from agents.plan import StepFailed
 from agents.run_context import Context, Job, Work
-from storage.outbox import finish_effect, hold_effect
+from storage.outbox import (
+    fail_held_effect,
+    finish_effect,
+    give_up_held_effect,
+    hold_effect,
+)
 from storage.plans import load_plan
 from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
+MAX_TRANSIENT_TRIES = 8  # … this many times in a row, then its step fails with a sentence
 
 
 class JobRunner:
@@ -88,14 +94,42 @@ class JobRunner:
             else:  # this process stops: any process takes it now
                 await self._hand_over(lease_key, job.key)
         elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
-            log.info("%s will be tried again: %s", job.key, ended)
-            await self._hand_over(lease_key, job.key, after=RETRY_AFTER)
+            await self._try_again(job, lease_key, ended)
         elif isinstance(ended, Exception):
             log.error("%s failed", job.key, exc_info=ended)
             await self._crashed(job, ended)
             await self._settle(lease_key, job.key)
         else:
             await self._settle(lease_key, job.key)
+
+    async def _try_again(self, job: Job, lease_key: str, error: TransientError) -> None:
+        """Hand the work over to be tried again shortly, counting the failure on its row;
+        after MAX_TRANSIENT_TRIES in a row its step fails with a sentence (a step never
+        waits for ever on Slack or a model that stays down)."""
+        clock = self.context.clock
+        async with self.context.db.write() as conn:
+            await release_run(conn, lease_key, self.owner)
+            failures = await fail_held_effect(
+                conn, job.key, error=str(error), available_at=clock() + RETRY_AFTER
+            )
+            if failures >= MAX_TRANSIENT_TRIES:
+                await give_up_held_effect(conn, job.key, error=str(error))
+        if failures < MAX_TRANSIENT_TRIES:
+            log.info("%s will be tried again (%d): %s", job.key, failures, error)
+            return
+        log.warning("%s gave up after %d tries: %s", job.key, failures, error)
+        if job.plan_id is None or job.step is None or job.attempt is None:
+            return
+        conversation_id = await self._conversation_of(job.plan_id)
+        if conversation_id is None:
+            return
+        failed = StepFailed(
+            index=job.step,
+            attempt=job.attempt,
+            reason=f"its work kept failing and was given up ({step_runs.public(error)})",
+            retryable=False,
+        )
+        await step_runs.report(self.context, conversation_id, failed)
 
     async def _crashed(self, job: Job, exc: Exception) -> None:
         """A job died of a bug: its step fails with a sentence, under its on_failure."""

@@ -161,3 +161,34 @@ async def next_effect_due(conn: AsyncConnection) -> datetime | None:
     if due is not None and due.tzinfo is None:  # SQLite's MIN() bypasses the column type
         due = due.replace(tzinfo=UTC)
     return due
+
+
+async def fail_held_effect(
+    conn: AsyncConnection, key: str, *, error: str, available_at: datetime
+) -> int:
+    """Long work holding the row of `key` met a failure worth another try: count it and
+    make the row due at `available_at`; the failures so far (0 when the row is gone)."""
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
+        .values(
+            available_at=available_at,
+            last_error=error[:2000],
+            failures=outbox_t.c.failures + 1,
+        )
+    )
+    failures = await conn.scalar(
+        select(outbox_t.c.failures).where(
+            outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending"
+        )
+    )
+    return int(failures or 0)
+
+
+async def give_up_held_effect(conn: AsyncConnection, key: str, *, error: str) -> None:
+    """Long work gave its row up for good (it kept failing)."""
+    await conn.execute(
+        update(outbox_t)
+        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
+        .values(state="failed", last_error=error[:2000])
+    )

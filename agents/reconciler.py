@@ -95,6 +95,10 @@ def decide(
     current = plan
     effects: list[Effect] = []
     for op in operations:
+        if isinstance(op, CancelPlan) and actor is None:
+            # the commander's own cancel: its words are said as its own, never as a
+            # person's ("cancelled by <@U…>" is written only for a person who cancelled)
+            op = CancelPlan(reason=f"by the commander: {op.reason}")
         was = current
         current = apply_operation(current, op, assignees=assignees, disabled=disabled)
         effects.extend(_stopped(was, current, op, actor))

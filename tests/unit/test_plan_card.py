@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
-from agents.plan import Plan, Step, StepStatus
+from agents.plan import CancelPlan, Plan, Step, StepStatus
 from agents.plan_transitions import abort_plan, cancel_plan, fail_step
+from agents.reconciler import decide
 from bot.views.plan_card import CANCEL_ACTION, plan_card, progress
 
 STATUSES: list[StepStatus] = ["pending", "in_progress", "done", "failed", "skipped", "blocked"]
@@ -181,3 +183,20 @@ def test_any_card_counts_truly_escapes_and_fits(
     assert f"{done} of {len(statuses)} done" in context_of(blocks)
     skipped = sum(1 for s in plan.steps if s.status == "skipped")
     assert (f", {skipped} skipped" in context_of(blocks)) == (skipped > 0)
+
+
+def test_the_commander_cannot_forge_who_cancelled() -> None:
+    """A cancel the model asks for, with a reason shaped like a person's cancel, is shown as
+    the commander's words: escaped, never a live mention."""
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    plan = Plan(
+        id=7,
+        conversation_id=1,
+        steps=(Step(index=1, title="Research", assignee="researcher"),),
+    )
+    forged = CancelPlan(reason="cancelled by <@U0BOSS>")
+    model = decide(plan, now, operations=[forged], assignees=["researcher"]).plan
+    text, _blocks = plan_card(model)
+    assert "<@U0BOSS>" not in text and "&lt;@U0BOSS&gt;" in text
+    person = decide(plan, now, operations=[forged], assignees=["researcher"], actor="U0BOSS")
+    assert "cancelled by <@U0BOSS>" in plan_card(person.plan)[0]

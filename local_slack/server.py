@@ -9,19 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-# Importing the method modules registers their handlers in METHODS.
-from local_slack import (  # noqa: F401
-    interactivity,
-    socket_mode,
-    web_assistant,
-    web_chat,
-    web_conversations,
-    web_page,
-    web_stream,
-    web_views,
-)
+# Importing the method modules registers their handlers in METHODS (the modules themselves,
+# not the package: the package's __init__ imports this module).
+import local_slack.web_assistant  # noqa: F401
+import local_slack.web_chat  # noqa: F401
+import local_slack.web_conversations  # noqa: F401
+import local_slack.web_stream  # noqa: F401
+import local_slack.web_views  # noqa: F401
 from local_slack.api import METHODS, WORKSPACE, ApiError, Call
+from local_slack.interactivity import handle_response_url
+from local_slack.socket_mode import handle_socket
 from local_slack.state import Json
+from local_slack.web_page import add_page_routes
 
 if TYPE_CHECKING:
     from local_slack.workspace import LocalWorkspace
@@ -113,10 +112,10 @@ def build_app(ws: LocalWorkspace) -> web.Application:
     app = web.Application()
     app[WORKSPACE] = ws
     app.router.add_route("*", "/api/{method}", handle_api)
-    app.router.add_post("/respond/{token}", interactivity.handle_response_url)
-    app.router.add_get("/link/", socket_mode.handle_socket)
+    app.router.add_post("/respond/{token}", handle_response_url)
+    app.router.add_get("/link/", handle_socket)
     app.router.add_get("/", _health)
-    web_page.add_page_routes(app)
+    add_page_routes(app)
     return app
 
 

@@ -60,8 +60,9 @@ def imports(root: Path) -> list[Import]:
         at = path.relative_to(root).as_posix()
         for target, line, how in _imported(tree, base, ""):
             target = _resolve(target, known)
-            if target.split(".")[0] in PACKAGES and target != name:
-                found.append(Import(name, target, f"{at}:{line}", how))
+            edge = Import(name, target, f"{at}:{line}", how)
+            if target.split(".")[0] in PACKAGES and target != name and edge not in found:
+                found.append(edge)
     return found
 
 
@@ -73,6 +74,8 @@ def _imported(node: ast.AST, base: str, how: str) -> Iterator[tuple[str, int, st
         yield from ((alias.name, node.lineno, how) for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
         module = _absolute(node, base)
+        # `from pkg import x` runs pkg/__init__.py first: an edge to the package itself
+        yield module, node.lineno, how
         for alias in node.names:
             name = module if alias.name == "*" else f"{module}.{alias.name}"
             yield name, node.lineno, how
@@ -245,3 +248,20 @@ def test_a_tree_that_points_down_passes(tmp_path: Path) -> None:
         },
     )
     assert violations(tmp_path) == []
+
+
+def test_importing_from_a_package_counts_as_importing_its_init(tmp_path: Path) -> None:
+    """`from pkg import mod` runs pkg/__init__.py: a package whose __init__ imports a module
+    that imports `from pkg import …` is a cycle."""
+    write(
+        tmp_path,
+        {
+            "local_slack/__init__.py": "from local_slack.workspace import LocalWorkspace\n",
+            "local_slack/workspace.py": "from local_slack.server import build\n",
+            "local_slack/server.py": "from local_slack import chat\n",
+            "local_slack/chat.py": "import json\n",
+        },
+    )
+    (problem,) = violations(tmp_path)
+    assert problem.startswith("import cycle: local_slack (local_slack/__init__.py:1)")
+    assert "local_slack.server (local_slack/server.py:1)" in problem

@@ -26,7 +26,6 @@ from storage.outbox import (
     give_up_held_effect,
     hold_effect,
 )
-from storage.plans import load_plan
 from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
@@ -118,39 +117,23 @@ class JobRunner:
             log.info("%s will be tried again (%d): %s", job.key, failures, error)
             return
         log.warning("%s gave up after %d tries: %s", job.key, failures, error)
-        if job.plan_id is None or job.step is None or job.attempt is None:
-            return
-        conversation_id = await self._conversation_of(job.plan_id)
-        if conversation_id is None:
-            return
-        failed = StepFailed(
-            index=job.step,
-            attempt=job.attempt,
-            reason=f"its work kept failing and was given up ({step_runs.public(error)})",
-            retryable=False,
+        await self._fail_step(
+            job, f"its work kept failing and was given up ({step_runs.public(error)})"
         )
-        await step_runs.report(self.context, conversation_id, failed)
 
     async def _crashed(self, job: Job, exc: Exception) -> None:
         """A job died of a bug: its step fails with a sentence, under its on_failure."""
-        if job.plan_id is None or job.step is None or job.attempt is None:
-            return
-        effect_conversation = await self._conversation_of(job.plan_id)
-        if effect_conversation is None:
-            return
-        failed = StepFailed(
-            index=job.step,
-            attempt=job.attempt,
-            reason="an internal error stopped this step (the details are in the log)",
-            retryable=False,
-        )
         with contextlib.suppress(Exception):
-            await step_runs.report(self.context, effect_conversation, failed)
+            await self._fail_step(
+                job, "an internal error stopped this step (the details are in the log)"
+            )
 
-    async def _conversation_of(self, plan_id: int) -> int | None:
-        async with self.context.db.read() as conn:
-            loaded = await conn.run_sync(load_plan, plan_id)
-        return int(loaded.plan["conversation_id"]) if loaded is not None else None
+    async def _fail_step(self, job: Job, reason: str) -> None:
+        """Report the job's step attempt (if it runs one) failed for good with `reason`."""
+        if job.step is None or job.attempt is None or job.conversation_id is None:
+            return
+        failed = StepFailed(index=job.step, attempt=job.attempt, reason=reason, retryable=False)
+        await step_runs.report(self.context, job.conversation_id, failed)
 
     async def _claim(self, lease_key: str, row_key: str) -> bool:
         """Take the run's lease and hold its outbox row until the same instant, in one

@@ -95,20 +95,15 @@ async def job_still_wanted(ctx: Context, job: Job) -> bool:
     """Whether a running job's work is still wanted (asked by its heartbeat)."""
     if job.plan_id is None or job.kind == "plan_finished":
         return True  # a person's message, a finished plan's answer: always given
-    conversation_id = await _conversation_of(ctx, job.plan_id)
-    plan = await ctx.reconciler.plan(conversation_id) if conversation_id is not None else None
+    if job.conversation_id is None:
+        return False
+    plan = await ctx.reconciler.plan(job.conversation_id)
     if plan is None or plan.id != job.plan_id or plan.status in TERMINAL_PLAN:
         return False
     if job.kind in ("ask_commander", "plan_stalled"):
         return True
     step = plan.step(job.step or 0)
     return step is not None and step.attempts == job.attempt and step.status == "in_progress"
-
-
-async def _conversation_of(ctx: Context, plan_id: int) -> int | None:
-    async with ctx.db.read() as conn:
-        loaded = await conn.run_sync(load_plan, plan_id)
-    return int(loaded.plan["conversation_id"]) if loaded is not None else None
 
 
 async def run(

@@ -8,6 +8,7 @@ import time
 
 from local_slack.shapes import message_json
 from local_slack.state import Channel, InstalledApp, Json, Message, Person, View, WorkspaceState
+from local_slack.transcript import author
 from local_slack.web_assistant import live_statuses
 
 MESSAGES_PER_CHANNEL = 500  # the newest messages (with their threads) of each channel
@@ -68,21 +69,12 @@ def page_message(state: WorkspaceState, msg: Message) -> Json:
     """The Web API shape of a message plus what the page needs to draw it."""
     out = message_json(state, msg, include_metadata=False)
     out["channel"] = msg.channel
-    out["author_name"] = author_name(state, msg)
+    out["author_name"] = author(state, msg)
     out["is_app"] = msg.bot_id is not None
     out["streaming"] = msg.streaming
     if msg.deleted:  # a deleted parent with replies stays as a placeholder, as in Slack
         out.update(text="This message was deleted.", blocks=None, deleted=True)
     return out
-
-
-def author_name(state: WorkspaceState, msg: Message) -> str:
-    if msg.username:
-        return msg.username
-    app = state.apps.get(msg.app_id or "")
-    if app is not None:  # Slack shows an app's messages under the app's name
-        return app.name
-    return state.user_name(msg.user) if msg.user else "unknown"
 
 
 def channel_messages(state: WorkspaceState, channel_id: str) -> list[Json]:

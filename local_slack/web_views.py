@@ -113,14 +113,18 @@ def replace_view(view: View, spec: Json) -> None:
     view.errors = {}
 
 
-@method("views.update")
-async def views_update(call: Call) -> Json:
-    view = _find_view(call)
-    spec = _view_spec(call, kind=view.type)
+def _replace_unless_changed(call: Call, view: View, spec: Json) -> None:
+    """`replace_view`, refused with `hash_conflict` when the caller saw an older view."""
     expected = call.str_arg("hash")
     if expected and expected != view.hash:
         raise ApiError("hash_conflict")
     replace_view(view, spec)
+
+
+@method("views.update")
+async def views_update(call: Call) -> Json:
+    view = _find_view(call)
+    _replace_unless_changed(call, view, _view_spec(call, kind=view.type))
     call.state.changed()
     return {"view": view.to_json()}
 
@@ -138,9 +142,6 @@ async def views_publish(call: Call) -> Json:
         call.state.home_views[key] = view.id
     else:
         view = call.state.views[existing]
-        expected = call.str_arg("hash")
-        if expected and expected != view.hash:
-            raise ApiError("hash_conflict")
-        replace_view(view, spec)
+        _replace_unless_changed(call, view, spec)
     call.state.changed()
     return {"view": view.to_json()}

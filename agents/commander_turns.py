@@ -29,7 +29,7 @@ from agents.plan_transitions import stalled
 from agents.reconciler import Decision
 from agents.registry import enabled_agents
 from agents.runtime import RunJob
-from agents.step_runs import ids, public
+from agents.step_runs import ids
 from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord
 
@@ -215,7 +215,7 @@ async def _turn(
         log.warning("commander turn failed: %s", exc, extra=ids(conversation, effect))
         if isinstance(effect, MessageForCommander):
             retry = " Please try again in a moment." if exc.retryable else ""
-            await ctx.port.say(conversation, f"⚠️ {public(exc)}{retry}")
+            await ctx.port.say(conversation, f"⚠️ {exc.public}{retry}")
         return Turn(errored=True)
     except ValueError as exc:  # a configured model string that cannot be used
         log.error("commander model cannot be used: %s", exc, extra=ids(conversation, effect))

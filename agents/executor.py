@@ -42,7 +42,7 @@ from agents.effects import (
 )
 from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
-from agents.ports import NoObserver, RunObserver
+from agents.ports import RunObserver
 from agents.run_context import Context, Job
 from storage.outbox import next_effect_due
 from storage.records import ConversationRecord
@@ -84,7 +84,7 @@ class Executor:
 
     @property
     def observer(self) -> RunObserver:
-        return self.context.observer or NoObserver()
+        return self.context.observer
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -117,9 +117,7 @@ class JobRunner:
             log.info("%s will be tried again (%d): %s", job.key, failures, error)
             return
         log.warning("%s gave up after %d tries: %s", job.key, failures, error)
-        await self._fail_step(
-            job, f"its work kept failing and was given up ({step_runs.public(error)})"
-        )
+        await self._fail_step(job, f"its work kept failing and was given up ({error.public})")
 
     async def _crashed(self, job: Job, exc: Exception) -> None:
         """A job died of a bug: its step fails with a sentence, under its on_failure."""

@@ -139,5 +139,5 @@ def delivery_backoff(failures: int) -> timedelta:
 
 def _sentence(exc: Exception) -> str:
     if isinstance(exc, RunError):
-        return str(exc)
+        return exc.public
     return "an internal error stopped it (the details are in the log)"

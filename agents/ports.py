@@ -96,25 +96,3 @@ class RunObserver(Protocol):
     def outcome(self, kind: str) -> None: ...
     def commander_turn(self, result: str) -> None: ...
     def jobs_running(self, count: int) -> None: ...
-
-
-class NoObserver:
-    """Telemetry that records nothing (tests, the benchmark)."""
-
-    def queued(self, seconds: float) -> None:
-        return None
-
-    def ran(self, agent: str, seconds: float) -> None:
-        return None
-
-    def dispatched(self, kind: str) -> None:
-        return None
-
-    def outcome(self, kind: str) -> None:
-        return None
-
-    def commander_turn(self, result: str) -> None:
-        return None
-
-    def jobs_running(self, count: int) -> None:
-        return None

@@ -167,7 +167,7 @@ async def _execute(
             result = await run_step(ctx.db, job, spec, model=model)
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
-        return _failed(effect, public(exc), retryable=exc.retryable)
+        return _failed(effect, exc.public, retryable=exc.retryable)
     except ValueError as exc:  # a model string that cannot be used
         log.error("step run cannot start: %s", exc, extra=ids(conversation, effect))
         return _failed(effect, "its model is not configured correctly (an admin can fix it)")
@@ -188,7 +188,7 @@ async def _execute(
     except TransientError:
         raise  # the job is handed over: the stored run answers again, at no cost
     except PermanentError as exc:
-        return _failed(effect, f"its answer could not be posted: {public(exc)}")
+        return _failed(effect, f"its answer could not be posted: {exc.public}")
     return StepSucceeded(
         index=effect.step,
         attempt=effect.attempt,
@@ -196,11 +196,6 @@ async def _execute(
         files=result.files,
         message_ts=ts,
     )
-
-
-def public(exc: RunError) -> str:
-    """The sentence a person may read about a run error (never library advice)."""
-    return str(getattr(exc, "public", None) or exc)
 
 
 async def report(ctx: Context, conversation_id: int, outcome: Outcome) -> None:

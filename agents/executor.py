@@ -147,8 +147,11 @@ class Executor:
         stopping, no further batch is claimed."""
         async with self._draining:
             total = 0
-            while not self._stopping and (claimed := await self.outbox.deliver_due()):
-                total += claimed
+            try:
+                while not self._stopping and (claimed := await self.outbox.deliver_due()):
+                    total += claimed
+            finally:
+                await self.outbox.flush()  # a stopping process marks what it delivered
             return total
 
     async def settle(self) -> None:

@@ -1,10 +1,12 @@
 """Delivers outbox rows after their transaction committed, as typed effects.
 
 A row is claimed (leased) in one short transaction, performed with no lock held, then
-marked sent. A crash between commit and the side effect leaves the row pending: after
-the lease expires another sender (or this one, restarted) claims it again. A row claimed
-before (`attempts > 1`) may have been performed already – the crash may have come after
-the post and before "sent" – so the performer checks first (e.g. a message with this key
+marked sent – batched: the rows delivered since the last claim are marked in the same
+transaction that claims the next batch, one worker-thread hop in all (`flush` marks them
+when no further claim follows). A crash between commit and the side effect leaves the row
+pending: after the lease expires another sender (or this one, restarted) claims it again.
+A row claimed before (`attempts > 1`) may have been performed already – the crash may have
+come after the post and before "sent" – so the performer checks first (e.g. a message with this key
 in its metadata is in the thread). That makes delivery exactly once as seen in the thread,
 across restarts and replicas.
 
@@ -26,12 +28,8 @@ from agents.clock import Clock, backoff
 from agents.effects import Effect, from_row
 from agents.errors import RunError
 from storage.db import Database
-from storage.outbox import (
-    claim_effects,
-    give_up_effect,
-    mark_effect_done,
-    retry_effect_later,
-)
+from storage.locks import run_transaction
+from storage.outbox import give_up_effect, retry_effect_later, settle_and_claim
 from storage.records import OutboxRecord
 
 log = logging.getLogger(__name__)
@@ -72,14 +70,23 @@ class OutboxSender:
         self.max_failures = max_failures
         self.batch = batch
         self.on_give_up = on_give_up
+        self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
 
     async def deliver_due(self) -> int:
-        """Claim one batch of due rows and deliver them; how many were claimed."""
+        """Mark what was delivered, claim one batch of due rows and deliver them; how many
+        were claimed."""
         now = self.clock()
-        async with self.db.write() as conn:
-            records = await claim_effects(
-                conn, now=now, lease_until=now + self.lease, limit=self.batch
+        sent, self._sent = self._sent, []
+        try:
+            records = await run_transaction(
+                self.db,
+                lambda conn: settle_and_claim(
+                    conn, sent=sent, now=now, lease_until=now + self.lease, limit=self.batch
+                ),
             )
+        except BaseException:
+            self._sent = sent + self._sent  # marked with the next claim, or redelivered
+            raise
         for record in records:
             await self._deliver(record)
         return len(records)
@@ -90,6 +97,21 @@ class OutboxSender:
         while claimed := await self.deliver_due():
             total += claimed
         return total
+
+    async def flush(self) -> None:
+        """Mark the rows delivered since the last claim sent, without claiming more."""
+        if not self._sent:
+            return
+        sent, self._sent = self._sent, []
+        now = self.clock()
+        try:
+            await run_transaction(
+                self.db,
+                lambda conn: settle_and_claim(conn, sent=sent, now=now, lease_until=now, limit=0),
+            )
+        except BaseException:
+            self._sent = sent + self._sent
+            raise
 
     async def _deliver(self, record: OutboxRecord) -> None:
         try:
@@ -108,8 +130,7 @@ class OutboxSender:
         except Exception as exc:  # the performer is the network edge: any failure is retried
             await self._failed(record, effect, exc)
             return
-        async with self.db.write() as conn:
-            await mark_effect_done(conn, record.id, self.clock())
+        self._sent.append(record.id)
 
     async def _failed(self, record: OutboxRecord, effect: Effect, exc: Exception) -> None:
         retryable = not isinstance(exc, RunError) or exc.retryable

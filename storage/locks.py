@@ -67,6 +67,15 @@ class ConversationLocks:
                 return await conn.run_sync(locked)
 
 
+async def run_transaction(db: Database, work: Work[T]) -> T:
+    """`work(conn)` in a write transaction on the same one-hop path as the locked units
+    (a worker thread on SQLite, `run_sync` on PostgreSQL), without a conversation lock."""
+    if db.is_sqlite:
+        return await asyncio.to_thread(_in_transaction, sqlite_engine(db), work)
+    async with db.write() as conn:
+        return await conn.run_sync(work)
+
+
 def lock(conn: Connection, conversation: int | str) -> None:
     """Take the conversation's lock inside the current transaction."""
     if conn.dialect.name != "postgresql":

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -58,44 +58,82 @@ def enqueue_effects(
     return inserted
 
 
-async def claim_effects(
-    conn: AsyncConnection, *, now: datetime, lease_until: datetime, limit: int = 20
+def settle_and_claim(
+    conn: Connection,
+    *,
+    sent: Sequence[int] = (),
+    now: datetime,
+    lease_until: datetime,
+    limit: int = 20,
 ) -> list[OutboxRecord]:
-    """Claim due outbox rows for this process until `lease_until`.
+    """Mark the rows `sent` (delivered since the last claim) and claim due rows for this
+    process until `lease_until` – the sender's whole bookkeeping in one transaction.
 
-    On PostgreSQL, rows another replica is claiming are skipped (`FOR UPDATE SKIP
-    LOCKED`); on SQLite the write transaction already serialises claimers.
+    The claim is one `UPDATE … RETURNING` over the oldest due rows; on PostgreSQL rows
+    another replica is claiming are skipped (`FOR UPDATE SKIP LOCKED` in the sub-select),
+    on SQLite the write transaction already serialises claimers. Synchronous: the sender
+    runs it on a worker thread (SQLite) or through `run_sync` (PostgreSQL).
     """
-    stmt = (
-        select(outbox_t)
+    if sent:
+        conn.execute(_MARK_SENT, [{"row_id": i, "sent_at": now} for i in sent])
+    if limit <= 0:
+        return []
+    due = (
+        select(outbox_t.c.id)
         .where(outbox_t.c.state == "pending", outbox_t.c.available_at <= now)
         .order_by(outbox_t.c.id)
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
-    rows = list((await conn.execute(stmt)).mappings())
-    if not rows:
-        return []
-    ids = [r["id"] for r in rows]
-    await conn.execute(
+        due = due.with_for_update(skip_locked=True)
+    rows = conn.execute(
         update(outbox_t)
-        .where(outbox_t.c.id.in_(ids))
+        .where(outbox_t.c.id.in_(due.scalar_subquery()))
         .values(available_at=lease_until, attempts=outbox_t.c.attempts + 1)
+        .returning(*_CLAIMED)
+    ).all()
+    return sorted(
+        (
+            OutboxRecord(
+                id=r.id,
+                idempotency_key=r.idempotency_key,
+                conversation_id=r.conversation_id,
+                kind=r.kind,
+                payload=r.payload,
+                attempts=r.attempts,
+                failures=r.failures,
+                created_at=r.created_at,
+            )
+            for r in rows
+        ),
+        key=lambda record: record.id,
     )
-    return [
-        OutboxRecord(
-            id=r["id"],
-            idempotency_key=r["idempotency_key"],
-            conversation_id=r["conversation_id"],
-            kind=r["kind"],
-            payload=r["payload"],
-            attempts=r["attempts"] + 1,
-            failures=r["failures"],
-            created_at=r["created_at"],
-        )
-        for r in rows
-    ]
+
+
+_CLAIMED = (
+    outbox_t.c.id,
+    outbox_t.c.idempotency_key,
+    outbox_t.c.conversation_id,
+    outbox_t.c.kind,
+    outbox_t.c.payload,
+    outbox_t.c.attempts,
+    outbox_t.c.failures,
+    outbox_t.c.created_at,
+)
+_MARK_SENT = (
+    update(outbox_t)
+    .where(outbox_t.c.id == bindparam("row_id"), outbox_t.c.state == "pending")
+    .values(state="sent", sent_at=bindparam("sent_at"))
+)
+
+
+async def claim_effects(
+    conn: AsyncConnection, *, now: datetime, lease_until: datetime, limit: int = 20
+) -> list[OutboxRecord]:
+    """Claim due outbox rows for this process until `lease_until` (see `settle_and_claim`)."""
+    return await conn.run_sync(
+        lambda sync: settle_and_claim(sync, now=now, lease_until=lease_until, limit=limit)
+    )
 
 
 async def mark_effect_done(conn: AsyncConnection, effect_id: int, now: datetime) -> None:

@@ -91,6 +91,10 @@ class FileTransfers:
             raise FileRefused("its address is not on Slack's file host")
         try:
             return await fetch_capped(url, self.client.token, max_bytes)
+        except aiohttp.ClientResponseError as exc:  # not HTTP as it should be: no retry helps
+            raise FileRefused(
+                "the file host's answer could not be read", public="Slack's answer was unreadable"
+            ) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise TransientError(f"the file host could not be reached ({exc!r})") from exc
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -24,6 +25,8 @@ from local_slack import Message
 from storage.files import conversation_files
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.scripts import plans, tools_of
+from tests.e2e.slice.test_bad_input import post
+from tests.e2e.slice.test_edge_validation import headers_for, mention
 
 Hook = Callable[[list[ModelMessage], AgentInfo], Awaitable[None]]
 RESEARCH = "research our launch emails and write a short report"
@@ -205,9 +208,9 @@ async def test_a_restart_in_the_middle_of_an_upload_finishes_it_once(
             taken = await send(url, data)
             sent.set()
             await asyncio.Event().wait()  # dies before files.completeUploadExternal
-            return taken
+            return bool(taken)
 
-        port.send_upload = sends_then_dies  # type: ignore[method-assign]
+        port.send_upload = sends_then_dies
         root = run.ask("the quarterly note please")
         await asyncio.wait_for(sent.wait(), 20)
         rows = await produced_rows(run, root)
@@ -218,3 +221,43 @@ async def test_a_restart_in_the_middle_of_an_upload_finishes_it_once(
         await resumed.says(root, "[offline model] commander:")
         await resumed.quiesce()
         await assert_note_delivered_once(resumed, root, prompts)
+
+
+async def test_a_file_url_outside_slacks_file_host_is_never_fetched_with_the_token(
+    start: Callable[..., Any],
+) -> None:
+    seen: list[str] = []
+
+    async def evil(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.Response(text="tier,price\nPro,1 EUR\n")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", evil)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    evil_url = f"http://127.0.0.1:{runner.addresses[0][1]}/files-pri/T1-F1/prices.csv"
+    try:
+        async with start() as run:
+            # a real message in the channel (no mention: Flotilla ignores it), then a signed
+            # app_mention of it whose file points elsewhere – as a forged or odd event would
+            plain = run.driver.post("maya", "launch", "our launch emails")
+            file = {"id": "FEVIL00001", "name": "prices.csv", "mimetype": "text/csv",
+                    "size": 20, "url_private": evil_url}  # fmt: skip
+            body = mention(run, ts=plain.ts, event_ts=plain.ts, files=[file])
+            url = run.stack.commander.request_url or ""
+            status, _ = await post(url, body, headers_for(run, body))
+            assert status == 200
+            said = await run.says(plain, "its address is not on Slack's file host")
+            assert "prices.csv" in said.text
+            await run.quiesce()
+            assert seen == []  # never fetched, so the token never left
+            conversation = await run.service.find_conversation(plain.channel, plain.ts)
+            assert conversation is not None
+            async with run.service.db.read() as conn:
+                files = await conversation_files(conn, conversation.id)
+            assert [(f.name, f.state) for f in files] == [("prices.csv", "refused")]
+    finally:
+        await runner.cleanup()

@@ -68,7 +68,7 @@ class Driver:
             blocks=blocks if blocks is not None else [rich_text_block(text)],
             thread_ts=thread_ts,
             subtype="thread_broadcast" if broadcast and thread_ts else subtype,
-            client_msg_id=str(uuid.uuid4()),
+            client_msg_id=None if shared else str(uuid.uuid4()),  # file_share has none
             files=[f.id for f in shared],
         )
         for file in shared:

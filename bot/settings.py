@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # agents.models loads pydantic-ai: only when the keys are nee
     from agents.files import FilePolicy
     from agents.models import ProviderKeys
 
+
 def _default_file_types() -> tuple[str, ...]:
     from agents.files import DEFAULT_TYPES
 

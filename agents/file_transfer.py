@@ -1,6 +1,6 @@
 """Files in and out of a step's run, the effectful part.
 
-In: before a step runs, the original request's attachments are fetched (on demand, once;
+In: before a step runs, the conversation's attachments are fetched (on demand, once;
 again after their bytes expired) through the Slack port, which only fetches from Slack's
 file host and counts the bytes against the cap. One that cannot be taken is marked refused
 and the thread is told in a sentence – once, by whichever process refused it first.
@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def fetch_request_files(ctx: Context, conversation: ConversationRecord) -> None:
-    """Fetch the request's attachments whose bytes are not kept (yet, or any more)."""
+async def fetch_attachments(ctx: Context, conversation: ConversationRecord) -> None:
+    """Fetch the conversation's attachments (the request's and later replies') whose bytes
+    are not kept (yet, or any more)."""
     async with ctx.db.read() as conn:
-        files = await received_files(conn, conversation.id, message_ts=conversation.thread_ts)
+        files = await received_files(conn, conversation.id)
     refused: list[str] = []
     for file in files:
         if file.state == "refused" or (file.state == "ready" and file.has_bytes):

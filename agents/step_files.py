@@ -1,6 +1,7 @@
 """What a step's first prompt carries of the conversation's files.
 
-- The original request's attachments go to every step: a text file as its content (fenced,
+- The original request's attachments go to every step (files attached later in the thread
+  are listed by name, for `read_file`): a text file as its content (fenced,
   up to a cap), an image or document as the file itself when the run's model reads that
   type (pydantic-ai's `BinaryContent`), anything else as a named reference the agent can
   open with `read_file`.
@@ -26,6 +27,7 @@ from storage.records import FileRecord
 
 ATTACHED_HEADER = "Files attached to the request:"
 OUTPUTS_HEADER = "Files from earlier steps:"
+LATER_HEADER = "Files attached later in the thread (open them with `read_file`):"
 
 
 @dataclass(slots=True)
@@ -81,12 +83,16 @@ async def prompt_files(
     """The files a step's first prompt carries (see the module's docstring)."""
     out = PromptFiles()
     lines: list[str] = []
-    if request_ts is not None:
-        attached = await received_files(conn, conversation_id, message_ts=request_ts)
-        for file in attached:
+    received = await received_files(conn, conversation_id)
+    for file in received:
+        if file.message_ts == request_ts:
             lines.append(await _attachment(conn, file, policy, reads_media, out))
     if lines:
         out.text = "\n".join([ATTACHED_HEADER, *lines])
+    later = [f for f in received if f.message_ts != request_ts and f.state == "ready"]
+    if later:
+        named = "\n".join(f"- {describe(f)}" for f in later)
+        out.text = "\n\n".join(t for t in (out.text, f"{LATER_HEADER}\n{named}") if t)
     outputs = await _upstream_outputs(conn, plan, step_index, policy)
     if outputs:
         out.text = "\n\n".join(t for t in (out.text, OUTPUTS_HEADER + "\n" + outputs) if t)

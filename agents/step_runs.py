@@ -25,7 +25,7 @@ from agents.effects import (
     step_key,
 )
 from agents.errors import PermanentError, RunError, TransientError
-from agents.file_transfer import fetch_request_files, share_produced
+from agents.file_transfer import fetch_attachments, share_produced
 from agents.plan import (
     COMMANDER,
     TERMINAL_PLAN,
@@ -167,7 +167,7 @@ async def _execute(
         if isinstance(effect, ResumeStep):
             result = await resume_step(ctx.db, job, spec, effect.answer, model=model, files=files)
         else:
-            await fetch_request_files(ctx, conversation)  # its prompt carries them
+            await fetch_attachments(ctx, conversation)  # its prompt carries them
             result = await run_step(ctx.db, job, spec, model=model, files=files)
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))

@@ -21,10 +21,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline
 from agents.files import FilePolicy
 from agents.offline import first_prompt
+from bot.views.forms import OPEN_ACTION
 from local_slack import Message
 from storage.files import conversation_files
-from tests.e2e.slice.conftest import Run
-from tests.e2e.slice.scripts import plans, tools_of
+from tests.e2e.slice.conftest import REQUEST, Run
+from tests.e2e.slice.scripts import Script, answered, call, combine, plans, tools_of
 from tests.e2e.slice.test_bad_input import post
 from tests.e2e.slice.test_edge_validation import headers_for, mention
 
@@ -50,9 +51,10 @@ class Prompts:
 
     seen: list[tuple[str, str]] = field(default_factory=list)
 
-    def model(self, before: Hook | None = None) -> FunctionModel:
-        """`before` runs first on every model request (e.g. to stop the process there)."""
-        script = plans({"quarterly": NOTE_PLAN})
+    def model(self, before: Hook | None = None, script: Script | None = None) -> FunctionModel:
+        """`before` runs first on every model request (e.g. to stop the process there);
+        `script` answers where it returns a response."""
+        script = combine(plans({"quarterly": NOTE_PLAN}), *([script] if script else []))
 
         async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             tools = tools_of(info)
@@ -261,3 +263,47 @@ async def test_a_file_url_outside_slacks_file_host_is_never_fetched_with_the_tok
             assert [(f.name, f.state) for f in files] == [("prices.csv", "refused")]
     finally:
         await runner.cleanup()
+
+
+def reads_later_files(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
+    """The writer opens the file attached in the thread with `read_file`, then answers."""
+    if agent_of(info) != "writer" or "notes.txt" not in first_prompt(messages):
+        return None
+    if answered(messages):
+        return None  # the offline model answers (its final result)
+    return call("read_file", {"name": "notes.txt"})
+
+
+async def test_files_attached_in_the_thread_are_fetched_and_readable_refused_ones_told(
+    start: Callable[..., Any],
+) -> None:
+    prompts = Prompts()
+    async with start(model=prompts.model(script=reads_later_files)) as run:
+        root = run.ask(REQUEST)  # the diamond: it waits for maya's form at step 3
+        form = await run.says(root, "needs your input")
+        files = [("notes.txt", b"mention the annual discount", None), ("run.exe", b"MZ", None)]
+        run.driver.post("dev", "launch", "some material", thread_ts=root.ts, files=files)
+        said = await run.says(root, "I cannot use this attachment", from_="Flotilla")
+        assert "run.exe is application/x-ms" in said.text and "a type I do not take" in said.text
+        await run.driver.click("maya", form, OPEN_ACTION)
+        await run.modal("maya")
+        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.says(root, "[offline model] commander:", from_="Flotilla")
+        await run.quiesce()
+        writer = prompts.of("writer")
+        assert (
+            "Files attached later in the thread" in writer and "- notes.txt (text/plain" in writer
+        )
+        assert "run.exe" not in writer.split("Files attached later")[1]  # refused: not offered
+        conversation = await run.service.find_conversation(root.channel, root.ts)
+        assert conversation is not None
+        async with run.service.db.read() as conn:
+            files_now = await conversation_files(conn, conversation.id)
+        received = [(f.name, f.state) for f in files_now if f.direction == "received"]
+        assert received == [("notes.txt", "ready"), ("run.exe", "refused")]
+        run_key = f"plan:{(await run.plan(root)).id}:step:4:attempt:1"
+        from storage.runs import load_run
+
+        async with run.service.db.read() as conn:
+            stored = await load_run(conn, run_key)
+        assert stored is not None and "mention the annual discount" in str(stored.messages)

@@ -82,3 +82,28 @@ def test_a_file_share_event_within_slacks_limits_is_read() -> None:
 def test_files_outside_slacks_limits_are_refused(files: Any) -> None:
     with pytest.raises(InvalidPayload):
         check_event(event_with(files))
+
+
+def test_media_goes_to_the_model_only_when_its_profile_reads_it() -> None:
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.profiles import ModelProfile
+
+    from agents.offline import respond
+    from agents.step_files import media_reader
+
+    reads_all = media_reader(FunctionModel(respond))
+    assert reads_all("image/png") and reads_all("application/pdf")
+    text_only = media_reader(
+        FunctionModel(
+            respond, profile=ModelProfile(supports_image_input=False, supports_document_input=False)
+        )
+    )
+    assert not text_only("image/png") and not text_only("application/pdf")
+    pdf_only = media_reader(
+        FunctionModel(
+            respond,
+            profile=ModelProfile(supported_document_media_types=frozenset({"application/pdf"})),
+        )
+    )
+    assert pdf_only("application/pdf") and not pdf_only("application/msword")
+    assert not media_reader("openai:gpt-5")("image/png")  # a model not built yet: names only

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents import offline
@@ -307,3 +314,40 @@ async def test_files_attached_in_the_thread_are_fetched_and_readable_refused_one
         async with run.service.db.read() as conn:
             stored = await load_run(conn, run_key)
         assert stored is not None and "mention the annual discount" in str(stored.messages)
+
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+
+
+async def test_an_attached_image_is_sent_to_a_model_that_reads_images(
+    start: Callable[..., Any],
+) -> None:
+    media: list[tuple[str, str | None]] = []
+
+    async def sees_media(messages: list[ModelMessage], info: AgentInfo) -> None:
+        first = messages[0]
+        if len(messages) == 1 and isinstance(first, ModelRequest):
+            for part in first.parts:
+                if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+                    media.extend(
+                        (agent_of(info), c.identifier)
+                        for c in part.content
+                        if isinstance(c, BinaryContent) and c.media_type == "image/png"
+                    )
+
+    prompts = Prompts()
+    async with start(model=prompts.model(sees_media)) as run:
+        chart = ("chart.png", PNG, "image/png")
+        root = run.driver.mention("maya", "launch", run.stack.commander, RESEARCH, files=[chart])
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        assert (await run.plan(root)).status == "completed"
+        assert media == [
+            ("researcher", "chart.png"),
+            ("writer", "chart.png"),
+            ("commander", "chart.png"),
+        ]
+        assert "chart.png (image/png, 66 bytes): sent with this message" in prompts.of("writer")

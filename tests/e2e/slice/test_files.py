@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiohttp import web
 from pydantic_ai.messages import (
     BinaryContent,
@@ -204,26 +205,30 @@ async def test_a_restart_between_writing_and_uploading_uploads_once(
         assert [s.attempts for s in (await resumed.plan(root)).steps] == [1, 1]
 
 
+@pytest.mark.parametrize("dies_after", ["send_upload", "complete_upload"])
 async def test_a_restart_in_the_middle_of_an_upload_finishes_it_once(
-    start: Callable[..., Any],
+    start: Callable[..., Any], dies_after: str
 ) -> None:
+    """The process dies after the bytes were sent (the file is not shared yet), or after
+    Slack shared it (before Flotilla recorded that): either way the file is shared once."""
     prompts = Prompts()
     async with start(model=prompts.model()) as run:
         port = run.service.port
-        sent = asyncio.Event()
-        send = port.send_upload
+        reached = asyncio.Event()
+        real = getattr(port, dies_after)
 
-        async def sends_then_dies(url: str, data: bytes) -> bool:
-            taken = await send(url, data)
-            sent.set()
-            await asyncio.Event().wait()  # dies before files.completeUploadExternal
-            return bool(taken)
+        async def then_dies(*args: Any, **kwargs: Any) -> Any:
+            await real(*args, **kwargs)
+            reached.set()
+            await asyncio.Event().wait()  # the process stops here
 
-        port.send_upload = sends_then_dies
+        setattr(port, dies_after, then_dies)
         root = run.ask("the quarterly note please")
-        await asyncio.wait_for(sent.wait(), 20)
+        await asyncio.wait_for(reached.wait(), 20)
         rows = await produced_rows(run, root)
         assert [r.state for r in rows] == ["uploading"] and rows[0].slack_file_id
+        shared = len(file_messages(run, root))
+        assert shared == (1 if dies_after == "complete_upload" else 0)
 
         await run.stack.restart()
         resumed = Run(run.stack, run.driver, run.clock)

@@ -68,6 +68,9 @@ def _received(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
 def _refused(incoming: Incoming) -> str | None:
     """The sentence about a message's attachments that are not taken, if any."""
     refused = [f.refusal for f in incoming.files if f.refusal]
+    for file in incoming.files:
+        if file.refusal:
+            log.info("attachment %s not taken: %s", file.slack_file_id, file.refusal)
     return refusal_note(refused) if refused else None
 
 

@@ -129,3 +129,17 @@ async def test_upload_methods_check_scopes_and_arguments(workspace: LocalWorkspa
         files=[{"id": started["file_id"]}], channel_id=closed
     )
     assert await error_of("files.completeUploadExternal", refused) == "not_in_channel"
+
+
+async def test_the_browser_page_gets_a_messages_files(
+    workspace: LocalWorkspace, driver: Driver
+) -> None:
+    from local_slack.web_snapshot import channel_messages
+
+    alice = workspace.add_person("alice")
+    channel = workspace.create_channel("general", [alice])
+    driver.post("alice", "general", "the list", files=[("prices.csv", b"a,b\n", None)])
+    (shown,) = channel_messages(workspace.state, channel.id)
+    assert [(f["name"], f["mimetype"], f["size"]) for f in shown["files"]] == [
+        ("prices.csv", "text/csv", 4)
+    ]  # local_slack/static/messages.js draws them as 📎 lines

@@ -7,6 +7,9 @@ after a crash (status `running`), or after `ask_user` blocked it (status `suspen
 continued by `resume_step` with the person's answer). A finished run is never run again:
 its result is rebuilt from the stored history.
 
+A step's first prompt carries the conversation's files (`agents/step_files.py`), and every
+step agent has the built-in `write_file` and `read_file` tools (`agents/tools/files.py`).
+
 Failures leave here only as `TransientError` or `PermanentError` (see `classify_error`);
 the orchestrator re-dispatches the first kind and applies `on_failure` to the second.
 """

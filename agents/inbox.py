@@ -8,7 +8,7 @@ twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from agents.session import load_messages
 from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.events import record_event
+from storage.files import ReceivedFile, produced_files, record_received
 from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord, MessageRecord
 from storage.runs import load_run
@@ -35,6 +36,8 @@ class Incoming:
     bot_id: str | None = None
     username: str | None = None
     metadata: dict[str, Any] | None = None
+    # attachments, each with its refusal (type, declared size) decided at the edge
+    files: tuple[ReceivedFile, ...] = field(default_factory=tuple)
 
     def record(self, text: str | None = None) -> MessageRecord:
         return MessageRecord(
@@ -84,6 +87,7 @@ async def record_request(
             now=now,
         )
         await store_message(conn, conversation.id, message.record(request), now)
+        await record_received(conn, conversation.id, message.ts, message.files, now)
         if for_commander:
             row = _turn_row(conversation.id, message, request)
             await conn.run_sync(enqueue_effects, [row], now, ignore_duplicates=True)
@@ -97,6 +101,8 @@ async def record_reply(
     the commander). False when it was stored already (a redelivered event)."""
     async with db.write() as conn:
         stored = await store_message(conn, conversation_id, message.record(), now)
+        if stored:
+            await record_received(conn, conversation_id, message.ts, message.files, now)
         if stored and for_commander:
             row = _turn_row(conversation_id, message, message.text)
             await conn.run_sync(enqueue_effects, [row], now, ignore_duplicates=True)
@@ -108,11 +114,11 @@ async def stored_result(
 ) -> StepSucceeded | None:
     """The outcome of a step attempt whose run finished (its answer may have been posted by
     an agent's own app before a crash kept the outcome from being recorded)."""
+    key = step_key(plan.id, step_index, attempt)
     async with db.read() as conn:
-        run = await load_run(conn, step_key(plan.id, step_index, attempt))
+        run = await load_run(conn, key)
+        files = [f.name for f in await produced_files(conn, run_key=key) if f.state == "shared"]
     if run is None or run.status != "finished":
         return None
     result = result_from_history(load_messages(run.messages))
-    return StepSucceeded(
-        index=step_index, attempt=attempt, summary=result.summary, files=result.files
-    )
+    return StepSucceeded(index=step_index, attempt=attempt, summary=result.summary, files=files)

@@ -32,7 +32,9 @@ message containing "cancel" or "stop" it cancels the plan; a message asking for 
 ("also", "add", "mention", "include", "make sure", "instead") is added to the first pending
 sub-agent step's input (`edit_step`, as the walkthrough shows); anything else is
 acknowledged with `reply`. Sub-agents answer with content derived from their input (its
-first line, its key terms, the upstream material it was given).
+first line, its key terms, the upstream material it was given). Files: a researcher quotes
+the first lines of the text files attached to the request; a writer whose task asks for a
+note writes it as `note.md` with `write_file` before answering.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.offline_plans import chain, diamond
+from agents.step_files import ATTACHED_HEADER
+from agents.tools.files import WRITE_FILE
 
 PREFIX = "[offline model]"
 MODEL_NAME = "offline"
@@ -68,6 +72,7 @@ ASK = "[ask]"
 BAD_PLAN = "[bad plan]"
 FINAL_ANSWER = "Write the final answer to the request"  # agents/plan_endings.py's task
 MARKERS = (FAIL_TRANSIENT, FAIL, ASK)
+NOTE_NAME = "note.md"  # the file the offline writer writes when its task asks for a note
 _CONTEXT_HEADERS = ("\n\nThe original request in this conversation:", "\n\nRecent messages in")
 
 
@@ -90,12 +95,15 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def first_prompt(messages: Sequence[ModelMessage]) -> str:
-    """The run's first user prompt (the step input or request, with its context)."""
+    """The run's first user prompt (the step input or request, with its context); of a
+    prompt sent with files, its text."""
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, UserPromptPart) and isinstance(part.content, str):
                     return part.content
+                if isinstance(part, UserPromptPart):
+                    return next((c for c in part.content if isinstance(c, str)), "")
     return ""
 
 
@@ -287,7 +295,41 @@ def _step_turn(messages: list[ModelMessage], info: AgentInfo, tools: set[str]) -
             )
     if task.startswith(FINAL_ANSWER):
         return _final_answer(task)
-    return _final(info, _agent_name(info), task, answer.content if answer else None)
+    agent = _agent_name(info)
+    if _writes_note(agent, own, tools, messages):
+        return _call(WRITE_FILE, {"name": NOTE_NAME, "content_type": "text/markdown",
+                                  "text": _note(task)})  # fmt: skip
+    read = _attachments(first_prompt(messages)) if "research" in agent else []
+    return _final(info, agent, task, answer.content if answer else None, read)
+
+
+def _writes_note(agent: str, own: str, tools: set[str], messages: list[ModelMessage]) -> bool:
+    """The writer writes `note.md` when its task asks for a note (once per run)."""
+    return (
+        "writ" in agent
+        and "note" in own.lower()
+        and WRITE_FILE in tools
+        and _attempted(messages, WRITE_FILE) == 0
+    )
+
+
+def _note(task: str) -> str:
+    lines = [f"# {_headline(task)}", ""]
+    lines += [f"- {_without_markers(line)[:300]}" for line in task.splitlines()[1:] if line.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def _attachments(prompt: str) -> list[str]:
+    """What an agent reads of the text files attached to the request: each file's first
+    lines (the runtime puts them after "Files attached to the request:")."""
+    section = prompt.split(ATTACHED_HEADER, 1)
+    if len(section) < 2:
+        return []
+    found = []
+    for match in re.finditer(r"^--- (.+?) ---\n(.*?)\n--- end of \1 ---", section[1], re.S | re.M):
+        rows = [" ".join(r.split()) for r in match.group(2).splitlines() if r.strip()]
+        found.append(f"read {match.group(1)}: " + "; ".join(rows[:4])[:300])
+    return found
 
 
 def _final_answer(task: str) -> ModelResponse:
@@ -312,7 +354,9 @@ def _headline(task: str) -> str:
     return first[:160] or "the task"
 
 
-def _final(info: AgentInfo, agent: str, task: str, answer: Any) -> ModelResponse:
+def _final(
+    info: AgentInfo, agent: str, task: str, answer: Any, read: Sequence[str] = ()
+) -> ModelResponse:
     headline = _headline(task)
     material = [_without_markers(line) for line in task.splitlines()[1:] if line.strip()]
     words = sorted({w.strip(".,:;()“”\"'").lower() for w in _without_markers(task).split()})
@@ -321,6 +365,7 @@ def _final(info: AgentInfo, agent: str, task: str, answer: Any) -> ModelResponse
     lines += [f"- from the input: {m[:200]}" for m in material[:4]]
     if answer is not None:
         lines.append(f"- as answered in the thread: {_answer_text(answer)}")
+    lines += [f"- {r}" for r in read]
     if terms:
         lines.append("- key terms: " + ", ".join(terms))
     message = "\n".join(lines)
@@ -329,6 +374,8 @@ def _final(info: AgentInfo, agent: str, task: str, answer: Any) -> ModelResponse
         summary += f"; answer: {_answer_text(answer)[:120]}"
     if material:
         summary += f"; input ended with: {material[-1][:120]}"
+    if read:
+        summary += f"; {read[0][:160]}"
     if any(t.name == "final_result" for t in info.output_tools):
         return _call("final_result", {"message": message, "summary": summary})
     return ModelResponse(parts=[TextPart(message)], model_name=MODEL_NAME)

@@ -74,7 +74,10 @@ def diamond(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]
             "index": 5,
             "title": "Review and post the synthesis",
             "assignee": "commander",
-            "input": "Review the draft and post the answer.\nDraft: {{step_4.output_summary}}",
+            "input": (
+                "Review the draft and post the answer.\nDraft: {{step_4.output_summary}}"
+                "\nFiles: {{step_4.output_files}}"
+            ),
             "wait_for": [4],
         },
     ]

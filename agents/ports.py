@@ -29,6 +29,10 @@ class PostingRefused(PermanentError):
     """Slack refused a post for good; `str()` says why in a sentence."""
 
 
+class FileRefused(PermanentError):
+    """An attachment Flotilla will not fetch or keep; `str()` says why in a sentence."""
+
+
 class StepTag(Protocol):
     """Which step attempt a posted message belongs to (carried in its metadata)."""
 
@@ -81,6 +85,33 @@ class SlackPort(Protocol):
     ) -> bool:
         """Whether Flotilla (its own bot, or `agent`'s identity) already posted a message
         carrying `key` in its metadata. Messages of other apps and people never count."""
+        ...
+
+    # --- files (bot/slack_files.py) -------------------------------------------------
+
+    async def download_file(self, url: str, *, max_bytes: int) -> bytes:
+        """An attachment's bytes (bot token; Slack's file host only; at most `max_bytes`).
+        Raises `FileRefused` (a sentence) or `TransientError`."""
+        ...
+
+    async def start_upload(self, *, name: str, size: int, agent: str | None) -> tuple[str, str]:
+        """Begin an upload as `agent` (or the commander): Slack's file id and upload URL."""
+        ...
+
+    async def send_upload(self, upload_url: str, data: bytes) -> bool:
+        """Send the bytes; False when the upload URL no longer takes them."""
+        ...
+
+    async def complete_upload(
+        self, conversation: ConversationRecord, file_id: str, *, title: str, agent: str | None
+    ) -> str | None:
+        """Share an uploaded file into the conversation's thread; its permalink."""
+        ...
+
+    async def shared_permalink(
+        self, conversation: ConversationRecord, file_id: str, *, agent: str | None
+    ) -> str | None:
+        """The permalink of the file if it is already shared in the thread's channel."""
         ...
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from agents.clock import Clock
+from agents.files import FilePolicy
 from agents.lru import LRUCache
 from agents.ports import ChooseModel, RunObserver, SlackPort
 from agents.reconciler import Reconciler
@@ -31,6 +32,7 @@ class ExecutorOptions:
     heartbeat: timedelta = timedelta(seconds=5)  # renews the lease, notices a cancel
     poll_seconds: float = 5.0  # look at the outbox at least this often (expired leases)
     commander_retries: int = 2  # a commander turn that fails or stalls the plan: retries
+    files: FilePolicy = field(default_factory=FilePolicy)  # attachments taken, files kept
 
 
 @dataclass(slots=True)

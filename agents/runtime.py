@@ -7,6 +7,9 @@ after a crash (status `running`), or after `ask_user` blocked it (status `suspen
 continued by `resume_step` with the person's answer). A finished run is never run again:
 its result is rebuilt from the stored history.
 
+A step's first prompt carries the conversation's files (`agents/step_files.py`), and every
+step agent has the built-in `write_file` and `read_file` tools (`agents/tools/files.py`).
+
 Failures leave here only as `TransientError` or `PermanentError` (see `classify_error`);
 the orchestrator re-dispatches the first kind and applies `on_failure` to the second.
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, UserContent
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
@@ -27,6 +30,7 @@ from pydantic_ai.toolsets import AbstractToolset
 from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
 from agents.failures import classify_error
+from agents.files import FilePolicy
 from agents.models import model_label
 from agents.plan import Plan
 from agents.plan_store import plan_from_rows
@@ -49,9 +53,11 @@ from agents.session import (
     compact_history,
     load_messages,
 )
+from agents.step_files import PromptFiles, media_reader, prompt_files
 from agents.thread_window import Known, given_steps, prompt_with_context, thread_window
 from agents.tools.builtin import ASK_USER, ask_user, read_thread
 from agents.tools.context import RunDeps, RunJob
+from agents.tools.files import read_file, write_file
 from agents.tools.http_fetch import http_fetch
 from agents.tools.mcp import mcp_toolsets
 from agents.tools.net_guard import FetchPolicy
@@ -115,6 +121,8 @@ def build_step_agent(
         tools.append(Tool(read_thread, takes_ctx=True))
     if spec.has_tool("http_fetch"):
         tools.append(Tool(http_fetch, takes_ctx=True))
+    # every step may write a file for the thread and read the conversation's files
+    tools += [Tool(write_file, takes_ctx=True), Tool(read_file, takes_ctx=True)]
     toolsets = [*mcp_toolsets(spec), *toolsets]
     output: OutputSpec[StepReport | str | DeferredToolRequests] = [
         StepReport,
@@ -134,24 +142,43 @@ def build_step_agent(
 
 
 def run_deps(
-    job: RunJob, thread: list[Any], spec: AgentSpec, fetch_policy: FetchPolicy | None
+    job: RunJob,
+    thread: list[Any],
+    spec: AgentSpec,
+    fetch_policy: FetchPolicy | None,
+    *,
+    db: Database | None = None,
+    files: FilePolicy | None = None,
+    model: Model | str = "",
+    now: Clock = utcnow,
 ) -> RunDeps:
     """The deps of a run; `fetch_policy` defaults to public addresses only (tests pass another)."""
     policy = fetch_policy if fetch_policy is not None else FetchPolicy()
-    return RunDeps(job=job, thread=thread, http_domains=spec.http_domains, fetch_policy=policy)
+    return RunDeps(
+        job=job,
+        thread=thread,
+        http_domains=spec.http_domains,
+        fetch_policy=policy,
+        db=db,
+        file_policy=files if files is not None else FilePolicy(),
+        reads_media=media_reader(model),
+        now=now,
+    )
 
 
 async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None, list[Any]]:
     """The stored session of `job.run_key` (if any) and the thread's stored messages."""
-    stored, thread, _plan = await _load(db, job, with_plan=False)
+    stored, thread, _plan, _files = await _load(db, job, with_plan=False)
     return stored, thread
 
 
 async def _load(
-    db: Database, job: RunJob, *, with_plan: bool
-) -> tuple[AgentRunRecord | None, list[Any], Plan | None]:
-    """`load_session`, and – in the same read, for a step's first prompt – its stored plan."""
+    db: Database, job: RunJob, *, with_plan: bool, deps: RunDeps | None = None
+) -> tuple[AgentRunRecord | None, list[Any], Plan | None, PromptFiles]:
+    """`load_session`, and – in the same read, for a step's first prompt – its stored plan
+    and the files its prompt carries (given `deps`)."""
     plan: Plan | None = None
+    files = PromptFiles()
     async with db.read() as conn:
         stored = await load_run(conn, job.run_key)
         thread = (
@@ -162,7 +189,17 @@ async def _load(
         if with_plan and job.plan_id is not None and not (stored and stored.messages):
             loaded = await conn.run_sync(load_plan, job.plan_id)
             plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
-    return stored, list(thread), plan
+            if deps is not None and job.conversation_id is not None:
+                files = await prompt_files(
+                    conn,
+                    conversation_id=job.conversation_id,
+                    request_ts=job.request_ts,
+                    plan=plan,
+                    step_index=job.step_index,
+                    policy=deps.file_policy,
+                    reads_media=deps.reads_media,
+                )
+    return stored, list(thread), plan, files
 
 
 async def run_step(
@@ -175,6 +212,7 @@ async def run_step(
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     now: Clock = utcnow,
     fetch_policy: FetchPolicy | None = None,
+    files: FilePolicy | None = None,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -187,7 +225,9 @@ async def run_step(
     `fetch_policy` is for tests only (e.g. a loopback site); by default `http_fetch` reaches
     public addresses only.
     """
-    stored, thread, plan = await _load(db, job, with_plan=True)
+    deps = run_deps(job, [], spec, fetch_policy, db=db, files=files, model=model, now=now)
+    stored, thread, plan, attached = await _load(db, job, with_plan=True, deps=deps)
+    deps.thread = thread
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return result_from_history(history)
@@ -195,9 +235,8 @@ async def run_step(
         question = pending_question(history)
         if question is not None:
             return question
-    deps = run_deps(job, thread, spec, fetch_policy)
     agent = build_step_agent(spec, toolsets)
-    prompt = None if history else step_prompt(job, thread, plan)
+    prompt = None if history else attached.prompt(step_prompt(job, thread, plan))
     previous = stored if stored and history else None
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
@@ -216,6 +255,7 @@ async def resume_step(
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     now: Clock = utcnow,
     fetch_policy: FetchPolicy | None = None,
+    files: FilePolicy | None = None,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question."""
     stored, thread = await load_session(db, job)
@@ -226,7 +266,7 @@ async def resume_step(
     if question is None:
         raise PermanentError("The suspended run has no open question.")
     deferred = DeferredToolResults(calls={question.tool_call_id: answer})
-    deps = run_deps(job, thread, spec, fetch_policy)
+    deps = run_deps(job, thread, spec, fetch_policy, db=db, files=files, model=model, now=now)
     agent = build_step_agent(spec, toolsets)
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
@@ -244,7 +284,7 @@ async def _drive_step(
     limits: RunLimits,
     now: Clock,
     *,
-    prompt: str | None,
+    prompt: str | Sequence[UserContent] | None,
     history: list[ModelMessage] | None,
     deferred: DeferredToolResults | None,
     previous: AgentRunRecord | None,
@@ -271,7 +311,7 @@ async def drive(
     deps: Any,
     limits: RunLimits,
     *,
-    prompt: str | None,
+    prompt: str | Sequence[UserContent] | None,
     history: list[ModelMessage] | None,
     deferred: DeferredToolResults | None,
 ) -> tuple[Any, list[ModelMessage]]:

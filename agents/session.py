@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelRequestPart,
     ToolReturnPart,
+    UserContent,
 )
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolResults
@@ -99,7 +100,7 @@ class RunSession:
         deps: Any,
         limits: RunLimits,
         *,
-        prompt: str | None,
+        prompt: str | Sequence[UserContent] | None,
         history: list[ModelMessage] | None,
         deferred: DeferredToolResults | None,
     ) -> tuple[Any, list[ModelMessage]]:

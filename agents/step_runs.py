@@ -25,6 +25,7 @@ from agents.effects import (
     step_key,
 )
 from agents.errors import PermanentError, RunError, TransientError
+from agents.file_transfer import fetch_attachments, share_produced
 from agents.plan import (
     COMMANDER,
     TERMINAL_PLAN,
@@ -157,14 +158,17 @@ async def _execute(
         conversation_id=conversation.id,
         plan_id=effect.plan_id,
         step_index=effect.step,
+        request_ts=conversation.thread_ts,
     )
+    files = ctx.options.files
     try:
         model = await ctx.choose_model(spec.model)
         # the runtime builds the agent's own MCP toolsets from `spec`
         if isinstance(effect, ResumeStep):
-            result = await resume_step(ctx.db, job, spec, effect.answer, model=model)
+            result = await resume_step(ctx.db, job, spec, effect.answer, model=model, files=files)
         else:
-            result = await run_step(ctx.db, job, spec, model=model)
+            await fetch_attachments(ctx, conversation)  # its prompt carries them
+            result = await run_step(ctx.db, job, spec, model=model, files=files)
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
         return _failed(effect, exc.public, retryable=exc.retryable)
@@ -179,9 +183,11 @@ async def _execute(
         return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing
     key = result_key(effect.plan_id, effect.step, effect.attempt)
     ts: str | None = None
+    agent = None if spec.name == COMMANDER else spec.name
     try:
+        # the files it wrote go into the thread first (each once), then its answer
+        shared = await share_produced(ctx, conversation, job.run_key, agent)
         if not (redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name)):
-            agent = None if spec.name == COMMANDER else spec.name
             ts = await ctx.port.say(
                 conversation, result.message, agent=agent, result_of=effect, key=key
             )
@@ -193,7 +199,7 @@ async def _execute(
         index=effect.step,
         attempt=effect.attempt,
         summary=result.summary,
-        files=result.files,
+        files=[f.name for f in shared],
         message_ts=ts,
     )
 

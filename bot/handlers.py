@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agents import step_runs
 from agents.errors import OperationRejected
+from agents.files import FilePolicy, refusal, refusal_note
 from agents.inbox import Incoming, record_reply, record_request, stored_result
 from agents.plan import CancelPlan, StepAnswered
 from agents.step_runs import ids
@@ -19,6 +21,7 @@ from bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,
     RESULT_EVENT,
+    SlackFile,
     SlackMessage,
     StepMeta,
     author_kind,
@@ -27,6 +30,7 @@ from bot.listeners.payloads import (
     strip_mention,
 )
 from bot.views.forms import FormKey, answered_message
+from storage.files import ReceivedFile
 
 if TYPE_CHECKING:
     from bot.service import SlackService
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _incoming(message: SlackMessage) -> Incoming:
+def _incoming(message: SlackMessage, policy: FilePolicy) -> Incoming:
     return Incoming(
         channel=message.channel,
         ts=message.ts,
@@ -44,7 +48,30 @@ def _incoming(message: SlackMessage) -> Incoming:
         bot_id=message.bot_id,
         username=message.username,
         metadata=message.metadata,
+        files=tuple(_received(f, policy) for f in message.files),
     )
+
+
+def _received(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
+    name = file.name or file.title or file.id
+    return ReceivedFile(
+        slack_file_id=file.id,
+        name=name,
+        mimetype=file.mimetype,
+        size=file.size,
+        url_private=file.url_private_download or file.url_private,
+        permalink=file.permalink,
+        refusal=refusal(name, file.mimetype, file.size, policy),
+    )
+
+
+def _refused(incoming: Incoming) -> str | None:
+    """The sentence about a message's attachments that are not taken, if any."""
+    refused = [f.refusal for f in incoming.files if f.refusal]
+    for file in incoming.files:
+        if file.refusal:
+            log.info("attachment %s not taken: %s", file.slack_file_id, file.refusal)
+    return refusal_note(refused) if refused else None
 
 
 async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: str | None) -> None:
@@ -54,18 +81,23 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
         return  # bots never start work: no bot-to-bot loops
     request = strip_mention(message.text, service.bot_user_id)
     too_long = len(request) > MAX_REQUEST_CHARS
+    incoming = _incoming(message, service.options.files)
     # de-duplicated in the transaction that records the work: all of it, or none
     conversation = await record_request(
         service.db,
         service.clock(),
         team_id=service.team_id,
         thread_ts=message.root_ts,
-        message=_incoming(message),
+        message=incoming,
         request=request[:MAX_REQUEST_CHARS],
         for_commander=not too_long,
     )
     if conversation is None:
         return
+    refused = _refused(incoming)
+    if refused is not None:
+        said = conversation
+        service.events.start(lambda: _say(service, said, refused))
     if too_long:  # said after the ack: what matters is recorded already
         note = (
             f"That request is {len(request):,} characters long; I can take up to "
@@ -94,11 +126,17 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
     # plan at work people talk among themselves (a mention asks the commander).
     plan = await service.reconciler.plan(conversation.id) if author == "person" else None
     interjection = not forged and plan is not None and plan.status in ("running", "paused")
+    incoming = _incoming(message, service.options.files)
+    if author != "person":  # our own uploads and other apps' files are not attachments
+        incoming = replace(incoming, files=())
     stored = await record_reply(
-        service.db, service.clock(), conversation.id, _incoming(message), for_commander=interjection
+        service.db, service.clock(), conversation.id, incoming, for_commander=interjection
     )
     if not stored:
         return  # seen already (a retried delivery)
+    refused = _refused(incoming) if author == "person" else None
+    if refused is not None:
+        service.events.start(lambda: _say(service, conversation, refused))
     if forged:
         log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
     elif interjection:

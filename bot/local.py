@@ -9,7 +9,7 @@ so both identity kinds are on show.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiohttp import web
 from pydantic_ai.models import Model
@@ -122,6 +122,8 @@ async def start_local_stack(
     await migrate.upgrade(database)
     cipher = TokenCipher(TokenCipher.new_key())
     client = make_client(commander.bot_token, workspace.api_url)
+    # attachments are fetched from the workspace itself, as from Slack's file host
+    options = replace(options or Options(), file_origins=(workspace.base_url.rstrip("/"),))
     service = SlackService(
         database,
         client,
@@ -146,8 +148,9 @@ async def give_own_app(stack: LocalStack, name: str) -> InstalledApp | None:
     agent = await service.agent(name)
     if agent is None:
         return None
+    scopes = ["chat:write", "files:write", "files:read"]
     installed = stack.workspace.install_app(
-        agent.display_name or name, scopes=["chat:write"], bot_events=[]
+        agent.display_name or name, scopes=scopes, bot_events=[]
     )
     stack.workspace.invite(stack.channel, installed)
     async with service.db.write() as conn:

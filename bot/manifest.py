@@ -56,7 +56,7 @@ def agent_manifest(name: str, display_name: str, description: str = "") -> dict[
             "background_color": "#457b9d",
         },
         "features": {"bot_user": {"display_name": name[:80], "always_online": True}},
-        "oauth_config": {"scopes": {"bot": ["chat:write"]}},
+        "oauth_config": {"scopes": {"bot": ["chat:write", "files:write", "files:read"]}},
         "settings": {
             "org_deploy_enabled": False,
             "socket_mode_enabled": False,

@@ -64,6 +64,8 @@ def options_from(settings: Settings) -> Options:
         lease_seconds=settings.run_lease_seconds,
         heartbeat_seconds=settings.heartbeat_seconds,
         provider_keys=settings.provider_keys(),
+        files=settings.file_policy(),
+        file_origins=tuple(settings.file_hosts),
     )
 
 
@@ -233,7 +235,7 @@ async def _serve(
     await service.start()
     retention = timedelta(hours=settings.event_retention_hours)
     housekeeping = asyncio.create_task(
-        housekeeping_forever(db, service.metrics, retention), name="housekeeping"
+        housekeeping_forever(db, service.metrics, retention, files=True), name="housekeeping"
     )
     secret = settings.slack_signing_secret
     app = build_app(service, signing_secret=secret.get_secret_value() if secret else None)

@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.clock import Clock, utcnow
 from agents.executor import Executor
+from agents.files import FilePolicy
 from agents.lru import LRUCache
 from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
@@ -63,6 +64,9 @@ class Options:
     heartbeat_seconds: float = 5.0
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
+    files: FilePolicy = field(default_factory=FilePolicy)  # what attachments are taken, kept
+    # where attachments may be fetched with the bot token (Slack's file host)
+    file_origins: tuple[str, ...] = ("https://files.slack.com",)
 
 
 class MetricsObserver:
@@ -143,7 +147,9 @@ class SlackService:
         self.reconciler = Reconciler(
             db, locks=self.locks, clock=clock, after_commit=self._after_commit
         )
-        self.port = SlackPort(db, client, self.poster, cipher, clock)
+        self.port = SlackPort(
+            db, client, self.poster, cipher, clock, file_origins=self.options.file_origins
+        )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.context = Context(
             db=db,
@@ -156,6 +162,7 @@ class SlackService:
                 max_transient_failures=self.options.max_transient_failures,
                 lease=timedelta(seconds=self.options.lease_seconds),
                 heartbeat=timedelta(seconds=self.options.heartbeat_seconds),
+                files=self.options.files,
             ),
             observer=MetricsObserver(self.metrics),
         )

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import webbrowser
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options
@@ -20,9 +20,14 @@ from bot.views.forms import INLINE_ACTION, OPEN_ACTION
 from bot.views.plan_card import CANCEL_ACTION
 from local_slack import Driver, Message
 from local_slack.console import Console
+from local_slack.driver import Attachment
 
 DEMO_REQUEST = (
     "compare our pricing with the top three competitors and draft a note for the sales team"
+)
+# attached to the demo's request: the researcher reads it, every step gets it
+DEMO_PRICE_LIST = (
+    "tier,monthly price,seats\nStarter,9 EUR,1\nPro,29 EUR,5\nEnterprise,99 EUR,unlimited\n"
 )
 
 DEV_HELP = """
@@ -98,8 +103,8 @@ class TrialConsole(Console):
             return going_on
         return True
 
-    def post(self, line: str) -> Message:
-        msg = super().post(line)
+    def post(self, line: str, files: Sequence[Attachment] = ()) -> Message:
+        msg = super().post(line, files)
         if msg.thread_ts and msg.thread_ts != msg.ts:
             self._replies.append(msg)
         return msg
@@ -206,7 +211,8 @@ async def dev(database_url: str, options: Options, *, open_browser: bool | None 
 async def _walk_to_the_form(stack: LocalStack, driver: Driver) -> tuple[Message, Message]:
     """The walkthrough up to the open form: the request, a teammate's interjection, and
     @maya's modal open. Returns the thread's first message and the form message."""
-    root = driver.mention("maya", "launch", stack.commander, DEMO_REQUEST)
+    price_list = ("price-list.csv", DEMO_PRICE_LIST.encode(), "text/csv")
+    root = driver.mention("maya", "launch", stack.commander, DEMO_REQUEST, files=[price_list])
     form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
     driver.post("dev", "launch", "can we also mention the free trial?", thread_ts=root.ts)
     await driver.thread_has_message("launch", root.ts, from_="Flotilla", containing="Noted")

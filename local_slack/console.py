@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from local_slack.driver import Driver
+from local_slack.driver import Attachment, Driver
 from local_slack.state import Channel, InstalledApp, Message, Person, View
 from local_slack.transcript import render_message, render_view
 from local_slack.web_assistant import live_statuses
@@ -21,9 +22,11 @@ HELP = """You are @{person} in #{channel}. Type a message to post it there.
   :home [AppName]                 open an app's Home tab and show it
   :submit field=value; field=v    fill and submit the open modal (block or action ids)
   :close                          close the open modal
+  :attach PATH [text]             post text with the file at PATH attached (> text: in the thread)
   :as NAME <any of the above>     act once as someone else (e.g. :as {other} /command …)
   :quit                           leave"""
 
+ATTACH_MAX_BYTES = 1 << 30  # Slack's upload limit
 MULTI_KINDS = ("checkboxes", "multi_static_select", "multi_users_select",
                "multi_conversations_select", "multi_channels_select")  # fmt: skip
 
@@ -93,20 +96,39 @@ class Console:
             await self._submit(rest)
         elif command == ":close":
             await self._close()
+        elif command == ":attach":
+            self.attach(rest.strip())
         elif line.startswith("/"):
             await self._command(line)
         else:
             self.post(line)
         return True
 
-    def post(self, line: str) -> Message:
+    def post(self, line: str, files: Sequence[Attachment] = ()) -> Message:
         """A message in the channel, or with `>` a reply in the current thread."""
         reply = line.startswith(">")
         text = mentions_to_slack(self.driver, line.lstrip("> ") if reply else line)
         thread = self.thread_ts if reply else None
-        msg = self.driver.post(self.person, self.channel.id, text, thread_ts=thread)
+        msg = self.driver.post(self.person, self.channel.id, text, thread_ts=thread, files=files)
         self.thread_ts = thread or msg.ts
         return msg
+
+    def attach(self, rest: str) -> Message | None:
+        """`:attach PATH [text]`: post `text` with the file at PATH attached."""
+        path_text, _, line = rest.partition(" ")
+        if not path_text:
+            self.out("(usage: :attach PATH [text])")
+            return None
+        path = Path(path_text).expanduser()
+        try:
+            if path.stat().st_size > ATTACH_MAX_BYTES:
+                self.out(f"({path_text} is larger than Slack's 1 GB upload limit)")
+                return None
+            data = path.read_bytes()
+        except OSError as exc:
+            self.out(f"(cannot read {path_text}: {exc.strerror or exc})")
+            return None
+        return self.post(line, files=[(path.name, data, None)])
 
     async def _command(self, line: str) -> None:
         command, _, text = line.partition(" ")

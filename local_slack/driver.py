@@ -4,7 +4,7 @@ modals, run slash commands, open App Home) and await conditions on its state –
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from local_slack.events import Delivery
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from local_slack.workspace import LocalWorkspace
 
 Who = Person | str
+Attachment = tuple[str, bytes, str | None]  # a file a person attaches: name, bytes, mimetype
 
 
 class Driver:
@@ -44,14 +45,21 @@ class Driver:
         thread_ts: str | None = None,
         blocks: list[Json] | None = None,
         broadcast: bool = False,
+        files: Sequence[Attachment] = (),
     ) -> Message:
-        """A person writes a message (in a thread when `thread_ts` is given)."""
+        """A person writes a message (in a thread when `thread_ts` is given), with `files`
+        attached as (name, bytes, mimetype or None) – a `file_share` message, as in Slack."""
         person = self.person(who)
         channel_id = self._channel_id(channel)
         if person.id not in self.state.channels[channel_id].members:
             raise PermissionError(
                 f"@{person.name} is not in #{self.state.channels[channel_id].name}"
             )
+        shared = [
+            self.state.files.add(name, data, user=person.id, mimetype=mimetype)
+            for name, data, mimetype in files
+        ]
+        subtype = "file_share" if shared else None
         msg = Message(
             channel=channel_id,
             ts=self.state.ts_clock.next(),
@@ -59,9 +67,13 @@ class Driver:
             user=person.id,
             blocks=blocks if blocks is not None else [rich_text_block(text)],
             thread_ts=thread_ts,
-            subtype="thread_broadcast" if broadcast and thread_ts else None,
-            client_msg_id=str(uuid.uuid4()),
+            subtype="thread_broadcast" if broadcast and thread_ts else subtype,
+            client_msg_id=None if shared else str(uuid.uuid4()),  # file_share has none
+            files=[f.id for f in shared],
         )
+        for file in shared:
+            file.channels.append(channel_id)
+            file.shares.setdefault(channel_id, []).append(msg.ts)
         self.state.add_message(msg)
         self.ws.events.message_posted(msg)
         return msg
@@ -93,10 +105,19 @@ class Driver:
         return self.post(who, channel.id, text, thread_ts=thread_ts)
 
     def mention(
-        self, who: Who, channel: str, app: InstalledApp, text: str, *, thread_ts: str | None = None
+        self,
+        who: Who,
+        channel: str,
+        app: InstalledApp,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        files: Sequence[Attachment] = (),
     ) -> Message:
-        """A person writes `<@app-bot> text`."""
-        return self.post(who, channel, f"<@{app.bot_user_id}> {text}", thread_ts=thread_ts)
+        """A person writes `<@app-bot> text` (with `files` attached, if any)."""
+        return self.post(
+            who, channel, f"<@{app.bot_user_id}> {text}", thread_ts=thread_ts, files=files
+        )
 
     async def click(self, who: Who, msg: Message, action_id: str, *, value: Any = None) -> Delivery:
         """A person clicks a button (or picks `value` in a select) of a message from an app."""

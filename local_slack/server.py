@@ -14,12 +14,14 @@ from aiohttp import web
 import local_slack.web_assistant  # noqa: F401
 import local_slack.web_chat  # noqa: F401
 import local_slack.web_conversations  # noqa: F401
+import local_slack.web_files  # noqa: F401
 import local_slack.web_stream  # noqa: F401
 import local_slack.web_views  # noqa: F401
 from local_slack.api import METHODS, WORKSPACE, ApiError, Call
 from local_slack.interactivity import handle_response_url
 from local_slack.socket_mode import handle_socket
 from local_slack.state import Json
+from local_slack.web_files import add_file_routes
 from local_slack.web_page import add_page_routes
 
 if TYPE_CHECKING:
@@ -116,6 +118,7 @@ def build_app(ws: LocalWorkspace) -> web.Application:
     app.router.add_get("/link/", handle_socket)
     app.router.add_get("/", _health)
     add_page_routes(app)
+    add_file_routes(app)
     return app
 
 

@@ -36,6 +36,11 @@ def message_json(
         out.update(_thread_info(state, msg))
     if msg.metadata is not None and include_metadata:
         out["metadata"] = msg.metadata
+    if msg.files:
+        files = [state.files.files[f] for f in msg.files if f in state.files.files]
+        out["files"] = [state.files.shape(state.team_id, f, domain=state.domain) for f in files]
+        out["upload"] = False
+        out["display_as_bot"] = False
     return out
 
 

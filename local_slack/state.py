@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from local_slack.files import FileStore
+
 Json = dict[str, Any]
 
 _ID_ALPHABET = string.ascii_uppercase + string.digits
@@ -108,6 +110,7 @@ class Message:
     replies: list[str] = field(default_factory=list)  # ts of replies when this is a parent
     client_msg_id: str | None = None
     streaming: bool = False  # between chat.startStream and chat.stopStream
+    files: list[str] = field(default_factory=list)  # ids of the files it shares
 
     @property
     def author(self) -> str:
@@ -227,6 +230,7 @@ class WorkspaceState:
         self.triggers: dict[str, Trigger] = {}
         self.thread_statuses: dict[tuple[str, str], ThreadStatus] = {}  # (channel, thread_ts)
         self.ts_clock = TsClock()
+        self.files = FileStore()
         self._changed = asyncio.Event()
         self.version = 0
 

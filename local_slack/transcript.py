@@ -150,6 +150,10 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
                 lines += [indent + "  " + line for line in rendered.splitlines() or [""]]
     elif msg.text:
         lines += [indent + "  " + line for line in resolve_mentions(state, msg.text).splitlines()]
+    for file_id in msg.files:
+        file = state.files.files.get(file_id)
+        if file is not None:
+            lines.append(f"{indent}  📎 {file.name} ({file.mimetype}, {file.size:,} bytes)")
     return "\n".join(lines)
 
 

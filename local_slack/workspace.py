@@ -89,6 +89,7 @@ class LocalWorkspace:
         assert isinstance(server, asyncio.Server) and server.sockets
         bound_port = server.sockets[0].getsockname()[1]
         self.base_url = f"http://{host}:{bound_port}/"
+        self.state.files.base_url = self.base_url
 
     async def stop(self) -> None:
         await self.events.stop()

@@ -87,3 +87,30 @@ class AuditRecord:
     target: str
     details: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """A file of a conversation: received from a person or produced by an agent."""
+
+    id: int
+    key: str
+    conversation_id: int
+    direction: str  # received | produced
+    name: str
+    mimetype: str
+    size: int | None
+    sha256: str | None
+    slack_file_id: str | None
+    url_private: str | None
+    permalink: str | None
+    message_ts: str | None
+    plan_id: int | None
+    step_index: int | None
+    run_key: str | None
+    state: str
+    refusal: str | None
+    upload_url: str | None
+    has_bytes: bool
+    created_at: datetime
+    expires_at: datetime | None

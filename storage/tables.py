@@ -298,3 +298,42 @@ class AuditEntry(Base):
     target: Mapped[str] = mapped_column(String(200), default="")
     details: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[datetime] = mapped_column(Timestamp)
+
+
+class StoredFile(Base):
+    """A file of a conversation: one a person attached (received) or an agent wrote
+    (produced). `key` makes each one recorded once: a received file by its Slack id, a
+    produced one by the tool call that wrote it. Bytes live in `content` or on disk at
+    `path` (by setting) until `expires_at`; the record outlives them."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        UniqueConstraint("key"),
+        Index("ix_files_conversation", "conversation_id", "direction"),
+        Index("ix_files_expires", "expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200))
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
+    direction: Mapped[str] = mapped_column(String(8))  # received | produced
+    name: Mapped[str] = mapped_column(String(255))
+    mimetype: Mapped[str] = mapped_column(String(255), default="")
+    size: Mapped[int | None] = mapped_column(BigInteger)  # declared (received) or exact
+    sha256: Mapped[str | None] = mapped_column(String(64))  # once the bytes are kept
+    slack_file_id: Mapped[str | None] = mapped_column(String(32))
+    url_private: Mapped[str | None] = mapped_column(Text)  # where a received file is fetched
+    permalink: Mapped[str | None] = mapped_column(Text)
+    message_ts: Mapped[str | None] = mapped_column(String(32))  # the message it came with
+    # the step that produced it (or whose form answer carried it)
+    plan_id: Mapped[int | None] = mapped_column(Integer)
+    step_index: Mapped[int | None] = mapped_column(Integer)
+    run_key: Mapped[str | None] = mapped_column(String(200), index=True)
+    # pending | ready | refused (received); stored | uploading | shared (produced)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    refusal: Mapped[str | None] = mapped_column(Text)  # why a received file is not used
+    upload_url: Mapped[str | None] = mapped_column(Text)  # a produced file's upload, once begun
+    content: Mapped[bytes | None] = mapped_column(LargeBinary)
+    path: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp)
+    expires_at: Mapped[datetime | None] = mapped_column(Timestamp)

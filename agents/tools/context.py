@@ -9,11 +9,15 @@ header, MCP calls in the request's `_meta`), so a server can tell a repeat from 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from pydantic_ai import RunContext
 
+from agents.files import FilePolicy
 from agents.tools.net_guard import FetchPolicy
+from storage.db import Database
 from storage.records import MessageRecord
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -46,6 +50,7 @@ class RunJob:
     conversation_id: int | None = None
     plan_id: int | None = None
     step_index: int | None = None
+    request_ts: str | None = None  # the request's message: its attachments go to every step
 
 
 @dataclass(slots=True)
@@ -57,7 +62,12 @@ class RunDeps:
     http_domains: tuple[str, ...] = ()
     # how `http_fetch` resolves and what it may reach: public addresses only unless a test says
     fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
-    files: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # names of the files this run wrote
+    db: Database | None = None  # where `write_file` records and `read_file` finds files
+    file_policy: FilePolicy = field(default_factory=FilePolicy)
+    # which media types (beyond text) the run's model reads as documents or images
+    reads_media: Callable[[str], bool] = field(default=lambda _type: False)
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def tool_call_key(self, tool_call_id: str) -> str:
         """The idempotency key of a tool call of this run (see `tool_call_key`)."""

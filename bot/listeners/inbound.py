@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from bot.listeners.payloads import IGNORED_SUBTYPES, SlackMessage
+from bot.listeners.payloads import IGNORED_SUBTYPES, SlackFile, SlackMessage
 from bot.views.forms import FormKey
 
 UserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
@@ -81,6 +81,23 @@ class EventEnvelope(_Inbound):
     event: dict[str, Any]
 
 
+MAX_FILES = 100  # files.completeUploadExternal shares at most this many in one message
+
+
+class InboundFile(SlackFile):
+    """A file object on a message event, within Slack's limits (ids, names, a byte size)."""
+
+    id: Annotated[str, StringConstraints(pattern=r"^F[A-Z0-9]{2,30}$")]
+    name: Annotated[str, StringConstraints(max_length=255)] = ""
+    title: Annotated[str, StringConstraints(max_length=255)] = ""
+    mimetype: Annotated[str, StringConstraints(max_length=255)] = ""
+    filetype: Annotated[str, StringConstraints(max_length=64)] = ""
+    size: Annotated[int, Field(ge=0, le=1 << 40)] | None = None
+    url_private: Url | None = None
+    url_private_download: Url | None = None
+    permalink: Url | None = None
+
+
 class MessageEvent(SlackMessage):
     """A `message` or `app_mention` event, within Slack's limits."""
 
@@ -94,6 +111,7 @@ class MessageEvent(SlackMessage):
     subtype: Annotated[str, StringConstraints(max_length=64)] | None = None
     username: Short | None = None
     metadata: dict[str, Any] | None = None
+    files: Annotated[tuple[InboundFile, ...], Field(max_length=MAX_FILES)] = ()
 
 
 class HomeOpened(_Inbound):

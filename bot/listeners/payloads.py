@@ -32,6 +32,22 @@ class StepMeta(BaseModel):
     key: str = ""
 
 
+class SlackFile(BaseModel):
+    """A file object attached to a message (the fields Flotilla reads)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str
+    name: str = ""
+    title: str = ""
+    mimetype: str = ""
+    filetype: str = ""
+    size: int | None = None
+    url_private: str | None = None
+    url_private_download: str | None = None
+    permalink: str | None = None
+
+
 class SlackMessage(BaseModel):
     """A `message` or `app_mention` event's fields that Flotilla uses."""
 
@@ -47,6 +63,7 @@ class SlackMessage(BaseModel):
     subtype: str | None = None
     username: str | None = None
     metadata: dict[str, Any] | None = None
+    files: tuple[SlackFile, ...] = ()
 
     @property
     def root_ts(self) -> str:

@@ -141,6 +141,10 @@ def step_line(
     note = step_note(step, plan, stop_note)
     if note:
         line += f"\n      _{_escape(note)}_"
+    if step.output_files and step.status == "done":
+        names = ", ".join(f"`{_escape(_short(name))}`" for name in step.output_files[:10])
+        more = len(step.output_files) - 10
+        line += f"\n      📎 {names}" + (f" and {more} more" if more > 0 else "")
     return line
 
 

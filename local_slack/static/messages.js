@@ -94,6 +94,9 @@ function drawMessage(msg, ctx, inThread, key) {
     const texts = content.querySelectorAll(".mrkdwn, .plain, .md-p, .rt-section");
     (texts.length ? texts[texts.length - 1] : content).append(h("span", "edited", " (edited)"));
   }
+  for (const file of msg.files || []) {
+    content.append(h("div", "file", `📎 ${file.name} (${file.mimetype}, ${file.size} bytes)`));
+  }
   if (msg.streaming) content.append(h("span", "typing", "▍"));
   if (msg.subtype === "thread_broadcast" && !inThread) body.append(h("div", "broadcast", "replied to a thread"));
   if (!inThread && msg.reply_count) {

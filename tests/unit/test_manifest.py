@@ -56,7 +56,7 @@ def test_schema_catches_a_broken_manifest(validator: jsonschema.Draft7Validator)
 def test_agent_manifest_is_valid(validator: jsonschema.Draft7Validator) -> None:
     manifest = agent_manifest("researcher", "Researcher", "Finds facts with sources.")
     assert errors(validator, manifest) == []
-    assert manifest["oauth_config"]["scopes"]["bot"] == ["chat:write"]
+    assert manifest["oauth_config"]["scopes"]["bot"] == ["chat:write", "files:write", "files:read"]
     assert "event_subscriptions" not in manifest["settings"]
 
 

@@ -96,3 +96,27 @@ def test_the_cap_on_transient_failures_under_its_new_and_its_old_name(
     assert Settings().max_transient_failures == 5
     monkeypatch.setenv("FLOTILLA_MAX_TRANSIENT_FAILURES", "7")
     assert Settings().max_transient_failures == 7  # the new name wins
+
+
+def test_file_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bot.serve import options_from
+
+    default = options_from(Settings())
+    assert default.file_origins == ("https://files.slack.com",)
+    assert default.files.max_bytes == 5 * 1024 * 1024 and "text/*" in default.files.allowed_types
+    assert default.files.store.where == "database"
+    monkeypatch.setenv("FLOTILLA_FILE_MAX_BYTES", "1000")
+    monkeypatch.setenv("FLOTILLA_FILE_TYPES", "text/csv, image/*")
+    monkeypatch.setenv("FLOTILLA_FILE_HOSTS", "https://files.example.com/")
+    monkeypatch.setenv("FLOTILLA_FILE_STORAGE", "disk")
+    monkeypatch.setenv("FLOTILLA_FILE_DIR", str(tmp_path))
+    monkeypatch.setenv("FLOTILLA_FILE_RETENTION_DAYS", "2")
+    options = options_from(Settings())
+    assert options.file_origins == ("https://files.example.com",)
+    assert options.files.allowed_types == ("text/csv", "image/*")
+    assert options.files.max_bytes == 1000
+    assert (options.files.store.where, options.files.store.directory) == ("disk", tmp_path)
+    assert options.files.store.retention.days == 2
+    monkeypatch.setenv("FLOTILLA_FILE_HOSTS", "files.slack.com")
+    with pytest.raises(ValidationError, match="is not an origin"):
+        Settings()

@@ -107,7 +107,13 @@ async def test_demo_plays_the_walkthrough(tmp_path: Path) -> None:
     assert "5 ✅ *Review and post the synthesis*" in transcript
     assert "✅ Answered by @maya" in transcript
     assert "Also, as asked in the thread: can we also mention the free trial?" in transcript
-    assert transcript.rstrip().splitlines()[-3].strip().startswith("[offline model] commander:")
+    last = [line.strip() for line in transcript.rstrip().splitlines()[-6:]]
+    assert "[offline model] commander: Review the draft and post the answer." in last
+    # files both ways: the attached price list is read, the writer's note is posted and passed on
+    assert "📎 price-list.csv (text/csv, 82 bytes)" in transcript
+    assert "- read price-list.csv: tier,monthly price,seats; Starter,9 EUR,1;" in transcript
+    assert "📎 note.md (text/markdown," in transcript and "📎 `note.md`" in transcript
+    assert "- from the input: Files: note.md" in last
 
 
 async def test_dev_console_drives_a_plan(start: Callable[..., Any]) -> None:

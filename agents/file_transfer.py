@@ -1,0 +1,121 @@
+"""Files in and out of a step's run, the effectful part.
+
+In: before a step runs, the conversation's attachments are fetched (on demand, once;
+again after their bytes expired) through the Slack port, which only fetches from Slack's
+file host and counts the bytes against the cap. One that cannot be taken is marked refused
+and the thread is told in a sentence – once, by whichever process refused it first.
+
+Out: the files a run wrote (`write_file`, recorded with the run) are uploaded into the
+thread under the agent's identity, each exactly once: Slack's file id is stored before a
+byte is sent, so a process that dies half-way looks the file up again (`files.info`) and
+finishes or redoes only what is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from agents.errors import TransientError
+from agents.files import refusal_note
+from agents.ports import FileRefused
+from storage.files import (
+    begin_upload,
+    get_file,
+    keep_received_bytes,
+    mark_shared,
+    produced_files,
+    read_bytes,
+    received_files,
+    refuse_file,
+)
+from storage.records import ConversationRecord, FileRecord
+
+if TYPE_CHECKING:
+    from agents.run_context import Context
+
+log = logging.getLogger(__name__)
+
+
+async def fetch_attachments(ctx: Context, conversation: ConversationRecord) -> None:
+    """Fetch the conversation's attachments (the request's and later replies') whose bytes
+    are not kept (yet, or any more)."""
+    async with ctx.db.read() as conn:
+        files = await received_files(conn, conversation.id)
+    refused: list[str] = []
+    for file in files:
+        if file.state == "refused" or (file.state == "ready" and file.has_bytes):
+            continue
+        reason = await _fetch(ctx, file)
+        if reason is not None:
+            async with ctx.db.write() as conn:
+                if await refuse_file(conn, file.id, reason):
+                    refused.append(f"{file.name}: {reason}")
+    if refused:
+        await ctx.port.say(conversation, refusal_note(refused))
+
+
+async def _fetch(ctx: Context, file: FileRecord) -> str | None:
+    """Fetch and keep one attachment; the reason it was refused, or None."""
+    policy = ctx.options.files
+    if not file.url_private:
+        return "Slack gave me no address to fetch it from"
+    try:
+        data = await ctx.port.download_file(file.url_private, max_bytes=policy.max_bytes)
+    except FileRefused as exc:
+        log.warning("attachment %s refused: %s", file.slack_file_id, exc.detail)
+        return exc.public
+    except TransientError as exc:  # not refused: the next step's run tries again
+        log.warning("attachment %s not fetched yet: %s", file.slack_file_id, exc.detail)
+        return None
+    async with ctx.db.write() as conn:
+        await keep_received_bytes(conn, file, data, policy.store, ctx.clock())
+    return None
+
+
+async def share_produced(
+    ctx: Context, conversation: ConversationRecord, run_key: str, agent: str | None
+) -> list[FileRecord]:
+    """Upload the files a run wrote into the thread (each once); all of them, shared."""
+    async with ctx.db.read() as conn:
+        files = await produced_files(conn, run_key=run_key)
+    shared: list[FileRecord] = []
+    for file in files:
+        done = file.state == "shared"
+        shared.append(file if done else await _share(ctx, conversation, file, agent))
+    return shared
+
+
+async def _share(
+    ctx: Context, conversation: ConversationRecord, file: FileRecord, agent: str | None
+) -> FileRecord:
+    port = ctx.port
+    if file.slack_file_id is not None:  # begun before: is it in the thread already?
+        permalink = await port.shared_permalink(conversation, file.slack_file_id, agent=agent)
+        if permalink is not None:
+            return await _shared(ctx, file, permalink)
+    async with ctx.db.read() as conn:
+        data = await read_bytes(conn, file)
+    if data is None:
+        raise FileRefused(f"the bytes of {file.name} are no longer kept")
+    sent = False
+    if file.slack_file_id is not None and file.upload_url:
+        sent = await port.send_upload(file.upload_url, data)
+    file_id = file.slack_file_id
+    if not sent:
+        file_id, url = await port.start_upload(name=file.name, size=len(data), agent=agent)
+        async with ctx.db.write() as conn:
+            await begin_upload(conn, file.id, file_id, url)
+        if not await port.send_upload(url, data):
+            raise TransientError(f"the upload of {file.name} was not taken")
+    assert file_id is not None
+    permalink = await port.complete_upload(conversation, file_id, title=file.name, agent=agent)
+    return await _shared(ctx, file, permalink)
+
+
+async def _shared(ctx: Context, file: FileRecord, permalink: str | None) -> FileRecord:
+    async with ctx.db.write() as conn:
+        await mark_shared(conn, file.id, permalink)
+        found = await get_file(conn, file.id)
+    assert found is not None
+    return found

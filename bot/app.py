@@ -33,5 +33,5 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
     register_forms(app, service)
     register_plan_card(app, service)
     register_admin(app, service)
-    service.replay_inbox = lambda: replay(app, service)  # the recovery pass of the inbox
+    service.recover_inbox_with(lambda: replay(app, service))
     return app

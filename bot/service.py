@@ -164,9 +164,10 @@ class SlackService:
         )
         self.executor = Executor(self.context, owner=self.owner)
         self.events = EventTasks()
-        # the inbox's recovery pass, set by the Bolt app (bot/app.py); run every few seconds
+        # the inbox's recovery pass, given by the Bolt app (bot/app.py); run every few seconds
         self.replay_inbox: Callable[[], Awaitable[int]] | None = None
         self._recovery: asyncio.Task[None] | None = None
+        self._started = False
         # user -> (is admin, checked at); bounded: every person who clicks an admin button
         self._admins: LRUCache[str, tuple[bool, float]] = LRUCache(self.options.admin_cache_size)
 
@@ -197,7 +198,16 @@ class SlackService:
                 # only on first contact: agents an admin removed later never come back
                 await seed_default_agents(conn, team_id, self.clock())
         self.executor.start()
-        if self.replay_inbox is not None:
+        self._started = True
+        self._start_recovery()
+
+    def recover_inbox_with(self, replay: Callable[[], Awaitable[int]]) -> None:
+        """The inbox's recovery pass (it needs the Bolt app); run from now on while serving."""
+        self.replay_inbox = replay
+        self._start_recovery()
+
+    def _start_recovery(self) -> None:
+        if self._started and self.replay_inbox is not None and self._recovery is None:
             self._recovery = asyncio.create_task(self._recover_forever(), name="inbox-recovery")
 
     async def _recover_forever(self) -> None:

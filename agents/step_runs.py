@@ -24,7 +24,7 @@ from agents.effects import (
     result_key,
     step_key,
 )
-from agents.errors import PermanentError, RunError, TransientError
+from agents.errors import PermanentError, RunError, StorageError, TransientError
 from agents.plan import (
     COMMANDER,
     TERMINAL_PLAN,
@@ -165,6 +165,8 @@ async def _execute(
             result = await resume_step(ctx.db, job, spec, effect.answer, model=model)
         else:
             result = await run_step(ctx.db, job, spec, model=model)
+    except StorageError:
+        raise  # not the step's failure: its job waits for the database and tries again
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
         return _failed(effect, exc.public, retryable=exc.retryable)

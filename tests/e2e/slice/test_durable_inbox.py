@@ -144,7 +144,7 @@ async def test_a_click_cut_short_after_its_ack_is_replayed_after_a_restart(
         async def dies(*_args: Any, **_kwargs: Any) -> Any:
             raise asyncio.CancelledError  # the process dies while it handles the click
 
-        run.service.reconciler.reconcile = dies  # type: ignore[method-assign]
+        run.service.reconciler.reconcile = dies
         delivery = await run.driver.click("maya", card, CANCEL_ACTION)
         assert [a.status for a in delivery.attempts] == [200]  # Slack got its ack
         await run.stack.restart()

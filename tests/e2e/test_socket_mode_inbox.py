@@ -21,13 +21,13 @@ BEGIN SELECT RAISE(ABORT, 'simulated storage failure'); END;
 """
 
 
-def _execute(world: World, script: str) -> None:
-    with sqlite3.connect(world.folder / "flotilla.db", timeout=30) as conn:
+def _execute(at: World, script: str) -> None:
+    with sqlite3.connect(at.folder / "flotilla.db", timeout=30) as conn:
         conn.executescript(script)
 
 
-def _inbox(world: World) -> list[tuple[str, bool]]:
-    with sqlite3.connect(world.folder / "flotilla.db", timeout=30) as conn:
+def _inbox(at: World) -> list[tuple[str, bool]]:
+    with sqlite3.connect(at.folder / "flotilla.db", timeout=30) as conn:
         rows = conn.execute("SELECT kind, processed_at FROM inbox ORDER BY id").fetchall()
     return [(kind, processed is not None) for kind, processed in rows]
 

@@ -1,4 +1,5 @@
-"""Housekeeping of a serving process: processed-event ids are pruned after their retention.
+"""Housekeeping of a serving process: processed-event ids (and processed inbox rows) are
+pruned after their retention.
 
 The ids de-duplicate Slack's retries, which come within minutes; a day (the default
 retention) is far beyond them, and the table no longer grows forever.
@@ -25,12 +26,15 @@ def utcnow() -> datetime:
 async def prune_processed_events(
     db: Database, retention: timedelta, *, now: datetime | None = None
 ) -> int:
-    """Delete processed-event ids older than `retention`; returns how many went."""
+    """Delete processed-event ids, and processed inbox rows, older than `retention`;
+    returns how many went."""
     from storage.events import forget_processed_events_before
+    from storage.inbox import forget_processed_inbox_before
 
     cutoff = (now or utcnow()) - retention
     async with db.write() as conn:
-        return await forget_processed_events_before(conn, cutoff)
+        events = await forget_processed_events_before(conn, cutoff)
+        return events + await forget_processed_inbox_before(conn, cutoff)
 
 
 def interval_for(retention: timedelta) -> float:

@@ -204,8 +204,10 @@ class JobRunner:
                     if kept:
                         await hold_effect(conn, job.key, until)
                 wanted = kept and await step_runs.job_still_wanted(ctx, job)
-            except Exception:  # a database hiccup: the lease outlives a few missed beats
-                log.warning("could not renew the lease on %s", lease_key, exc_info=True)
+            except Exception as exc:  # a database hiccup: the lease outlives a few missed beats
+                outage = is_storage_error(exc)  # an outage: one line, not a traceback a beat
+                log.warning("could not renew the lease on %s: %s", lease_key, exc,
+                            exc_info=not outage)  # fmt: skip
                 continue
             if wanted:
                 continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
+from bot.http import measure_requests
 from bot.listeners.admin import register_admin
 from bot.listeners.forms import register_forms
 from bot.listeners.inbox import register_inbox, replay
@@ -28,6 +29,7 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
         process_before_response=False,
     )
 
+    measure_requests(app, service)  # first: the time until the ack includes the stores
     register_messages(app, service)  # events checked and recorded before the ack
     register_inbox(app, service)  # every other request Flotilla acts on, stored before it
     register_forms(app, service)

@@ -216,7 +216,6 @@ async def _serve(
 ) -> None:
     from bot.app import build_app
     from bot.housekeeping import housekeeping_forever
-    from bot.http import measure_requests
     from bot.metrics import meter
     from bot.secrets import TokenCipher
     from bot.service import SlackService
@@ -238,7 +237,6 @@ async def _serve(
     )
     secret = settings.slack_signing_secret
     app = build_app(service, signing_secret=secret.get_secret_value() if secret else None)
-    measure_requests(app, service)
     handler: AsyncSocketModeHandler | None = None
     try:
         if settings.socket_mode:

@@ -14,7 +14,11 @@ measured at the client: median and p95 per kind (events: `app_mention`; interact
 Cancel click) and backend (a SQLite file; PostgreSQL in a throw-away server of its own
 when `initdb` is installed).
 
-Usage: .venv/bin/python bench/ack.py [--requests N] [--sqlite-only]
+With `--idle` the executor is stopped first: the mentions' commander turns do not run, so
+the figures are the edge's own cost without the background work competing for the database
+and the CPU.
+
+Usage: .venv/bin/python bench/ack.py [--requests N] [--idle] [--only sqlite|postgresql]
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 
-from agents.inbox import store_inbound
+from agents.inbox import finish_inbound, store_inbound
 from bot import handlers
 from bot.app import build_app
 from bot.http import web_app
@@ -67,9 +71,11 @@ def ack_first_app(stack: LocalStack) -> AsyncApp:
         elif (found := inbox_key(body)) is not None:
             kind, key = found
 
-            async def store() -> None:
-                await store_inbound(service.db, service.clock(), key=key, kind=kind, body=body,
-                                    claim=timedelta(seconds=60))  # fmt: skip
+            async def store() -> None:  # stored as handled: the baseline replays nothing
+                stored = await store_inbound(service.db, service.clock(), key=key, kind=kind,
+                                             body=body, claim=timedelta(seconds=60))  # fmt: skip
+                if stored is not None:
+                    await finish_inbound(service.db, stored, service.clock())
 
             service.events.start(store)
         await next()
@@ -187,20 +193,24 @@ def report(backend: str, times: dict[tuple[str, str], list[float]]) -> None:
         print(f"  {kind:<12} {'added':<10} {'':>4} {added:>+10.1f}")
 
 
-async def one_backend(backend: str, url: str, requests: int) -> None:
+async def one_backend(backend: str, url: str, requests: int, idle: bool) -> None:
     stack = await start_local_stack(url)
     try:
         await stack.service.settle()
-        report(backend, await measure(stack, requests))
+        if idle:
+            await stack.service.executor.stop(0)
+        report(backend + (" (executor stopped)" if idle else ""), await measure(stack, requests))
     finally:
         await stack.stop()
 
 
-async def main(requests: int, sqlite_only: bool) -> None:
+async def main(requests: int, idle: bool, only: str | None) -> None:
     print(f"ack latency at the client, {requests} requests per kind and arm, interleaved")
-    with tempfile.TemporaryDirectory() as folder:
-        await one_backend("SQLite", f"sqlite+aiosqlite:///{Path(folder) / 'ack.db'}", requests)
-    if sqlite_only:
+    if only in (None, "sqlite"):
+        with tempfile.TemporaryDirectory() as folder:
+            url = f"sqlite+aiosqlite:///{Path(folder) / 'ack.db'}"
+            await one_backend("SQLite", url, requests, idle)
+    if only not in (None, "postgresql"):
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/
     from tests.throwaway_postgres import ThrowawayPostgres  # its own server, never a shared one
@@ -208,7 +218,7 @@ async def main(requests: int, sqlite_only: bool) -> None:
     server = ThrowawayPostgres()
     try:
         await server.start()
-        await one_backend("PostgreSQL", server.url, requests)
+        await one_backend("PostgreSQL", server.url, requests, idle)
     finally:
         server.remove()
 
@@ -216,6 +226,7 @@ async def main(requests: int, sqlite_only: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100)
-    parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--idle", action="store_true", help="stop the executor first")
+    parser.add_argument("--only", choices=("sqlite", "postgresql"))
     args = parser.parse_args()
-    asyncio.run(main(args.requests, args.sqlite_only))
+    asyncio.run(main(args.requests, args.idle, args.only))

@@ -62,7 +62,7 @@ def inbox_key(body: Body) -> tuple[str, str] | None:
     if found is None:
         return None
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
-    return found[0], f"{found[1]}:{digest[:16]}"
+    return found[0], f"{found[1][:250]}:{digest[:16]}"  # within the column's 300
 
 
 def _key(body: Body) -> tuple[str, str] | None:

@@ -7,6 +7,7 @@ These tests stop and start a throw-away PostgreSQL server of their own
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,17 +15,23 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy import text
 
+from agents.effects import MessageForCommander, to_row
 from agents.errors import StorageError
 from agents.failures import PUBLIC_STORAGE, classify_error, is_storage_error
+from agents.outbox import STORAGE_WAIT, Claimed, OutboxSender
 from agents.runtime import StepRunResult, run_step
 from bot.http import Serving, http_surface
 from bot.secrets import TokenCipher
 from bot.service import SlackService
 from storage import migrate
 from storage.db import Database
+from storage.outbox import enqueue_effects
 from tests.integration.test_runtime import SPEC, clock, make_job, stored_run
 from tests.throwaway_postgres import ThrowawayPostgres
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -152,4 +159,45 @@ async def test_readyz_reports_an_unreadable_sqlite_file(tmp_path: Path) -> None:
     (status, body), (health, _) = await readiness(db)
     assert status == 503 and "database" in str(body["problem"])
     assert health == 200
+    await db.dispose()
+
+
+async def test_a_delivery_cut_by_an_outage_is_not_counted_as_a_failure(
+    server: ThrowawayPostgres,
+) -> None:
+    db = Database(server.url)
+    await migrate.upgrade(db)
+    job = await make_job(db)
+    assert job.conversation_id is not None
+    turn = MessageForCommander(
+        key="turn:1", conversation_id=job.conversation_id, text="hi", user="U1", ts="100.2"
+    )
+    async with db.write() as conn:
+        await conn.run_sync(enqueue_effects, [to_row(turn)], NOW)
+    performed: list[int] = []
+
+    async def perform(claimed: Claimed) -> bool:
+        performed.append(claimed.delivery)
+        if len(performed) == 1:  # the database goes away mid-delivery, and comes back
+            await server.stop()
+            try:
+                async with db.read() as conn:
+                    await conn.execute(text("SELECT 1"))
+            except Exception as exc:
+                outage = exc
+            await server.start()
+            raise outage
+        return False
+
+    sender = OutboxSender(db, perform, clock=lambda: NOW, max_failures=1)
+    assert await sender.deliver_due() == 1
+    async with db.read() as conn:
+        row = await conn.execute(
+            text("SELECT failures, state FROM outbox WHERE idempotency_key = 'turn:1'")
+        )
+        failures, state = row.one()
+    assert (failures, state) == (0, "pending")  # not given up, though one failure would
+    later = NOW + STORAGE_WAIT
+    assert await OutboxSender(db, perform, clock=lambda: later).deliver_due() == 1
+    assert performed == [1, 2]
     await db.dispose()

@@ -1,7 +1,8 @@
 """A database outage in the middle of a plan, end to end (the real Bolt app over HTTP, a
 throw-away PostgreSQL server that is stopped while a step's model answers): the thread
 hears once that storage is the trouble, nothing is spent of the step's attempts, the
-model's answer is not paid for again, and the plan completes once the database is back."""
+model's answer is not paid for again, and the plan completes once the database is back; a
+mention sent during the outage is refused (Slack sends it again) and answered once after."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agents.failures import PUBLIC_STORAGE
 from agents.offline import first_prompt
 from storage.db import Database
 from tests.e2e.slice.scripts import tools_of
+from tests.e2e.slice.test_inbox import mentions
 from tests.throwaway_postgres import ThrowawayPostgres
 
 REQUEST = "research the history of our launch emails and write a short report"
@@ -66,5 +68,31 @@ async def test_an_outage_during_a_step_is_said_once_and_paid_once(
             assert plan.status == "completed"
             assert [s.attempts for s in plan.steps] == [1] * len(plan.steps)
             assert all(n == 1 for n in calls.values()), calls  # no model call paid twice
+    finally:
+        await db.dispose()
+
+
+async def test_a_mention_sent_while_the_database_is_down_is_answered_once_it_is_back(
+    start: Callable[..., Any], server: ThrowawayPostgres
+) -> None:
+    db = Database(server.url)
+    try:
+        async with start(db=db, retry_delays=(0.0, 3.0, 6.0, 10.0)) as run:
+            await run.quiesce()
+            await server.stop()
+            root = run.ask("what time zone is the launch in?")
+            deliveries = run.stack.workspace.events.deliveries
+
+            def refused() -> bool:  # a 500, or no answer within Slack's window: sent again
+                return any(d.attempts and d.attempts[0].status != 200 for d in mentions(deliveries))
+
+            await run.driver.wait_for(refused, what="the mention refused during the outage")
+            await server.start()
+            await run.says(root, "[offline model]", from_="Flotilla")
+            await run.quiesce()
+            answers = [m for m in run.messages(root) if m.text.startswith("[offline model]")]
+            assert len(answers) == 1  # stored once (on a retry), answered once
+            (delivery,) = mentions(deliveries)
+            assert delivery.acked and delivery.attempts[0].status != 200
     finally:
         await db.dispose()

@@ -51,6 +51,7 @@ from agents.session import (
     RunSession,
     compact_history,
     load_messages,
+    unsaved_history,
 )
 from agents.thread_window import Known, newest_plan_id, prompt_with_context, thread_window
 from storage.db import Database
@@ -332,6 +333,7 @@ async def commander_turn(
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return turn_from_history(history)
+    history = unsaved_history(job.run_key, history)  # what a storage outage kept back
     assignees = tuple(a.name for a in agents if a.enabled)
     agent = build_commander(agents, woken=wake is not None, plan_retries=plan_retries)
     views = tuple(wake.steps) if wake else ()

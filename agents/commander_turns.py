@@ -23,7 +23,14 @@ from agents.effects import (
     stalled_key,
     to_row,
 )
-from agents.errors import OperationRejected, PlanValidationError, RunError, TransientError
+from agents.errors import (
+    OperationRejected,
+    PlanValidationError,
+    RunError,
+    StorageError,
+    TransientError,
+)
+from agents.failures import is_storage_error
 from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
 from agents.plan_transitions import stalled
 from agents.reconciler import Decision
@@ -54,7 +61,9 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
         turn = await _turn(ctx, conversation, effect, text, wake)
     except TransientError:
         raise  # e.g. Slack 5xx saying it: the stored turn is taken again, at no cost
-    except Exception:  # a bug must not leave the plan stuck: counts as a failed turn
+    except Exception as exc:  # a bug must not leave the plan stuck: counts as a failed turn
+        if is_storage_error(exc):
+            raise  # the database is away: the turn is taken again once it is back
         log.exception("commander turn crashed", extra=ids(conversation, effect))
         turn = Turn(errored=True)
     if turn.decision is not None:
@@ -189,6 +198,21 @@ class Turn:
     errored: bool = False
 
 
+async def _turn_failed(
+    ctx: Context, conversation: ConversationRecord, effect: Woken, exc: RunError
+) -> Turn:
+    """A failed turn, said to the person who wrote; a storage outage is raised instead: the
+    turn is taken again once the database is back."""
+    if isinstance(exc, StorageError):
+        raise exc
+    ctx.observer.commander_turn("error")
+    log.warning("commander turn failed: %s", exc, extra=ids(conversation, effect))
+    if isinstance(effect, MessageForCommander):
+        retry = " Please try again in a moment." if exc.retryable else ""
+        await ctx.port.say(conversation, f"⚠️ {exc.public}{retry}")
+    return Turn(errored=True)
+
+
 async def _turn(
     ctx: Context,
     conversation: ConversationRecord,
@@ -211,12 +235,7 @@ async def _turn(
         model = await ctx.choose_model(None)
         turn = await commander_turn(ctx.db, job, agents, model=model, wake=wake)
     except RunError as exc:
-        ctx.observer.commander_turn("error")
-        log.warning("commander turn failed: %s", exc, extra=ids(conversation, effect))
-        if isinstance(effect, MessageForCommander):
-            retry = " Please try again in a moment." if exc.retryable else ""
-            await ctx.port.say(conversation, f"⚠️ {exc.public}{retry}")
-        return Turn(errored=True)
+        return await _turn_failed(ctx, conversation, effect, exc)
     except ValueError as exc:  # a configured model string that cannot be used
         log.error("commander model cannot be used: %s", exc, extra=ids(conversation, effect))
         if isinstance(effect, MessageForCommander):

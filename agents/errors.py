@@ -59,3 +59,8 @@ class PermanentError(RunError):
     """Other 4xx, usage limit exceeded, output still invalid after retries: retrying won't help."""
 
     retryable = False
+
+
+class StorageError(TransientError):
+    """The database could not be reached or was busy: retried with backoff until it is back,
+    never counted against a step's attempts nor its model's transient retries."""

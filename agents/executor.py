@@ -40,6 +40,7 @@ from agents.effects import (
     UpdatePlanCard,
     final_answer_key,
 )
+from agents.failures import is_storage_error
 from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
 from agents.ports import RunObserver
@@ -171,8 +172,11 @@ class Executor:
                 await self.drain()
                 async with self.context.db.read() as conn:
                     due = await next_effect_due(conn)
-            except Exception:  # the loop must survive a database hiccup
-                log.exception("outbox delivery failed; retrying")
+            except Exception as exc:  # the loop must survive a database hiccup
+                if is_storage_error(exc):  # an outage: one line a poll, not a traceback
+                    log.warning("outbox delivery waits for the database: %s", exc)
+                else:
+                    log.exception("outbox delivery failed; retrying")
             timeout = self.context.options.poll_seconds
             if due is not None:
                 wait = (due - self.context.clock()).total_seconds()

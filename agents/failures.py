@@ -29,7 +29,7 @@ from pydantic_ai.exceptions import (
     UserError,
 )
 
-from agents.errors import PermanentError, RunError, TransientError
+from agents.errors import PermanentError, RunError, StorageError, TransientError
 
 # Sentences for a person in the thread: short, no status codes, no advice they cannot act on.
 PUBLIC_UNREACHABLE = "I can't reach my model right now; an admin has been told."
@@ -38,6 +38,7 @@ PUBLIC_QUOTA = "My model's account has run out of credit; an admin has been told
 PUBLIC_TOO_LONG = "This step needed more model calls or tokens than it is allowed, so I stopped it."
 PUBLIC_BAD_OUTPUT = "My model did not give a usable answer for this step."
 PUBLIC_UNKNOWN = "Something went wrong while working on this step; an admin has been told."
+PUBLIC_STORAGE = "I'm having trouble with my storage, I'll continue when it's back."
 
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _KEY_SETTINGS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -52,6 +53,8 @@ def classify_error(exc: BaseException, model: str | None = None) -> RunError:
     """
     if isinstance(exc, RunError):
         return exc
+    if is_storage_error(exc):  # before ConnectionError: a database outage is not the model's
+        return storage_error(exc)
     where = _where(exc, model)
     if isinstance(exc, ModelAPIError):
         return _provider_error(exc, where, model)
@@ -167,3 +170,70 @@ def _key_setting(model: str | None) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+# asyncpg's errors of a lost or refused connection (by name: asyncpg need not be imported)
+_ASYNCPG_CONNECTION = frozenset({
+    "PostgresConnectionError", "ConnectionDoesNotExistError", "ConnectionFailureError",
+    "ConnectionRejectionError", "ClientCannotConnectError", "CannotConnectNowError",
+    "AdminShutdownError", "CrashShutdownError", "TooManyConnectionsError", "InterfaceError",
+})  # fmt: skip
+_DRIVERS = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3")
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is the database being unreachable or busy:
+    SQLAlchemy's OperationalError/InterfaceError, asyncpg's connection errors, SQLite's
+    "database is locked", or a socket error raised inside a database driver."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StorageError) or _is_driver_outage(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _is_driver_outage(exc: BaseException) -> bool:
+    from sqlalchemy import exc as sa
+
+    if isinstance(exc, sa.OperationalError) and type(exc.orig).__module__ == "sqlite3":
+        return _sqlite_unavailable(str(exc.orig))  # SQLite says "no such table" so too
+    if isinstance(exc, sa.OperationalError | sa.InterfaceError | sa.DisconnectionError):
+        return True
+    if isinstance(exc, sa.DBAPIError) and exc.connection_invalidated:
+        return True
+    kind = type(exc)
+    if kind.__module__.startswith("asyncpg") and kind.__name__ in _ASYNCPG_CONNECTION:
+        return True
+    if kind.__module__ == "sqlite3" and kind.__name__ == "OperationalError":
+        return _sqlite_unavailable(str(exc))
+    if isinstance(exc, OSError | TimeoutError):  # a refused socket: only inside a driver
+        return _raised_in_driver(exc)
+    return False
+
+
+def _sqlite_unavailable(message: str) -> bool:
+    return any(w in message for w in ("locked", "busy", "unable to open", "disk I/O"))
+
+
+def _raised_in_driver(exc: BaseException) -> bool:
+    trace = exc.__traceback__
+    while trace is not None:
+        module = str(trace.tb_frame.f_globals.get("__name__", ""))
+        if module.split(".")[0] in _DRIVERS:
+            return True
+        trace = trace.tb_next
+    return False
+
+
+def storage_error(exc: BaseException) -> StorageError:
+    """The database could not be reached: a `StorageError` (retried, never the model's
+    fault) whose public sentence says storage is the trouble."""
+    if isinstance(exc, StorageError):
+        return exc
+    return StorageError(
+        f"the database is unreachable or busy ({type(exc).__name__}: {_first_line(exc)})",
+        public=PUBLIC_STORAGE,
+    )

@@ -1,18 +1,30 @@
-"""What people (and agents with their own app) write in a thread, recorded durably.
+"""What people (and agents with their own app) write in a thread, recorded durably; and
+every other request Flotilla acts on (clicks, submissions, commands, Home openings), stored
+before Slack's ack.
 
 The Slack edge parses a message and hands it here; each function records it in one
 transaction together with the work it causes (a commander turn in the outbox), so once
 a message is stored its turn is sure to happen, and a redelivered event records nothing
-twice.
+twice. Other requests are stored whole in the inbox table (`storage/inbox.py`) and marked
+processed when their work is done; a recovery pass replays those cut short.
+
+A store before the ack is retried briefly when the database is busy or briefly away
+(`retry_storage`: SQLite's "database is locked" under a burst); if it still fails the
+edge refuses the request (events: HTTP 500, Slack retries; interactions: a sentence).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from agents.effects import MessageForCommander, step_key, to_row, turn_key
+from agents.failures import is_storage_error
 from agents.plan import Plan, StepSucceeded
 from agents.run_results import result_from_history
 from agents.session import load_messages
@@ -20,9 +32,63 @@ from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.events import record_event
 from storage.files import ReceivedFile, produced_files, record_received
+from storage.inbox import claim_unprocessed_inbox, finish_inbox, store_inbox
 from storage.outbox import enqueue_effects
-from storage.records import ConversationRecord, MessageRecord
+from storage.records import ConversationRecord, InboxRecord, MessageRecord
 from storage.runs import load_run
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+STORE_BUDGET_S = 2.0  # of Slack's 3 s: what a store before the ack may take, retries included
+STORE_FIRST_DELAY_S = 0.05
+
+
+async def retry_storage(work: Callable[[], Awaitable[T]], *, budget: float = STORE_BUDGET_S) -> T:
+    """`work()`, tried again with a doubling delay while it fails with a storage error (the
+    database busy or briefly away) and `budget` seconds are not spent; then it raises."""
+    started, delay = time.monotonic(), STORE_FIRST_DELAY_S
+    while True:
+        try:
+            return await work()
+        except Exception as exc:
+            spent = time.monotonic() - started
+            if not is_storage_error(exc) or spent + delay > budget:
+                raise
+            log.info("storage busy or away (%s); trying again", type(exc).__name__)
+        await asyncio.sleep(delay)  # a backoff between tries, not a wait for a condition
+        delay *= 2
+
+
+async def store_inbound(
+    db: Database, now: datetime, *, key: str, kind: str, body: dict[str, Any], claim: timedelta
+) -> int | None:
+    """Store a request before its ack (retried while storage is busy): its inbox id, or
+    None when it was stored already (a redelivery)."""
+
+    async def store() -> int | None:
+        async with db.write() as conn:
+            return await store_inbox(
+                conn, key=key, kind=kind, body=body, now=now, claimed_until=now + claim
+            )
+
+    return await retry_storage(store)
+
+
+async def finish_inbound(db: Database, inbox_id: int, now: datetime) -> None:
+    """The request's work is done (or answered with a sentence): not replayed again."""
+
+    async def finish() -> None:
+        async with db.write() as conn:
+            await finish_inbox(conn, inbox_id, now)
+
+    await retry_storage(finish, budget=30.0)
+
+
+async def claim_cut_short(db: Database, now: datetime, claim: timedelta) -> list[InboxRecord]:
+    """Stored requests whose handling was cut short (their claim ran out unprocessed),
+    claimed by this process for `claim` to be replayed."""
+    async with db.write() as conn:
+        return await claim_unprocessed_inbox(conn, now, now + claim)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ from datetime import timedelta
 from agents import step_runs
 from agents.effects import Effect
 from agents.errors import TransientError
+from agents.failures import PUBLIC_STORAGE, is_storage_error
+from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.run_context import Context, Job, Work
 from storage.outbox import (
@@ -31,6 +33,7 @@ from storage.runs import claim_run, release_run, release_runs_of, renew_run, run
 log = logging.getLogger(__name__)
 RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
 MAX_TRANSIENT_TRIES = 8  # … this many times in a row, then its step fails with a sentence
+STORAGE_BACKOFF = (timedelta(seconds=1), timedelta(seconds=60))  # first, at most
 
 
 class JobRunner:
@@ -41,6 +44,9 @@ class JobRunner:
         self.owner = owner
         self.jobs: dict[str, Job] = {}
         self.abandoned = False  # a killed process releases nothing (see Executor.abandon)
+        # plans whose thread was told of a storage outage (once each); outages in a row by job
+        self.told_of_storage: LRUCache[int, bool] = LRUCache(10_000)
+        self.outages: LRUCache[str, int] = LRUCache(10_000)
 
     def hold(self, effect: Effect, run_key: str | None, work: Work) -> None:
         """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease)."""
@@ -87,6 +93,11 @@ class JobRunner:
         """Let go of a job's lease and row as its work ended (`ended`: why, None: done)."""
         if self.abandoned or job.lease_lost:
             return  # a killed process releases nothing; a lost lease is another's now
+        if ended is not None and not isinstance(ended, asyncio.CancelledError):
+            if is_storage_error(ended):
+                await self._storage_away(job, lease_key, ended)
+                return
+        self.outages.pop(job.key)
         if isinstance(ended, asyncio.CancelledError):
             if job.cancelled:  # the plan was stopped: the work is over, not handed on
                 await self._settle(lease_key, job.key)
@@ -118,6 +129,36 @@ class JobRunner:
             return
         log.warning("%s gave up after %d tries: %s", job.key, failures, error)
         await self._fail_step(job, f"its work kept failing and was given up ({error.public})")
+
+    async def _storage_away(self, job: Job, lease_key: str, error: BaseException) -> None:
+        """The database was away: tell the thread once per plan, then hand the work over
+        after a backoff, counting nothing against the step (see the module)."""
+        outages = (self.outages.get(job.key) or 0) + 1
+        self.outages.put(job.key, outages)
+        first, most = STORAGE_BACKOFF
+        after = min(most, first * 2 ** min(outages - 1, 10))
+        log.warning("%s: storage is away (%s); trying again in %s", job.key, error, after)
+        await self._tell_storage_away(job)
+        try:
+            await self._hand_over(lease_key, job.key, after=after, quietly=False)
+        except Exception as exc:  # still away: the lease runs out, the outbox takes it again
+            log.info("%s: could not hand over while storage is away: %s", job.key, exc)
+
+    async def _tell_storage_away(self, job: Job) -> None:
+        """ "I'm having trouble with my storage…" in the job's thread, once per plan."""
+        told = job.plan_id if job.plan_id is not None else -(job.conversation_id or 0)
+        if job.conversation_id is None or told in self.told_of_storage:
+            return
+        try:
+            conversation = await self.context.conversation(job.conversation_id)
+        except Exception as exc:  # not known in this process yet: said at the next outage
+            log.info("could not say that storage is away: %s", exc)
+            return
+        self.told_of_storage.put(told, True)  # at most once: a post is not repeated
+        try:
+            await self.context.port.say(conversation, PUBLIC_STORAGE)
+        except Exception as exc:  # posted, but not kept in the thread's store (it is away)
+            log.info("saying that storage is away: %s", exc)
 
     async def _crashed(self, job: Job, exc: Exception) -> None:
         """A job died of a bug: its step fails with a sentence, under its on_failure."""
@@ -163,8 +204,10 @@ class JobRunner:
                     if kept:
                         await hold_effect(conn, job.key, until)
                 wanted = kept and await step_runs.job_still_wanted(ctx, job)
-            except Exception:  # a database hiccup: the lease outlives a few missed beats
-                log.warning("could not renew the lease on %s", lease_key, exc_info=True)
+            except Exception as exc:  # a database hiccup: the lease outlives a few missed beats
+                outage = is_storage_error(exc)  # an outage: one line, not a traceback a beat
+                log.warning("could not renew the lease on %s: %s", lease_key, exc,
+                            exc_info=not outage)  # fmt: skip
                 continue
             if wanted:
                 continue
@@ -183,12 +226,15 @@ class JobRunner:
             await finish_effect(conn, row_key, self.context.clock())
 
     async def _hand_over(
-        self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0)
+        self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0), quietly: bool = True
     ) -> None:
-        with contextlib.suppress(Exception):  # a stopping process: best effort
+        try:
             async with self.context.db.write() as conn:
                 await release_run(conn, lease_key, self.owner)
                 await hold_effect(conn, row_key, self.context.clock() + after)
+        except Exception:
+            if not quietly:
+                raise  # a stopping process hands over on a best-effort basis
 
     async def cancel_runs(self, plan_id: int, *, conversation_id: int | None = None) -> int:
         """Stop this process's jobs of a plan at once (other processes' heartbeats notice

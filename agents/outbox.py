@@ -27,9 +27,10 @@ from pydantic import ValidationError
 from agents.clock import Clock, backoff
 from agents.effects import Effect, from_row
 from agents.errors import RunError
+from agents.failures import is_storage_error
 from storage.db import Database
 from storage.locks import run_transaction
-from storage.outbox import give_up_effect, retry_effect_later, settle_and_claim
+from storage.outbox import give_up_effect, hold_effect, retry_effect_later, settle_and_claim
 from storage.records import OutboxRecord
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,11 @@ class OutboxSender:
         self._sent.append(record.id)
 
     async def _failed(self, record: OutboxRecord, effect: Effect, exc: Exception) -> None:
+        if is_storage_error(exc):  # the database is away: no delivery failed, none counted
+            log.warning("outbox %s waits for the database: %s", record.idempotency_key, exc)
+            async with self.db.write() as conn:
+                await hold_effect(conn, record.idempotency_key, self.clock() + STORAGE_WAIT)
+            return
         retryable = not isinstance(exc, RunError) or exc.retryable
         failures = record.failures + 1
         now = self.clock()
@@ -151,6 +157,9 @@ class OutboxSender:
             await give_up_effect(conn, record.id, error=str(exc))
         if self.on_give_up is not None:
             await self.on_give_up(effect, _sentence(exc))
+
+
+STORAGE_WAIT = timedelta(seconds=5)  # a delivery the database's outage cut: tried again then
 
 
 def delivery_backoff(failures: int) -> timedelta:

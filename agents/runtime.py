@@ -52,6 +52,7 @@ from agents.session import (
     RunSession,
     compact_history,
     load_messages,
+    unsaved_history,
 )
 from agents.step_files import PromptFiles, media_reader, prompt_files
 from agents.thread_window import Known, given_steps, prompt_with_context, thread_window
@@ -231,6 +232,8 @@ async def run_step(
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return result_from_history(history)
+    # what a storage outage kept from being stored: continued, never paid for again
+    history = unsaved_history(job.run_key, history)
     if stored and stored.status == "suspended" and history:
         question = pending_question(history)
         if question is not None:

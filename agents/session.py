@@ -9,6 +9,11 @@ records the tokens spent since the previous one in the usage ledger (workspace, 
 plan, step, agent, model), in the same transaction, so the ledger and the stored history
 never disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
 `agents.runtime` classifies them.
+
+When the database is away (a storage error), what could not be stored is kept in this
+process (`unsaved_history`) so the run, tried again once storage is back, continues from
+it: a model turn that already returned is never paid for again, and a run whose final
+answer came back re-reports it without calling the model.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import telemetry
 from agents.clock import Clock
+from agents.failures import is_storage_error
+from agents.lru import LRUCache
 from agents.models import resolve_model
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
@@ -61,6 +68,16 @@ class RunLimits:
 
 
 DEFAULT_LIMITS = RunLimits()
+# run key -> the history a storage outage kept from being stored (this process only)
+_UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
+
+
+def unsaved_history(run_key: str, stored: list[ModelMessage] | None) -> list[ModelMessage] | None:
+    """The newer of a run's stored history and the one this process could not store."""
+    unsaved = _UNSAVED.get(run_key)
+    if unsaved is not None and len(unsaved) >= len(stored or []):
+        return unsaved
+    return stored
 
 
 def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
@@ -143,9 +160,15 @@ class RunSession:
                 assert run.result is not None
                 self.usage, self.journal = run.usage, {}
                 return run.result.output, list(run.result.all_messages())
-        except Exception:
+        except Exception as exc:
+            if is_storage_error(exc):  # nothing can be stored now: keep it for the retry
+                self._keep_unsaved(messages)
+                raise
             await self.close("failed", messages)
             raise
+
+    def _keep_unsaved(self, messages: Sequence[ModelMessage]) -> None:
+        _UNSAVED.put(self.job.run_key, list(with_journal(messages, self.journal)))
 
     async def record_tool_return(self, part: ToolReturnPart) -> None:
         """Store one finished tool call's return at once, after the response that made the call."""
@@ -158,8 +181,15 @@ class RunSession:
             await self._save(conn, status, messages)
 
     async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        """Store the session's final status (and any tokens not recorded yet)."""
-        await self.save(status, messages)
+        """Store the session's final status (and any tokens not recorded yet); when storage
+        is away the history is kept in this process for the retry."""
+        try:
+            await self.save(status, messages)
+        except Exception as exc:
+            if is_storage_error(exc):
+                self._keep_unsaved(messages)
+            raise
+        _UNSAVED.pop(self.job.run_key)
 
     async def _save(
         self, conn: AsyncConnection, status: str, messages: Sequence[ModelMessage]

@@ -24,7 +24,7 @@ from agents.effects import (
     result_key,
     step_key,
 )
-from agents.errors import PermanentError, RunError, TransientError
+from agents.errors import PermanentError, RunError, StorageError, TransientError
 from agents.file_transfer import fetch_attachments, share_produced
 from agents.plan import (
     COMMANDER,
@@ -169,6 +169,8 @@ async def _execute(
         else:
             await fetch_attachments(ctx, conversation)  # its prompt carries them
             result = await run_step(ctx.db, job, spec, model=model, files=files)
+    except StorageError:
+        raise  # not the step's failure: its job waits for the database and tries again
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
         return _failed(effect, exc.public, retryable=exc.retryable)

@@ -2,15 +2,19 @@
 Slack surface); they ack at once, parse, and hand the work to `bot/handlers.py`.
 
 Bolt (async, `process_before_response=False`) acknowledges events before it runs their
-listeners; interactive listeners call `ack()` first thing.
+listeners, after the global middlewares, which store what Flotilla acts on (messages:
+`listeners/messages.py`; clicks, submissions, commands, Home: `listeners/inbox.py`);
+interactive listeners call `ack()` first thing.
 """
 
 from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
+from bot.http import measure_requests
 from bot.listeners.admin import register_admin
 from bot.listeners.forms import register_forms
+from bot.listeners.inbox import register_inbox, replay
 from bot.listeners.messages import register_messages
 from bot.listeners.plan_card import register_plan_card
 from bot.service import SlackService
@@ -25,8 +29,11 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
         process_before_response=False,
     )
 
-    register_messages(app, service)
+    measure_requests(app, service)  # first: the time until the ack includes the stores
+    register_messages(app, service)  # events checked and recorded before the ack
+    register_inbox(app, service)  # every other request Flotilla acts on, stored before it
     register_forms(app, service)
     register_plan_card(app, service)
     register_admin(app, service)
+    service.recover_inbox_with(lambda: replay(app, service))
     return app

@@ -1,5 +1,5 @@
-"""Housekeeping of a serving process: processed-event ids are pruned after their retention,
-and the bytes of files past theirs are deleted.
+"""Housekeeping of a serving process: processed-event ids (and processed inbox rows) are
+pruned after their retention, and the bytes of files past theirs are deleted.
 
 The ids de-duplicate Slack's retries, which come within minutes; a day (the default
 retention) is far beyond them, and the table no longer grows forever. A file's record stays
@@ -27,12 +27,15 @@ def utcnow() -> datetime:
 async def prune_processed_events(
     db: Database, retention: timedelta, *, now: datetime | None = None
 ) -> int:
-    """Delete processed-event ids older than `retention`; returns how many went."""
+    """Delete processed-event ids, and processed inbox rows, older than `retention`;
+    returns how many went."""
     from storage.events import forget_processed_events_before
+    from storage.inbox import forget_processed_inbox_before
 
     cutoff = (now or utcnow()) - retention
     async with db.write() as conn:
-        return await forget_processed_events_before(conn, cutoff)
+        events = await forget_processed_events_before(conn, cutoff)
+        return events + await forget_processed_inbox_before(conn, cutoff)
 
 
 async def forget_expired_files(db: Database, *, now: datetime | None = None) -> int:

@@ -63,6 +63,7 @@ def options_from(settings: Settings) -> Options:
         form_answerers=settings.form_answerers,
         lease_seconds=settings.run_lease_seconds,
         heartbeat_seconds=settings.heartbeat_seconds,
+        inbox_claim_seconds=settings.inbox_claim_seconds,
         provider_keys=settings.provider_keys(),
         files=settings.file_policy(),
         file_origins=tuple(settings.file_hosts),
@@ -217,7 +218,6 @@ async def _serve(
 ) -> None:
     from bot.app import build_app
     from bot.housekeeping import housekeeping_forever
-    from bot.http import measure_requests
     from bot.metrics import meter
     from bot.secrets import TokenCipher
     from bot.service import SlackService
@@ -239,7 +239,6 @@ async def _serve(
     )
     secret = settings.slack_signing_secret
     app = build_app(service, signing_secret=secret.get_secret_value() if secret else None)
-    measure_requests(app, service)
     handler: AsyncSocketModeHandler | None = None
     try:
         if settings.socket_mode:

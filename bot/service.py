@@ -62,6 +62,9 @@ class Options:
     admin_cache_size: int = 1000  # people whose admin status is remembered (bounded)
     lease_seconds: float = 30.0
     heartbeat_seconds: float = 5.0
+    # a stored request (click, submission, command) not processed this long after it came
+    # is replayed by the inbox's recovery pass (its first handling was cut short)
+    inbox_claim_seconds: float = 60.0
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
     files: FilePolicy = field(default_factory=FilePolicy)  # what attachments are taken, kept
@@ -168,6 +171,10 @@ class SlackService:
         )
         self.executor = Executor(self.context, owner=self.owner)
         self.events = EventTasks()
+        # the inbox's recovery pass, given by the Bolt app (bot/app.py); run every few seconds
+        self.replay_inbox: Callable[[], Awaitable[int]] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._started = False
         # user -> (is admin, checked at); bounded: every person who clicks an admin button
         self._admins: LRUCache[str, tuple[bool, float]] = LRUCache(self.options.admin_cache_size)
 
@@ -198,10 +205,34 @@ class SlackService:
                 # only on first contact: agents an admin removed later never come back
                 await seed_default_agents(conn, team_id, self.clock())
         self.executor.start()
+        self._started = True
+        self._start_recovery()
+
+    def recover_inbox_with(self, replay: Callable[[], Awaitable[int]]) -> None:
+        """The inbox's recovery pass (it needs the Bolt app); run from now on while serving."""
+        self.replay_inbox = replay
+        self._start_recovery()
+
+    def _start_recovery(self) -> None:
+        if self._started and self.replay_inbox is not None and self._recovery is None:
+            self._recovery = asyncio.create_task(self._recover_forever(), name="inbox-recovery")
+
+    async def _recover_forever(self) -> None:
+        """Replay stored requests whose handling was cut short, now and every quarter of
+        their claim (a database outage ends one pass, not the loop)."""
+        while self.replay_inbox is not None:
+            try:
+                await self.replay_inbox()
+            except Exception as exc:
+                log.warning("the inbox's recovery pass failed: %s", exc)
+            await asyncio.sleep(self.options.inbox_claim_seconds / 4)  # the loop's period
 
     async def stop(self, grace: float = 0.0) -> list[str]:
         """Stop delivering; finish in-flight work within `grace` seconds, hand the rest
         over to other processes at once. Returns the keys handed over."""
+        if self._recovery is not None:
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
         handed = await self.executor.stop(grace)
         await asyncio.gather(*list(self.events.tasks), return_exceptions=True)
         return handed

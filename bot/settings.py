@@ -205,6 +205,13 @@ class Settings(BaseSettings):
         description="How often a running step renews its lease (and notices a cancel); "
         "less than half the lease.",
     )
+    inbox_claim_seconds: float = Field(
+        default=60.0,
+        ge=5,
+        validation_alias=AliasChoices("FLOTILLA_INBOX_CLAIM_SECONDS"),
+        description="A stored click, submission or command whose handling was cut short "
+        "(a crash after the ack) is replayed after this many seconds.",
+    )
 
     @field_validator("file_types", "file_hosts", mode="before")
     @classmethod

@@ -63,6 +63,15 @@ class OutboxRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class InboxRecord:
+    id: int
+    key: str
+    kind: str
+    body: dict[str, Any]
+    attempts: int  # claims so far (2+: its first handling was cut short)
+
+
+@dataclass(frozen=True, slots=True)
 class AgentRunRecord:
     run_key: str
     agent_name: str

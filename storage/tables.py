@@ -207,6 +207,25 @@ class ProcessedEvent(Base):
     processed_at: Mapped[datetime] = mapped_column(Timestamp)
 
 
+class InboxEntry(Base):
+    """An interaction, slash command or Home opening Flotilla acts on, stored before Slack
+    gets its ack (`key`: Slack's ids, for de-duplication). `processed_at` is set once its
+    work is done; a row left unprocessed after its claim ran out is replayed."""
+
+    __tablename__ = "inbox"
+    __table_args__ = (Index("ix_inbox_pending", "processed_at", "claimed_until"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(300), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    body: Mapped[dict[str, Any]] = mapped_column(Json)
+    received_at: Mapped[datetime] = mapped_column(Timestamp)
+    # the process handling it holds it until then; afterwards a recovery pass may take it
+    claimed_until: Mapped[datetime] = mapped_column(Timestamp)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    processed_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+
 class OutboxEntry(Base):
     """A side effect decided inside a transaction and performed after its commit."""
 

@@ -17,12 +17,13 @@ from slack_bolt.async_app import AsyncAck, AsyncRespond
 from bot.listeners.inbound import InvalidPayload, Url
 
 log = logging.getLogger(__name__)
-TRY_AGAIN = "Something went wrong on my side; please try again."
+TRY_AGAIN = "Something went wrong on my side – please try again."
 UNREADABLE = "I could not read that request; nothing was changed."
 # what the guard itself needs from Bolt, whatever the listener asks for
-_NEEDS = ("ack", "body", "respond")
+_NEEDS = ("ack", "body", "respond", "context")
 _URL: TypeAdapter[str] = TypeAdapter(Url)
 Listener = Callable[..., Awaitable[None]]
+INBOX_DONE = "flotilla_inbox_done"  # set by the inbox middleware (bot/listeners/inbox.py)
 
 
 def sentence_view(text: str) -> dict[str, Any]:
@@ -50,6 +51,9 @@ def guarded(listener: Listener) -> Listener:
         except Exception:  # the operator gets the traceback once, the person a sentence
             log.exception("%s failed", name)
             await answer(kwargs["ack"], kwargs["body"], kwargs["respond"], TRY_AGAIN)
+        done = kwargs["context"].get(INBOX_DONE)
+        if done is not None:  # its stored inbox row: processed (see listeners/inbox.py)
+            await done()
 
     extra = [
         inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)

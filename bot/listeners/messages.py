@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 
+from agents.inbox import retry_storage
 from bot import handlers
 from bot.listeners.inbound import RECORDED_EVENTS, InvalidPayload, check_event
 
@@ -42,11 +43,13 @@ def register_messages(app: AsyncApp, service: SlackService) -> None:
             return BoltResponse(status=400, body={"error": "invalid event"})
         event = body.get("event")
         if isinstance(event, dict) and kind in RECORDED_EVENTS:
-            try:
+            try:  # retried briefly while the database is busy (a burst on SQLite)
                 if event["type"] == "app_mention":
-                    await handlers.on_mention(service, event, body.get("event_id"))
+                    await retry_storage(
+                        lambda: handlers.on_mention(service, event, body.get("event_id"))
+                    )
                 else:
-                    await handlers.on_message(service, event)
+                    await retry_storage(lambda: handlers.on_message(service, event))
             except Exception:
                 log.exception(
                     "could not record a %s event; Slack will send it again", event["type"]

@@ -23,7 +23,7 @@ from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import plans
 from tests.e2e.slice.test_bad_input import mention_body, post, signed
 
-TRY_AGAIN = "Something went wrong on my side; please try again."
+TRY_AGAIN = "Something went wrong on my side – please try again."
 NESTED = "[" * 100_000 + "]" * 100_000
 
 

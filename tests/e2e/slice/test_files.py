@@ -404,3 +404,26 @@ async def test_a_file_attached_to_a_form_answer_reaches_the_next_step(
         async with run.service.db.read() as conn:
             stored = await load_run(conn, run_key)
         assert stored is not None and "Pro,29 EUR" in str(stored.messages)  # read_file read it
+
+
+def researcher_writes(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
+    if agent_of(info) != "researcher" or answered(messages):
+        return None
+    args = {"name": "../findings.csv", "content_type": "text/csv", "text": "a,b\n1,2\n"}
+    return call("write_file", args)
+
+
+async def test_an_agent_with_its_own_app_uploads_under_that_app(
+    start: Callable[..., Any],
+) -> None:
+    prompts = Prompts()
+    async with start(model=prompts.model(script=researcher_writes)) as run:
+        root = run.ask(RESEARCH)
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        uploads = file_messages(run, root)
+        assert [names(run, m) for m in uploads] == [["findings.csv"]]  # no way out of its folder
+        researcher = run.stack.agent_apps["researcher"]
+        assert uploads[0].bot_id == researcher.bot_id  # the agent's own app, its own token
+        plan = await run.plan(root)
+        assert plan.steps[0].output_files == ("findings.csv",)

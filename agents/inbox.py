@@ -188,3 +188,12 @@ async def stored_result(
         return None
     result = result_from_history(load_messages(run.messages))
     return StepSucceeded(index=step_index, attempt=attempt, summary=result.summary, files=files)
+
+
+async def record_attachments(
+    db: Database, now: datetime, conversation_id: int, where: str, files: tuple[ReceivedFile, ...]
+) -> None:
+    """Files that came with something other than a message (a form's answer), recorded with
+    the conversation under `where` (the form's message); each once."""
+    async with db.write() as conn:
+        await record_received(conn, conversation_id, where, files, now)

@@ -29,7 +29,7 @@ class _Strict(BaseModel):
 class FormField(_Strict):
     name: str  # machine key, [a-z][a-z0-9_]{0,39}
     label: str  # shown to the person (<= 2000 chars, Slack's label limit)
-    kind: Literal["text", "long_text", "select"] = "text"
+    kind: Literal["text", "long_text", "select", "file"] = "text"  # file: attachments
     options: list[str] = []  # required (1..100) for "select", empty otherwise
     required: bool = True
 

@@ -7,14 +7,20 @@ or a job. They return refusals as sentences (shown ephemerally by the listener).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agents import step_runs
 from agents.errors import OperationRejected
 from agents.files import FilePolicy, refusal, refusal_note
-from agents.inbox import Incoming, record_reply, record_request, stored_result
+from agents.inbox import (
+    Incoming,
+    record_attachments,
+    record_reply,
+    record_request,
+    stored_result,
+)
 from agents.plan import CancelPlan, StepAnswered
 from agents.step_runs import ids
 from bot.listeners.payloads import (
@@ -176,8 +182,10 @@ async def answer_form(
     channel: str,
     thread_ts: str,
     message_ts: str | None,
+    files: Sequence[SlackFile] = (),
 ) -> str | None:
-    """Record a form's answer. Returns a refusal sentence, or None when it was accepted."""
+    """Record a form's answer (and the files attached to it). Returns a refusal sentence, or
+    None when it was accepted."""
     conversation = await service.find_conversation(channel, thread_ts)
     plan = await service.reconciler.plan(conversation.id) if conversation else None
     step = plan.step(key.step_index) if plan is not None else None
@@ -209,6 +217,8 @@ async def answer_form(
     )
     if decision is None or decision.before is None or not decision.changed:
         return "This form was already answered."
+    if files:
+        await _form_files(service, conversation, message_ts or key.encode(), files)
     log.info(
         "form answered",
         extra=ids(conversation) | {"plan": key.plan_id, "step": key.step_index,
@@ -226,6 +236,21 @@ async def answer_form(
             channel=channel, ts=message_ts, text=text, blocks=[b.to_dict() for b in blocks]
         )
     return None
+
+
+async def _form_files(
+    service: SlackService,
+    conversation: ConversationRecord,
+    where: str,
+    files: Sequence[SlackFile],
+) -> None:
+    """A form answer's attachments: recorded with the conversation (the next steps' runs fetch
+    them); the ones not taken get a sentence."""
+    received = tuple(_received(f, service.options.files) for f in files)
+    await record_attachments(service.db, service.clock(), conversation.id, where, received)
+    refused = _refused(Incoming(channel=conversation.channel_id, ts=where, text="", files=received))
+    if refused is not None:
+        service.events.start(lambda: _say(service, conversation, refused))
 
 
 def _closed(status: str, answered_by: str | None) -> str:

@@ -147,7 +147,8 @@ class Driver:
         return view
 
     def fill(self, who: Who, values: dict[str, Any]) -> View:
-        """Type into the open modal's inputs; keys are block_id or action_id."""
+        """Type into the open modal's inputs; keys are block_id or action_id. A file input
+        takes attachments, (name, bytes, mimetype or None) each, given to the modal's app."""
         view = self.open_view(who)
         for block in view.spec.get("blocks", []):
             if block.get("type") != "input":
@@ -155,11 +156,25 @@ class Driver:
             element = block["element"]
             for key in (block["block_id"], element.get("action_id")):
                 if key in values:
+                    value = values[key]
+                    if element.get("type") == "file_input":
+                        value = self._form_files(who, view, value)
                     view.state_values.setdefault(block["block_id"], {})[element["action_id"]] = (
-                        input_value(element, values[key])
+                        input_value(element, value)
                     )
         self.state.changed()
         return view
+
+    def _form_files(self, who: Who, view: View, attachments: Sequence[Attachment]) -> list[Json]:
+        """Files a person picks in a modal's file input, as Slack's file objects."""
+        person = self.person(who)
+        store = self.state.files
+        files = [
+            store.add(name, data, user=person.id, mimetype=kind) for name, data, kind in attachments
+        ]
+        for file in files:
+            file.granted.add(view.app_id)
+        return [store.shape(self.state.team_id, f, domain=self.state.domain) for f in files]
 
     async def submit(self, who: Who, values: dict[str, Any] | None = None) -> SubmissionOutcome:
         """Fill (optionally) and press Submit; required inputs left empty are refused as Slack's
@@ -334,6 +349,8 @@ def input_value(element: Json, value: Any) -> Json:
         return {"type": kind, "selected_options": [_option(element, v) for v in value or []]}
     if kind in _SELECTED:
         return {"type": kind, _SELECTED[kind]: value}
+    if kind == "file_input":
+        return {"type": kind, "files": list(value or [])}
     return {"type": kind, "value": None if value is None else str(value)}
 
 

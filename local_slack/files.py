@@ -58,6 +58,7 @@ class LocalFile:
     completed: bool = True
     channels: list[str] = field(default_factory=list)  # where it is shared
     shares: dict[str, list[str]] = field(default_factory=dict)  # channel -> message ts
+    granted: set[str] = field(default_factory=set)  # apps a person gave it to (a form's file)
 
     @property
     def size(self) -> int:

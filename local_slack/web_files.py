@@ -20,8 +20,9 @@ TITLE_MAX = 255
 
 
 def _visible(call: Call, file: LocalFile) -> bool:
-    """An app sees files it uploaded and files shared where its bot is a member."""
-    if file.app_id == call.app.app_id:
+    """An app sees files it uploaded, files a person gave it in a form, and files shared
+    where its bot is a member."""
+    if file.app_id == call.app.app_id or call.app.app_id in file.granted:
         return True
     channels = call.state.channels
     return any(c in channels and call.app.bot_user_id in channels[c].members for c in file.channels)
@@ -150,8 +151,10 @@ async def handle_download(request: web.Request) -> web.Response:
     if file is None or file.data is None or "files:read" not in app.scopes:
         return web.Response(status=404, text="Not Found")
     channels = ws.state.channels
-    visible = file.app_id == app.app_id or any(
-        c in channels and app.bot_user_id in channels[c].members for c in file.channels
+    visible = (
+        file.app_id == app.app_id
+        or app.app_id in file.granted
+        or any(c in channels and app.bot_user_id in channels[c].members for c in file.channels)
     )
     if not visible:
         return web.Response(status=404, text="Not Found")

@@ -18,6 +18,7 @@ from bot.listeners.inbound import (
     BlockActions,
     Body,
     FormMetadata,
+    InboundFile,
     InvalidPayload,
     ViewSubmission,
     form_key,
@@ -31,6 +32,7 @@ from bot.views.forms import (
     FormKey,
     form_modal,
     inline_value,
+    modal_files,
     modal_values,
 )
 
@@ -81,6 +83,10 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         key = form_key(metadata.key)
         _title, _question, form = await _form_of(service, metadata.channel, metadata.thread_ts, key)
         values, errors = modal_values(submission.view.state, form)
+        files = [
+            parse(InboundFile, f, "a form's attachment")
+            for f in modal_files(submission.view.state, form)
+        ]
         if errors:
             await ack(response_action="errors", errors=errors)
             return
@@ -94,6 +100,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             channel=metadata.channel,
             thread_ts=metadata.thread_ts,
             message_ts=metadata.message_ts,
+            files=files,
         )
         if refusal:
             await client.chat_postEphemeral(

@@ -18,6 +18,7 @@ from slack_sdk.models.blocks import (
     ButtonElement,
     ContextBlock,
     InputBlock,
+    InputInteractiveElement,
     MarkdownTextObject,
     Option,
     PlainTextInputElement,
@@ -61,7 +62,25 @@ def fields_of(form: FormSpec | None) -> list[FormField]:
     return list(form.fields) if form and form.fields else [DEFAULT_FIELD]
 
 
+class FileInputElement(InputInteractiveElement):
+    """Block Kit's `file_input` (modals only; slack_sdk has no class for it)."""
+
+    type = "file_input"
+    MAX_FILES = 10  # Slack's limit
+
+    @property
+    def attributes(self) -> set[str]:  # type: ignore[override]
+        return super().attributes.union({"max_files", "filetypes"})
+
+    def __init__(self, *, action_id: str, max_files: int = MAX_FILES, **others: Any) -> None:
+        super().__init__(action_id=action_id, type=self.type)
+        self.max_files = max_files
+        self.filetypes = others.get("filetypes")
+
+
 def _element(field: FormField, action_id: str, *, dispatch: bool = False) -> Any:
+    if field.kind == "file":
+        return FileInputElement(action_id=action_id)
     if field.kind == "select":
         return StaticSelectElement(
             action_id=action_id,
@@ -89,7 +108,7 @@ def form_message(
         blocks.append(
             ActionsBlock(block_id=key.encode(), elements=[_element(fields[0], INLINE_ACTION)])
         )
-    elif len(fields) == 1:
+    elif len(fields) == 1 and fields[0].kind != "file":  # file inputs live in modals only
         blocks.append(
             InputBlock(
                 block_id=key.encode(),
@@ -158,7 +177,21 @@ def modal_values(
     return values, errors
 
 
+def modal_files(state: Mapping[str, Any], form: FormSpec | None) -> list[dict[str, Any]]:
+    """The files attached in a modal's file fields (Slack's file objects, as submitted)."""
+    blocks = state.get("values", {})
+    found: list[dict[str, Any]] = []
+    for field in fields_of(form):
+        if field.kind == "file":
+            raw = blocks.get(f"field:{field.name}", {}).get("value", {})
+            found += [f for f in raw.get("files") or [] if isinstance(f, dict)]
+    return found
+
+
 def _value_of(raw: Mapping[str, Any]) -> str:
+    if raw.get("type") == "file_input":  # the answer names the files; they are kept apart
+        names = [str(f.get("name") or f.get("id") or "") for f in raw.get("files") or []]
+        return ", ".join(n for n in names if n)
     if raw.get("type") == "static_select":
         selected = raw.get("selected_option") or {}
         return str(selected.get("value", "")).strip()

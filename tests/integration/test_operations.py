@@ -171,3 +171,26 @@ async def test_the_outbox_backlog_is_read_at_scrape_time(db: Database) -> None:
     text = metrics.exposition().decode()
     assert "flotilla_outbox_pending 3.0" in text
     assert "flotilla_outbox_oldest_pending_seconds 90.0" in text
+
+
+async def test_housekeeping_deletes_expired_file_bytes(db: Database) -> None:
+    from bot.housekeeping import forget_expired_files
+    from storage.conversations import open_conversation
+    from storage.files import ByteStore, conversation_files, record_produced
+
+    now = datetime.now(UTC)
+    async with db.write() as conn:
+        conversation = await open_conversation(
+            conn, team_id="T1", channel_id="C1", thread_ts="1.000001",
+            requested_by="U1", request_text="hi", now=now,
+        )  # fmt: skip
+        await record_produced(
+            conn, key="k", conversation_id=conversation.id, run_key="r", plan_id=None,
+            step_index=None, name="note.md", mimetype="text/markdown", data=b"# hi",
+            store=ByteStore(retention=timedelta(days=7)), now=now,
+        )  # fmt: skip
+    assert await forget_expired_files(db, now=now + timedelta(days=6)) == 0
+    assert await forget_expired_files(db, now=now + timedelta(days=7)) == 1
+    async with db.read() as conn:
+        (file,) = await conversation_files(conn, conversation.id)
+    assert (file.name, file.size, file.has_bytes) == ("note.md", 4, False)  # the record stays

@@ -107,3 +107,25 @@ def test_media_goes_to_the_model_only_when_its_profile_reads_it() -> None:
     )
     assert pdf_only("application/pdf") and not pdf_only("application/msword")
     assert not media_reader("openai:gpt-5")("image/png")  # a model not built yet: names only
+
+
+def test_a_file_field_is_asked_in_a_modal_and_answered_with_the_files_names() -> None:
+    from agents.plan import FormField, FormSpec
+    from bot.views.forms import FormKey, form_message, form_modal, modal_files, modal_values
+
+    form = FormSpec(fields=[FormField(name="prices", label="The price list", kind="file")])
+    key = FormKey(1, 2, 1, 1)
+    _text, blocks = form_message(key, title="t", question="q", form=form, ask="U1")
+    assert blocks[-1].to_dict()["elements"][0]["action_id"] == "flotilla_form_open"  # a modal
+    modal = form_modal(key, title="t", question="q", form=form, metadata={}).to_dict()
+    assert modal["blocks"][-1]["element"] == {
+        "type": "file_input",
+        "action_id": "value",
+        "max_files": 10,
+    }
+    files = [{"id": "F1", "name": "a.csv"}, {"id": "F2", "name": "b.pdf"}]
+    state = {"values": {"field:prices": {"value": {"type": "file_input", "files": files}}}}
+    assert modal_values(state, form) == ({"prices": "a.csv, b.pdf"}, {})
+    assert modal_files(state, form) == files
+    empty = {"values": {"field:prices": {"value": {"type": "file_input", "files": []}}}}
+    assert modal_values(empty, form) == ({}, {"field:prices": "The price list is required."})

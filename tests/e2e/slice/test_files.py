@@ -356,3 +356,74 @@ async def test_an_attached_image_is_sent_to_a_model_that_reads_images(
             ("commander", "chart.png"),
         ]
         assert "chart.png (image/png, 66 bytes): sent with this message" in prompts.of("writer")
+
+
+FORM_PLAN = [
+    {"index": 1, "title": "Give the price list", "assignee": "user",
+     "input": "Attach our current price list.",
+     "form": {"fields": [{"name": "prices", "label": "The price list", "kind": "file"}]}},
+    {"index": 2, "title": "Read it", "assignee": "researcher",
+     "input": "Compare the tiers.\\nGiven: {{step_1.output_summary}}", "wait_for": [1]},
+]  # fmt: skip
+
+
+def reads_the_forms_file(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
+    if agent_of(info) != "researcher" or answered(messages):
+        return None
+    return call("read_file", {"name": "prices.csv"})
+
+
+async def test_a_file_attached_to_a_form_answer_reaches_the_next_step(
+    start: Callable[..., Any],
+) -> None:
+    prompts = Prompts()
+    script = combine(plans({"tiers": FORM_PLAN}), reads_the_forms_file)
+    async with start(model=prompts.model(script=script)) as run:
+        root = run.ask("compare the tiers of our price list")
+        form = await run.says(root, "needs your input")
+        await run.driver.click("maya", form, OPEN_ACTION)
+        await run.modal("maya")
+        modal = run.stack.workspace.state.top_modal(run.driver.person("maya").id)
+        assert modal is not None
+        assert modal.spec["blocks"][-1]["element"]["type"] == "file_input"
+        files = [("prices.csv", PRICES, "text/csv"), ("tool.exe", b"MZ", None)]
+        await run.driver.submit("maya", {"field:prices": files})
+        said = await run.says(root, "I cannot use this attachment", from_="Flotilla")
+        assert "tool.exe" in said.text
+        await run.says(root, "Answered by")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        assert plan.steps[0].output_summary is not None
+        assert "prices.csv, tool.exe" in plan.steps[0].output_summary  # the answer names them
+        prompt = prompts.of("researcher")
+        assert "- prices.csv (text/csv, 44 bytes)" in prompt.split("Files attached later")[1]
+        run_key = f"plan:{plan.id}:step:2:attempt:1"
+        from storage.runs import load_run
+
+        async with run.service.db.read() as conn:
+            stored = await load_run(conn, run_key)
+        assert stored is not None and "Pro,29 EUR" in str(stored.messages)  # read_file read it
+
+
+def researcher_writes(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
+    if agent_of(info) != "researcher" or answered(messages):
+        return None
+    args = {"name": "../findings.csv", "content_type": "text/csv", "text": "a,b\n1,2\n"}
+    return call("write_file", args)
+
+
+async def test_an_agent_with_its_own_app_uploads_under_that_app(
+    start: Callable[..., Any],
+) -> None:
+    prompts = Prompts()
+    async with start(model=prompts.model(script=researcher_writes)) as run:
+        root = run.ask(RESEARCH)
+        await run.says(root, "[offline model] commander:")
+        await run.quiesce()
+        uploads = file_messages(run, root)
+        assert [names(run, m) for m in uploads] == [["findings.csv"]]  # no way out of its folder
+        researcher = run.stack.agent_apps["researcher"]
+        assert uploads[0].bot_id == researcher.bot_id  # the agent's own app, its own token
+        plan = await run.plan(root)
+        assert plan.steps[0].output_files == ("findings.csv",)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from bench.chaos.drive import Window, pause, under_chaos
-from bench.chaos.measure import Figures, format_counts, plan_figures, seconds
+from bench.chaos.measure import Figures, format_counts, plan_figures, resolved, seconds
 from bench.chaos.postgres import ThrowawayPostgres
 from bench.chaos.proxy import RoundRobinProxy
 from bench.chaos.stack import Stack
@@ -70,13 +70,17 @@ async def replicas(
         await postgres.destroy()
 
 
-async def sqlite_kills(folder: Path, window: Window, seed: int, kills: int) -> Figures:
+async def sqlite_kills(
+    folder: Path, window: Window, seed: int, kills: int, burst: int = 0
+) -> Figures:
+    """Experiment 2; with `burst`, that many mentions are sent at once first (before the kills)."""
     rng = random.Random(seed)
     stack = Stack(folder, f"sqlite+aiosqlite:///{folder / 'flotilla.db'}")
     await stack.start()
     takeovers: list[asyncio.Task[float | None]] = []
     try:
         await stack.spawn()
+        burst_mentions = [stack.mention() for _ in range(burst)]
 
         async def chaos(stop: asyncio.Event) -> None:
             start = time.monotonic()
@@ -90,13 +94,16 @@ async def sqlite_kills(folder: Path, window: Window, seed: int, kills: int) -> F
         measured, _ = await _takeovers(takeovers)
         figures = Figures(f"Experiment 2: one replica on SQLite, kill -9 at {kills} random moments")
         figures.notes += [
-            f"{window.plans} plans over {window.seconds:g} s, then up to {window.drain:g} s "
-            f"to finish (took {drained:.0f} s); seed {seed}",
+            f"{burst} mentions at once, then {window.plans} plans over {window.seconds:g} s, "
+            f"then up to {window.drain:g} s to finish (took {drained:.0f} s); seed {seed}",
             "run lease 5 s, heartbeat 1 s; the killed process is restarted at once (a new "
             "owner: its old leases expire first)",
         ]
         plan_figures(stack, figures)
         figures.add("kills (SIGKILL)", stack.killed)
+        if burst:
+            lost = sum(not resolved(stack, m) for m in burst_mentions)
+            figures.add(f"of them a burst of {burst} mentions at once: lost", lost)
         figures.add("kill -> the killed process's runs taken over", seconds(measured))
         return figures
     finally:

@@ -61,7 +61,7 @@ class Figures:
     rows: dict[str, str] = field(default_factory=dict)
 
     def add(self, name: str, value: object) -> None:
-        self.rows[name] = str(value)
+        self.rows[name] = " ".join(str(value).split()).replace("|", "\\|")
 
     def table(self) -> str:
         lines = [f"### {self.title}", ""]

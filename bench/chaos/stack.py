@@ -174,8 +174,8 @@ class Stack:
         """SIGKILL `victim`; a task that measures the takeover of the runs it held."""
         assert victim.process is not None
         pid = victim.process.pid
-        try:
-            keys = await self.leases_of(victim)
+        try:  # the steps it was running (not commander turns)
+            keys = [key for key in await self.leases_of(victim) if ":step:" in key]
         except Exception:  # the database is down: nothing to measure
             keys = []
         await victim.kill()

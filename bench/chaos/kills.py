@@ -43,12 +43,21 @@ async def replicas(
         for _ in range(3):
             proxy.backends.append((await stack.spawn()).url)
 
+        replacements: list[asyncio.Task[None]] = []
+
+        async def replace() -> None:  # a new replica joins the proxy once it serves
+            proxy.backends.append((await stack.spawn()).url)
+
         async def chaos(stop: asyncio.Event) -> None:
             while not await pause(stop, rng.uniform(*kill_every)):
-                victim = rng.choice(stack.alive())
+                serving = [p for p in stack.alive() if p.url in proxy.backends]
+                if len(serving) < 2:
+                    continue  # the last serving replica is spared until another serves
+                victim = rng.choice(serving)
                 proxy.backends.remove(victim.url)
                 takeovers.append(await stack.kill(victim, TAKEOVER_TIMEOUT))
-                proxy.backends.append((await stack.spawn()).url)
+                replacements.append(asyncio.create_task(replace()))
+            await asyncio.gather(*replacements)
 
         drained = await under_chaos(stack, window, rng, chaos)
         measured, _ = await _takeovers(takeovers)

@@ -169,7 +169,8 @@ def plan_figures(stack: Stack, figures: Figures) -> None:
     )
     figures.add(
         "requests lost",
-        f"{len(lost)} ({len(lost_acked)} of them acked by Flotilla)",
+        f"{len(lost)} ({len(lost_acked)} acked by Flotilla, {len(lost) - len(lost_acked)} "
+        "never acked in Slack's 4 attempts)",
     )
     figures.add("duplicate dispatches", sum(o.duplicate_dispatches for o in outcomes))
     figures.add("duplicate answers", sum(o.duplicate_answers for o in outcomes))
@@ -181,6 +182,12 @@ def plan_figures(stack: Stack, figures: Figures) -> None:
     if tracebacks(stack.raw_logs()):
         figures.add("what the tracebacks were", traceback_messages(stack.raw_logs()))
     figures.add("secrets found in logs", secrets_in_logs(stack))
+    if stack.startups:
+        figures.add(
+            "`flotilla run` start -> serving",
+            f"median {statistics.median(stack.startups):.1f} s, max {max(stack.startups):.1f} s "
+            f"({len(stack.startups)} starts)",
+        )
 
 
 def _model_requests(stack: Stack) -> str:

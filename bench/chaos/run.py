@@ -25,14 +25,14 @@ async def experiment(number: int, quick: bool, seed: int) -> Figures:
     with tempfile.TemporaryDirectory(prefix="flotilla-chaos-") as tmp:
         folder = Path(tmp)
         if number == 1:
-            window = Window(12, 40, 120) if quick else Window(50, 150, 240)
+            window = Window(12, 40, 150) if quick else Window(50, 150, 240)
             return await kills.replicas(folder, window, seed, (5.0, 15.0))
         if number == 2:
-            window = Window(10, 40, 120) if quick else Window(40, 150, 240)
+            window = Window(10, 40, 150) if quick else Window(40, 240, 240)
             kill_count, burst = (6, 10) if quick else (30, 30)
             return await kills.sqlite_kills(folder, window, seed, kill_count, burst)
         if number == 3:
-            window = Window(20, 45, 120) if quick else Window(100, 180, 300)
+            window = Window(20, 45, 150) if quick else Window(100, 180, 300)
             return await outages.postgres_outages(folder, window, seed, (5.0, 20.0))
         if number == 4:
             window = Window(10, 30, 150) if quick else Window(40, 120, 300)

@@ -85,16 +85,24 @@ async def send_all(
         await asyncio.gather(*(one(n, r) for n, r in enumerate(requests)))
 
 
-async def stored_rows(stack: Stack) -> int:
+async def stored_rows(stack: Stack) -> Counter[str]:
+    """Rows in the tables a Slack request can fill, by table."""
+    found: Counter[str] = Counter()
     async with stack.db.read() as conn:
-        found = 0
         for table in STORED_TABLES:
-            found += (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
-        return int(found)
+            found[table] = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+    return found
 
 
-def slack_writes(stack: Stack) -> int:
-    return sum(method in SLACK_WRITES for method, _ in stack.workspace.api_log)
+def slack_writes(stack: Stack) -> Counter[str]:
+    """Web API calls that post or show something, by method."""
+    return Counter(method for method, _ in stack.workspace.api_log if method in SLACK_WRITES)
+
+
+def grown(after: Counter[str], before: Counter[str]) -> str:
+    """'N (where: n, …)' – how many more than before, and where."""
+    more = after - before
+    return f"{sum(more.values())} ({format_counts(more)})" if more else "0"
 
 
 async def bad_inputs(folder: Path, seed: int, count: int) -> Figures:
@@ -139,8 +147,8 @@ async def bad_inputs(folder: Path, seed: int, count: int) -> Figures:
         if tracebacks(process.raw):
             figures.add("what the tracebacks were", traceback_messages(process.raw))
         figures.add("log lines written", len(process.raw))
-        figures.add("rows stored from the input", await stored_rows(stack) - rows)
-        figures.add("Slack writes caused (posts, views)", slack_writes(stack) - writes)
+        figures.add("rows stored from the input", grown(await stored_rows(stack), rows))
+        figures.add("Slack writes caused (posts, views)", grown(slack_writes(stack), writes))
         figures.add("process still serving", "yes" if stack.alive() else "NO")
         figures.add("secrets found in logs", secrets_in_logs(stack))
         return figures

@@ -172,6 +172,8 @@ def plan_figures(stack: Stack, figures: Figures) -> None:
         f"{len(lost)} ({len(lost_acked)} acked by Flotilla, {len(lost) - len(lost_acked)} "
         "never acked in Slack's 4 attempts)",
     )
+    told = trouble_told(stack)
+    figures.add("trouble sentences people saw", f"{sum(told.values())}: {format_trouble(told)}")
     figures.add("duplicate dispatches", sum(o.duplicate_dispatches for o in outcomes))
     figures.add("duplicate answers", sum(o.duplicate_answers for o in outcomes))
     figures.add("duplicate notices", sum(o.duplicate_notices for o in outcomes))
@@ -188,6 +190,28 @@ def plan_figures(stack: Stack, figures: Figures) -> None:
             f"median {statistics.median(stack.startups):.1f} s, max {max(stack.startups):.1f} s "
             f"({len(stack.startups)} starts)",
         )
+
+
+TROUBLE = ("could not", "trouble", "try again", "in time", "went wrong", "failed")
+
+
+def trouble_told(stack: Stack) -> Counter[str]:
+    """Flotilla's messages in the threads that tell people something went wrong."""
+    channel = _channel_id(stack)
+    told: Counter[str] = Counter()
+    for mention in stack.mentions:
+        for message in stack.workspace.state.thread(channel, mention.root.ts):
+            kind, payload = _meta(message)
+            card = str(payload.get("key", "")).endswith(":card")
+            if message.user == mention.root.user or kind in (DISPATCH, RESULT) or card:
+                continue
+            if any(word in message.text.lower() for word in TROUBLE):
+                told[message.text[:90]] += 1
+    return told
+
+
+def format_trouble(told: Counter[str]) -> str:
+    return "; ".join(f"{n}× “{text}”" for text, n in told.most_common(3)) or "none"
 
 
 def _model_requests(stack: Stack) -> str:

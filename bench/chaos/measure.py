@@ -94,7 +94,8 @@ def _channel_id(stack: Stack) -> str:
 
 
 def model_paid_twice(stack: Stack) -> int:
-    """Prompts the model server answered in full (200) and was then sent again."""
+    """Prompts the model server answered in full (200, to a client still there) and was then
+    sent again."""
     by_prompt: dict[str, list[int | None]] = {}
     for request in stack.model.requests:
         prompt = json.dumps(request.body.get("messages"), sort_keys=True)

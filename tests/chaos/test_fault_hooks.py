@@ -3,12 +3,13 @@ errors, a hang that drops the connection) and the local workspace's 429 fault ra
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import aiohttp
 
 from local_slack.ratelimit import RateLimiter
-from tests.fakes.openai_server import HANG, FakeOpenAI
+from tests.fakes.openai_server import CLIENT_GONE, HANG, FakeOpenAI
 
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -54,3 +55,26 @@ def test_the_rate_limiter_answers_429_at_its_fault_rate_except_for_exempt_method
     assert len(limiter.limited) == answers.count(1)
     assert all(limiter.retry_after("auth.test", "A1", None) is None for _ in range(50))
     assert RateLimiter().retry_after("chat.postMessage", "A1", "C1") is None  # off by default
+
+
+async def test_an_answer_nobody_waits_for_any_more_is_recorded_as_such() -> None:
+    """A process killed mid-request did not get (nor pay for) the answer: the chaos suite
+    counts a prompt as paid twice only after an answer that reached its client."""
+    model = FakeOpenAI(latency=0.5)
+    await model.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            request = session.post(
+                f"{model.base_url}/chat/completions", json=BODY,
+                headers={"Authorization": "Bearer sk-test"},
+            )  # fmt: skip
+            try:
+                async with asyncio.timeout(0.1):
+                    await request
+            except TimeoutError:
+                pass  # the client hangs up before the answer is ready
+        await asyncio.sleep(0.8)
+        assert await post(model.base_url) == 200
+    finally:
+        await model.close()
+    assert [r.status for r in model.requests] == [CLIENT_GONE, 200]

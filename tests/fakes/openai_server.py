@@ -76,6 +76,7 @@ def message_item(text: str) -> dict[str, Any]:
 
 
 HANG = 0  # a fault kind: no answer, the connection is dropped after `hang_seconds`
+CLIENT_GONE = 499  # recorded when the client hung up before its answer was ready (nginx's 499)
 
 
 @dataclass
@@ -83,7 +84,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
-    status: int | None = None  # the status answered; HANG when dropped; None while pending
+    # the status answered; HANG when dropped, CLIENT_GONE when nobody was left to answer
+    status: int | None = None
 
 
 @dataclass
@@ -202,7 +204,8 @@ class FakeOpenAI:
         if self.latency:
             await asyncio.sleep(self.latency)
         message = self.respond(body)
-        recorded.status = 200
+        gone = request.transport is None or request.transport.is_closing()
+        recorded.status = CLIENT_GONE if gone else 200
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = len(json.dumps(body["messages"])) // 4
         completion_tokens = len(json.dumps(message)) // 4

@@ -43,7 +43,9 @@ async def experiment(number: int, quick: bool, seed: int) -> Figures:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.chaos", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--experiment", "-e", type=int, action="append", choices=range(1, 6),
         help="run this experiment (repeat for more); default: all five",

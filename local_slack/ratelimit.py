@@ -1,11 +1,15 @@
 """Slack's Web API rate limits: per-method tiers per app, and chat.postMessage about one
 message per second per channel with short bursts. Off by default; answers are HTTP 429 with
 `Retry-After` (whole seconds), as Slack sends them.
+
+For chaos tests, `fault_rate` answers that share of calls (drawn from `rng`, methods in
+`exempt` excepted) with a 429 of `Retry-After: 1` whatever the buckets say.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,8 +67,14 @@ class RateLimiter:
         enabled: bool = False,
         channel_burst: int = 3,
         clock: Callable[[], float] = time.monotonic,
+        fault_rate: float = 0.0,
+        rng: random.Random | None = None,
+        exempt: frozenset[str] = frozenset(),
     ) -> None:
         self.enabled = enabled
+        self.fault_rate = fault_rate
+        self.rng = rng or random.Random(0)
+        self.exempt = exempt
         self.channel_burst = channel_burst
         self.clock = clock
         self.limited: list[tuple[str, str]] = []  # (method, key) of every 429 answered
@@ -76,6 +86,9 @@ class RateLimiter:
         return self._buckets[key]
 
     def retry_after(self, method: str, app_id: str, channel: str | None) -> int | None:
+        if self.fault_rate and method not in self.exempt and self.rng.random() < self.fault_rate:
+            self.limited.append((method, channel or app_id))
+            return 1
         if not self.enabled:
             return None
         now = self.clock()

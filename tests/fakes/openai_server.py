@@ -6,13 +6,19 @@ Tests script it: `respond` maps a Chat Completions body to the next assistant me
 or tool calls), `respond_responses` maps a Responses body to the next output items, and
 `fail_next(status, times)` makes the next requests (of either kind) fail the way OpenAI
 does (429 with `retry-after`, 500 …, with OpenAI's error body). Every request is recorded
-with its headers, so tests can check what the real `openai` client sent and how often.
+with its headers and the status it was answered with, so tests can check what the real
+`openai` client sent and how often.
+
+Chaos: with `fault_rate` set, that share of requests (drawn from `rng`) fails with one of
+`fault_kinds` – an HTTP status, or `HANG`: the request is held for `hang_seconds` and the
+connection then dropped without an answer, as a stuck upstream behind a proxy does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,11 +75,17 @@ def message_item(text: str) -> dict[str, Any]:
     }
 
 
+HANG = 0  # a fault kind: no answer, the connection is dropped after `hang_seconds`
+CLIENT_GONE = 499  # recorded when the client hung up before its answer was ready (nginx's 499)
+
+
 @dataclass
 class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    # the status answered; HANG when dropped, CLIENT_GONE when nobody was left to answer
+    status: int | None = None
 
 
 @dataclass
@@ -87,6 +99,12 @@ class FakeOpenAI:
     # when set, requests are recorded and then held until the test sets the event
     hold: asyncio.Event | None = None
     received: asyncio.Event = field(default_factory=asyncio.Event)
+    # chaos: this share of requests fails with one of `fault_kinds` (statuses or HANG)
+    fault_rate: float = 0.0
+    fault_kinds: tuple[int, ...] = (500, 429, 503, HANG)
+    hang_seconds: float = 5.0
+    latency: float = 0.0  # seconds each answered request takes (a model thinks for a while)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
     _failures: deque[tuple[int, float | None]] = field(default_factory=deque)
     _runner: web.AppRunner | None = None
     base_url: str = ""
@@ -112,8 +130,17 @@ class FakeOpenAI:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def _refusal(self, request: web.Request, body: dict[str, Any]) -> web.Response | None:
-        self.requests.append(RecordedRequest(request.path, dict(request.headers), body))
+    async def _refusal(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> tuple[RecordedRequest, web.Response | None]:
+        recorded = RecordedRequest(request.path, dict(request.headers), body)
+        self.requests.append(recorded)
+        refused = await self._refused(request, body)
+        if refused is not None:
+            recorded.status = refused.status
+        return recorded, refused
+
+    async def _refused(self, request: web.Request, body: dict[str, Any]) -> web.Response | None:
         if request.headers.get("Authorization", "") == "":
             return _error(401, "invalid_request_error", "missing_api_key", None)
         key = request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -125,13 +152,23 @@ class FakeOpenAI:
             status, retry_after = self._failures.popleft()
             kind = {429: ("requests", "rate_limit_exceeded")}.get(status, ("server_error", None))
             return _error(status, kind[0], kind[1], retry_after)
+        if self.fault_rate and self.rng.random() < self.fault_rate:
+            fault = self.rng.choice(self.fault_kinds)
+            if fault == HANG:
+                await asyncio.sleep(self.hang_seconds)
+                if request.transport is not None:
+                    request.transport.close()  # dropped: the client sees no answer
+                return web.Response(status=HANG)
+            kind = {429: ("requests", "rate_limit_exceeded")}.get(fault, ("server_error", None))
+            return _error(fault, kind[0], kind[1], 0.05 if fault == 429 else None)
         return None
 
     async def _responses(self, request: web.Request) -> web.Response:
         body = await request.json()
-        refused = self._refusal(request, body)
+        recorded, refused = await self._refusal(request, body)
         if refused is not None:
             return refused
+        recorded.status = 200
         output = self.respond_responses(body)
         input_tokens = len(json.dumps(body["input"])) // 4
         output_tokens = len(json.dumps(output)) // 4
@@ -158,13 +195,17 @@ class FakeOpenAI:
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
-        refused = self._refusal(request, body)
+        recorded, refused = await self._refusal(request, body)
         if refused is not None:
             return refused
         self.received.set()
         if self.hold is not None:
             await self.hold.wait()
+        if self.latency:
+            await asyncio.sleep(self.latency)
         message = self.respond(body)
+        gone = request.transport is None or request.transport.is_closing()
+        recorded.status = CLIENT_GONE if gone else 200
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = len(json.dumps(body["messages"])) // 4
         completion_tokens = len(json.dumps(message)) // 4

@@ -34,11 +34,10 @@ from sqlalchemy import event
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconcile import NOW, RecordingPort, chain, conversation, diamond  # noqa: E402
-
 from agents.outbox import OutboxSender  # noqa: E402
 from agents.plan import Step, StepSucceeded  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
+from bench.reconcile import NOW, RecordingPort, chain, conversation, diamond  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.locks import sqlite_engine  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402

@@ -23,6 +23,7 @@ from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agents.admission_policy import SchedulerOptions
 from agents.clock import Clock, utcnow
 from agents.executor import Executor
 from agents.lru import LRUCache
@@ -63,6 +64,7 @@ class Options:
     heartbeat_seconds: float = 5.0
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
+    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)  # admission control
 
 
 class MetricsObserver:
@@ -156,6 +158,7 @@ class SlackService:
                 max_transient_failures=self.options.max_transient_failures,
                 lease=timedelta(seconds=self.options.lease_seconds),
                 heartbeat=timedelta(seconds=self.options.heartbeat_seconds),
+                scheduler=self.options.scheduler,
             ),
             observer=MetricsObserver(self.metrics),
         )

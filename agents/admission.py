@@ -159,6 +159,7 @@ class AdmissionLoop:
                     return 0
             async with self.db.write() as conn:
                 result = await self._decide(conn)
+            await self._start(result.granted)  # before another pass here can see no job
         await self._after(result)
         return len(result.granted)
 
@@ -249,12 +250,14 @@ class AdmissionLoop:
                     preempted.append(key)
         return PassResult(tuple(granted), frozenset(changed), tuple(refused), tuple(preempted))
 
-    async def _after(self, result: PassResult) -> None:
-        for record in result.granted:
+    async def _start(self, granted: tuple[RunRequestRecord, ...]) -> None:
+        for record in granted:
             try:
                 await self.start_run(record)
             except Exception:  # its lease expires and another pass grants it again
                 log.exception("could not start %s", record.run_key)
+
+    async def _after(self, result: PassResult) -> None:
         for record, reason in result.refused:
             with contextlib.suppress(Exception):
                 await self.refuse(record, reason)

@@ -48,9 +48,10 @@ from agents.plan import StepFailed
 from agents.ports import RunObserver
 from agents.run_context import Context, Job
 from agents.slot_requests import SCHEDULED, request_slot
-from storage.outbox import next_effect_due
+from storage.outbox import finish_effect, next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
-from storage.run_requests import plan_wait_reasons
+from storage.run_requests import finish_request, plan_wait_reasons
+from storage.runs import release_run
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -182,8 +183,15 @@ class Executor:
             granted = await self.admission.run_pass()
             tasks = [j.task for j in self.jobs.values() if j.task is not None]
             if not tasks and not granted:
-                return
+                if self._stopping or not await self._due_now():
+                    return
+                continue  # committed meanwhile (a reconcile that was under way)
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _due_now(self) -> bool:
+        async with self.context.db.read() as conn:
+            due = await next_effect_due(conn)
+        return due is not None and due <= self.context.clock()
 
     async def _deliver_forever(self) -> None:
         while True:
@@ -303,9 +311,22 @@ class Executor:
         effect = from_row(
             record.effect_key, record.effect_kind, record.conversation_id or 0, record.effect
         )
+        if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
+            if not await step_runs.still_current(self.context, effect):
+                await self._not_wanted(record)  # cancelled or aborted while it waited
+                return
         conversation = await self.context.conversation(effect.conversation_id)
         run_key, work = self._work_of(effect, conversation, record.grants > 0)
         self.runner.hold(effect, run_key, work)
+
+    async def _not_wanted(self, record: RunRequestRecord) -> None:
+        """A granted run whose step moved on: its slot, lease and row are let go unrun."""
+        now = self.context.clock()
+        async with self.context.db.write() as conn:
+            await finish_request(conn, record.run_key, now)
+            await release_run(conn, record.run_key, self.owner)
+            await finish_effect(conn, record.effect_key, now)
+        self.admission.wake()
 
     def _slot_freed(self, job: Job, preempted: bool) -> None:
         """A job let its slot go: another run may start now (and a paused one says so)."""

@@ -59,14 +59,21 @@ async def enqueue_request(
             **values,
         )
     )
+    again = dict(state="waiting", holder=None, lease_until=None, preempt=False, finished_at=None)
+    # a run that ended asked again is new work of the same run (a blocked step resumed)
+    await conn.execute(
+        update(requests_t)
+        .where(requests_t.c.run_key == run_key, requests_t.c.state == "done")
+        .values(**again, **values, enqueued_at=now, wait_reason=None, wait_kind=None)
+    )
     await conn.execute(
         update(requests_t)
         .where(
             requests_t.c.run_key == run_key,
-            (requests_t.c.state == "done")
-            | ((requests_t.c.state == "granted") & (requests_t.c.lease_until <= now)),
+            requests_t.c.state == "granted",
+            requests_t.c.lease_until <= now,
         )
-        .values(state="waiting", holder=None, lease_until=None, preempt=False, finished_at=None)
+        .values(**again)
     )
     state = await conn.scalar(select(requests_t.c.state).where(requests_t.c.run_key == run_key))
     return str(state)

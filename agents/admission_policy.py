@@ -142,7 +142,7 @@ async def budgets_now(
                 cap = limits[f"{scope}_{period}"]
                 if cap:
                     spent = await tokens_spent(conn, team, since, channel_id=channel_id)
-                    found.append(Budget(cap - spent, resets, label=f"{scope} budget"))
+                    found.append(Budget(cap - spent, resets, label=f"{scope} budget", limit=cap))
             if found:
                 out[key] = min(found, key=lambda b: b.remaining)
     return out

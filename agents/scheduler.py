@@ -67,6 +67,7 @@ class Budget:
     remaining: int
     resets_at: datetime | None = None
     label: str = "token budget"  # how the wait names it: "channel budget", "workspace budget"
+    limit: int | None = None  # the whole period's budget: an estimate above it counts as it
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,10 @@ def _blocked(
             return Wait("tool", f"waiting: {tool} busy ({tools[tool]}/{tool_cap})")
     for scope in (request.tenant, request.workspace):
         budget = limits.budgets.get(scope) if scope else None
-        if budget is not None and request.estimate_tokens > budget.remaining - spent[scope]:
+        need = request.estimate_tokens
+        if budget is not None and budget.limit is not None:
+            need = min(need, budget.limit)  # a run estimated above a whole period may still run
+        if budget is not None and need > budget.remaining - spent[scope]:
             return Wait("budget", budget_sentence(budget, now))
     return None
 

@@ -44,13 +44,18 @@ class SchedulerOptions:
 def with_overrides(options: SchedulerOptions, settings: Mapping[str, Any]) -> SchedulerOptions:
     """`options` with a workspace's stored admin overrides (`settings["scheduler"]`) applied."""
     stored = settings.get("scheduler") or {}
+
+    def merged(name: str, base: Mapping[str, Any]) -> dict[str, Any]:
+        both = {**base, **(stored.get(name) or {})}
+        return {k: v for k, v in both.items() if v}  # 0: no cap (an admin removed it)
+
     return replace(
         options,
         capacity=int(stored.get("capacity", options.capacity)),
-        agent_caps={**options.agent_caps, **stored.get("agent_caps", {})},
-        tool_caps={**options.tool_caps, **stored.get("tool_caps", {})},
-        weights={**options.weights, **stored.get("weights", {})},
-        budgets={**options.budgets, **stored.get("budgets", {})},
+        agent_caps=merged("agent_caps", options.agent_caps),
+        tool_caps=merged("tool_caps", options.tool_caps),
+        weights=merged("weights", options.weights),
+        budgets=merged("budgets", options.budgets),
     )
 
 

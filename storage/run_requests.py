@@ -282,3 +282,23 @@ def _record(row: Any) -> RunRequestRecord:
         enqueued_at=row["enqueued_at"],
         granted_at=row["granted_at"],
     )
+
+
+async def reprioritize(
+    conn: AsyncConnection,
+    priority: int,
+    *,
+    team_id: str,
+    plan_id: int | None = None,
+    channel_id: str | None = None,
+) -> int:
+    """Give the waiting runs of a plan (or of a channel) a new priority; how many."""
+    query = update(requests_t).where(
+        requests_t.c.team_id == team_id, requests_t.c.state.in_(("waiting", "preempted"))
+    )
+    if plan_id is not None:
+        query = query.where(requests_t.c.plan_id == plan_id)
+    if channel_id is not None:
+        query = query.where(requests_t.c.channel_id == channel_id)
+    result = await conn.execute(query.values(priority=priority))
+    return int(result.rowcount or 0)

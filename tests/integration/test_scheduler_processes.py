@@ -18,6 +18,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline
 from agents.admission_policy import SchedulerOptions
 from agents.offline import first_prompt
+from agents.plan import Plan
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options, SlackService
 from local_slack import Driver, Message
@@ -103,9 +104,9 @@ class Three:
             ]:
                 return
 
-    async def plans(self, roots: list[Message]) -> list[object]:
+    async def plans(self, roots: list[Message]) -> list[Plan | None]:
         service = self.stack.service
-        out = []
+        out: list[Plan | None] = []
         for root in roots:
             conversation = await service.find_conversation(root.channel, root.ts)
             assert conversation is not None
@@ -166,7 +167,7 @@ async def test_caps_hold_across_three_processes_and_no_step_runs_twice(db: Datab
         assert held.most_at_once <= 2
         assert held.calls == 3  # one researcher run per plan: none ran twice
         for plan in await p.plans(roots):
-            assert [s.attempts for s in plan.steps] == [1, 1, 1]  # type: ignore[attr-defined]
+            assert plan is not None and [s.attempts for s in plan.steps] == [1, 1, 1]
         for root in roots:
             texts = [m.text for m in p.driver.thread("launch", root.ts)]
             assert sum(t.startswith(RESEARCHER_ANSWER) for t in texts) == 1
@@ -174,7 +175,7 @@ async def test_caps_hold_across_three_processes_and_no_step_runs_twice(db: Datab
 
 async def _all_completed(p: Three, roots: list[Message]) -> bool:
     plans = await p.plans(roots)
-    return all(plan is not None and plan.status == "completed" for plan in plans)  # type: ignore[attr-defined]
+    return all(plan is not None and plan.status == "completed" for plan in plans)
 
 
 async def test_a_killed_process_run_is_taken_over_after_its_lease(db: Database) -> None:
@@ -202,7 +203,7 @@ async def test_a_killed_process_run_is_taken_over_after_its_lease(db: Database) 
         texts = [m.text for m in p.driver.thread("launch", root.ts)]
         assert sum(t.startswith(RESEARCHER_ANSWER) for t in texts) == 1, "\n".join(texts)
         (plan,) = await p.plans([root])
-        assert [s.attempts for s in plan.steps] == [1, 1, 1]  # type: ignore[attr-defined]
+        assert plan is not None and [s.attempts for s in plan.steps] == [1, 1, 1]
 
 
 async def _holds(held: HeldResearch) -> bool:

@@ -101,7 +101,8 @@ async def test_a_step_waits_while_its_agent_is_at_its_quota(start: Callable[...,
         root = run.ask("FOUR things at once")
         await gate.reached()
         await card_shows(run, root, "waiting: researcher busy (1/1)")
-        await run.says(root, "[offline model] writer:")  # the others ran meanwhile
+        await card_shows(run, root, "2 of 4 done")  # the others ran meanwhile
+        assert "waiting: researcher busy (1/1)" in card_blocks(run, root)
         plan = await run.plan(root)
         assert [s.status for s in plan.steps] == ["in_progress", "done", "done", "in_progress"]
         gate.release.set()

@@ -153,7 +153,6 @@ class AdmissionLoop:
         async with self._passing:
             self.asked = False
             async with self.db.read() as conn:
-                log.debug("admission pass by %s", self.owner)
                 if not await has_waiting(conn):
                     await self._expire_only()
                     return 0
@@ -168,7 +167,6 @@ class AdmissionLoop:
         now = self.clock()
         async with self.db.read() as conn:
             queue = await queued_requests(conn)
-        log.debug("queue at %s: %s", now, [(r.run_key, r.state, r.lease_until) for r in queue])
         if any(r.state == "granted" and r.lease_until and r.lease_until <= now for r in queue):
             async with self.db.write() as conn:
                 await lock_admission(conn)

@@ -340,6 +340,11 @@ def home_view(reports: Reports, base_url: str = "") -> View:
             )
         ),
     ]
+    if reports.scheduler is not None:
+        blocks += [
+            DividerBlock(),
+            SectionBlock(text=MarkdownTextObject(text=_fit(reports.scheduler))),
+        ]
     if reports.audit is not None:
         blocks += [
             DividerBlock(),

@@ -26,6 +26,7 @@ from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import Gate
 from tests.e2e.slice.scripts import Script, answered, call, combine, plans, tools_of
 from tests.e2e.slice.test_admin_command import command
+from tests.e2e.slice.test_admin_home import home_text
 
 
 def step(
@@ -259,6 +260,9 @@ async def test_quota_shows_and_changes_the_limits_audited(start: Callable[..., A
         assert "channel per day 50,000 tokens" in budget
         assert "not a number" in await command(run, "alex", "quota capacity lots")
         assert "There is no budget" in await command(run, "alex", "quota budget weekly 5")
+        home = await home_text(run, "alex")  # admins see the queue and limits at home
+        assert "Nothing is waiting" in home and "researcher 2 at a time" in home
+        assert "researcher 2 at a time" not in await home_text(run, "maya")
         async with run.service.db.read() as conn:
             trail = await audit_trail(conn, run.service.team_id)
         actions = [(a.action, a.target) for a in trail]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,7 +38,7 @@ from agents.admission_policy import (
     with_overrides,
 )
 from agents.clock import Clock
-from agents.scheduler import Admission, Running, RunRequest, admit
+from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
 from storage.records import RunRequestRecord
@@ -65,6 +65,10 @@ STEP_KINDS = ("post_dispatch", "run_commander_step", "resume_step")
 Start = Callable[[RunRequestRecord], Awaitable[None]]
 ShowWaits = Callable[[int, int], Awaitable[None]]  # conversation id, plan id
 Refuse = Callable[[RunRequestRecord, str], Awaitable[None]]
+Decide = Callable[
+    [Sequence[RunRequest], Sequence[Running], Limits, datetime, Mapping[str, float] | None],
+    Admission,
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +96,12 @@ class AdmissionLoop:
         start: Start,
         show_waits: ShowWaits,
         refuse: Refuse,
+        decide: Decide = admit,
     ) -> None:
         self.db, self.owner, self.team_id, self.clock = db, owner, team_id, clock
         self.options, self.lease = options, lease
         self.start_run, self.show_waits, self.refuse = start, show_waits, refuse
+        self.decide = decide  # the pure core (a benchmark passes plain FIFO to compare)
         self._wake = asyncio.Event()
         self._passing = asyncio.Lock()  # one pass at a time in this process
         self._loop: asyncio.Task[None] | None = None
@@ -195,7 +201,7 @@ class AdmissionLoop:
         room = min(limits.capacity - len(granted), self.options.process_capacity - mine)
         limits = replace(limits, capacity=len(granted) + max(0, room))
         served = await served_since(conn, now - options.share_window)
-        decision = admit(
+        decision = self.decide(
             [_waiting(r) for r in waiting], [_running(r) for r in granted], limits, now, served
         )
         by_key = {r.run_key: r for r in queue}

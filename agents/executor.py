@@ -44,14 +44,12 @@ from agents.effects import (
 )
 from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
-from agents.plan import StepFailed
 from agents.ports import RunObserver
 from agents.run_context import Context, Job
-from agents.slot_requests import SCHEDULED, request_slot
-from storage.outbox import finish_effect, next_effect_due
+from agents.slot_requests import SCHEDULED, fail_refused, let_go_unrun, request_slot
+from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
-from storage.run_requests import finish_request, plan_wait_reasons
-from storage.runs import release_run
+from storage.run_requests import plan_wait_reasons
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -321,11 +319,7 @@ class Executor:
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:
         """A granted run whose step moved on: its slot, lease and row are let go unrun."""
-        now = self.context.clock()
-        async with self.context.db.write() as conn:
-            await finish_request(conn, record.run_key, now)
-            await release_run(conn, record.run_key, self.owner)
-            await finish_effect(conn, record.effect_key, now)
+        await let_go_unrun(self.context, record, self.owner)
         self.admission.wake()
 
     def _slot_freed(self, job: Job, preempted: bool) -> None:
@@ -342,16 +336,7 @@ class Executor:
         await self._show_card(conversation, plan_id, first=False)
 
     async def _refused(self, record: RunRequestRecord, reason: str) -> None:
-        """The budget policy refused a run: its step fails with the reason."""
-        if record.step_index is None or record.attempt is None or record.conversation_id is None:
-            return
-        failed = StepFailed(
-            index=record.step_index,
-            attempt=record.attempt,
-            reason=f"it would exceed the {reason}",
-            retryable=False,
-        )
-        await step_runs.report(self.context, record.conversation_id, failed)
+        await fail_refused(self.context, record, reason)
 
     def _queued(self, claimed: Claimed) -> None:
         if claimed.created_at is not None and claimed.delivery == 1:

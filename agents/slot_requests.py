@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from agents import step_runs
 from agents.admission_policy import marks_of, priority_of
 from agents.effects import (
     AskCommander,
@@ -21,10 +22,12 @@ from agents.effects import (
     step_key,
     to_row,
 )
-from agents.plan import COMMANDER
+from agents.plan import COMMANDER, StepFailed
 from storage.agents import get_agent
-from storage.records import ConversationRecord
-from storage.runs import typical_run_tokens
+from storage.outbox import finish_effect
+from storage.records import ConversationRecord, RunRequestRecord
+from storage.run_requests import finish_request
+from storage.runs import release_run, typical_run_tokens
 from storage.workspaces import workspace_settings
 
 if TYPE_CHECKING:
@@ -101,3 +104,25 @@ async def request_slot(
 def _server(server: dict[str, object]) -> str:
     """An MCP server's quota key: `mcp:<host>`."""
     return f"mcp:{urlsplit(str(server.get('url', ''))).hostname or 'unknown'}"
+
+
+async def let_go_unrun(ctx: Context, record: RunRequestRecord, owner: str) -> None:
+    """A granted run not wanted any more: its request ends, its lease and row are freed."""
+    now = ctx.clock()
+    async with ctx.db.write() as conn:  # request, lease, row: as every job transaction
+        await finish_request(conn, record.run_key, now)
+        await release_run(conn, record.run_key, owner)
+        await finish_effect(conn, record.effect_key, now)
+
+
+async def fail_refused(ctx: Context, record: RunRequestRecord, reason: str) -> None:
+    """The budget policy refused a step's run: the step fails with the reason."""
+    if record.step_index is None or record.attempt is None or record.conversation_id is None:
+        return
+    failed = StepFailed(
+        index=record.step_index,
+        attempt=record.attempt,
+        reason=f"it would exceed the {reason}",
+        retryable=False,
+    )
+    await step_runs.report(ctx, record.conversation_id, failed)

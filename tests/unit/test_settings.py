@@ -96,3 +96,21 @@ def test_the_cap_on_transient_failures_under_its_new_and_its_old_name(
     assert Settings().max_transient_failures == 5
     monkeypatch.setenv("FLOTILLA_MAX_TRANSIENT_FAILURES", "7")
     assert Settings().max_transient_failures == 7  # the new name wins
+
+
+def test_scheduler_settings_read_pairs_and_refuse_a_bad_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOTILLA_AGENT_CONCURRENCY", "researcher: 2, writer=1")
+    monkeypatch.setenv("FLOTILLA_TOOL_CONCURRENCY", "mcp:crm.example.com: 1")
+    monkeypatch.setenv("FLOTILLA_CHANNEL_WEIGHTS", "C0123: 2.5")
+    monkeypatch.setenv("FLOTILLA_BUDGET_CHANNEL_DAY", "50000")
+    settings = Settings()
+    assert settings.agent_concurrency == {"researcher": 2, "writer": 1}
+    assert settings.tool_concurrency == {"mcp:crm.example.com": 1}
+    assert settings.channel_weights == {"C0123": 2.5}
+    assert settings.budgets()["channel_day"] == 50_000
+    assert (settings.scheduler_capacity, settings.scheduler_process_capacity) == (16, 8)
+    monkeypatch.setenv("FLOTILLA_AGENT_CONCURRENCY", "researcher")
+    with pytest.raises(ValidationError, match="name: number"):
+        Settings()

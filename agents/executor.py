@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from agents import commander_turns, plan_endings, step_runs
+from agents.admission import AdmissionLoop
 from agents.effects import (
     AskCommander,
     AskUser,
@@ -39,14 +40,17 @@ from agents.effects import (
     StepFailureNotice,
     UpdatePlanCard,
     final_answer_key,
+    from_row,
 )
 from agents.failures import is_storage_error
 from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
 from agents.ports import RunObserver
 from agents.run_context import Context, Job
+from agents.slot_requests import SCHEDULED, fail_refused, let_go_unrun, request_slot
 from storage.outbox import next_effect_due
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, RunRequestRecord
+from storage.run_requests import plan_wait_reasons
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -68,11 +72,23 @@ class Executor:
             lease=options.lease,
             on_give_up=self._given_up,
         )
-        self.runner = JobRunner(context, owner=owner)
+        self.runner = JobRunner(context, owner=owner, on_slot_freed=self._slot_freed)
+        self.admission = AdmissionLoop(
+            context.db,
+            owner=owner,
+            team_id=lambda: context.team_id,
+            clock=context.clock,
+            options=options.scheduler,
+            lease=options.lease,
+            start=self._start_granted,
+            show_waits=self._show_waits,
+            refuse=self._refused,
+        )
         self._wake = asyncio.Event()
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False  # see `stop`
+        self._background: set[asyncio.Task[None]] = set()  # card updates after a pause
 
     @property
     def jobs(self) -> dict[str, Job]:
@@ -93,6 +109,7 @@ class Executor:
         """Start delivering (work a dead process left is claimed once its lease expired)."""
         self._stopping = False
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
+        self.admission.start()
 
     async def stop(self, grace: float = 0.0) -> list[str]:
         """Stop delivering: the rows already claimed are still delivered (a claimed row
@@ -101,6 +118,7 @@ class Executor:
         finish; the rest is handed over (their leases released, so any process takes
         them at once). Returns the keys handed over."""
         self._stopping = True
+        await self.admission.stop()  # grants nothing more here
         if self._loop is not None:
             began = asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):  # the drain under way ends its batch
@@ -131,6 +149,7 @@ class Executor:
         lease expired. A seam for the tests (bench/resume.py kills real processes); a
         service never calls it."""
         self.runner.abandoned = True
+        await self.admission.stop()
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if self._loop is not None:
             tasks.append(self._loop)
@@ -153,16 +172,28 @@ class Executor:
                     total += claimed
             finally:
                 await self.outbox.flush()  # a stopping process marks what it delivered
+            if (total or self.admission.asked) and not self._stopping:
+                # the runs just asked for may start at once (a pass under way is awaited)
+                await self.admission.run_pass()
             return total
 
     async def settle(self) -> None:
-        """Deliver everything due and wait for every job (the demo and tests use it)."""
+        """Deliver everything due, grant what may start, and wait for every job (the demo
+        and tests use it); runs that must wait (a quota, a budget) are left waiting."""
         while True:
             await self.drain()
+            granted = await self.admission.run_pass()
             tasks = [j.task for j in self.jobs.values() if j.task is not None]
-            if not tasks:
-                return
+            if not tasks and not granted:
+                if self._stopping or not await self._due_now():
+                    return
+                continue  # committed meanwhile (a reconcile that was under way)
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _due_now(self) -> bool:
+        async with self.context.db.read() as conn:
+            due = await next_effect_due(conn)
+        return due is not None and due <= self.context.clock()
 
     async def _deliver_forever(self) -> None:
         while True:
@@ -218,7 +249,7 @@ class Executor:
             await self._post_dispatch(conversation, effect, redelivered=redelivered)
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
-        return self._start_long(claimed, conversation)
+        return await self._start_long(claimed, conversation)
 
     async def _post_form(
         self, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
@@ -248,31 +279,71 @@ class Executor:
                 "step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect)
             )
 
-    def _start_long(self, claimed: Claimed, conversation: ConversationRecord) -> bool:
+    async def _start_long(self, claimed: Claimed, conversation: ConversationRecord) -> bool:
+        """Ask the scheduler for a slot for a step run or a commander turn (it starts when
+        granted); the other long work starts at once. True: the row is held."""
         effect = claimed.effect
-        ctx = self.context
-        redelivered = claimed.delivery > 1
-        if isinstance(effect, PostDispatch):
-            self.runner.hold(
-                effect, effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
-            )
-        elif isinstance(effect, RunCommanderStep):
-            self.observer.dispatched("commander")
-            log.info("step dispatched to the commander", extra=step_runs.ids(conversation, effect))
-            self.runner.hold(
-                effect, effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
-            )
-        elif isinstance(effect, ResumeStep):
-            self.runner.hold(
-                effect,
-                step_runs.run_key_of(effect),
-                lambda: step_runs.run(ctx, conversation, effect, redelivered),
-            )
-        elif isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
-            self.runner.hold(effect, None, lambda: commander_turns.take(ctx, conversation, effect))
-        else:  # pragma: no cover - every kind is handled above
-            raise TypeError(f"no performer for {type(effect).__name__}")
+        if isinstance(effect, SCHEDULED):
+            await request_slot(self.context, self.admission, effect, conversation)
+            return True
+        run_key, work = self._work_of(effect, conversation, claimed.delivery > 1)
+        self.runner.hold(effect, run_key, work)
         return True
+
+    def _work_of(
+        self, effect: Effect, conversation: ConversationRecord, redelivered: bool
+    ) -> tuple[str | None, Work]:
+        """The run's lease key (None: a commander turn's own) and the work of an effect."""
+        ctx = self.context
+        if isinstance(effect, PostDispatch | RunCommanderStep):
+            if isinstance(effect, RunCommanderStep):
+                self.observer.dispatched("commander")
+                log.info(
+                    "step dispatched to the commander", extra=step_runs.ids(conversation, effect)
+                )
+            return effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
+        if isinstance(effect, ResumeStep):
+            return step_runs.run_key_of(effect), lambda: step_runs.run(
+                ctx, conversation, effect, redelivered
+            )
+        if isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
+            return None, lambda: commander_turns.take(ctx, conversation, effect)
+        raise TypeError(f"no performer for {type(effect).__name__}")  # pragma: no cover
+
+    async def _start_granted(self, record: RunRequestRecord) -> None:
+        """A run the scheduler granted here starts (resumed from its stored history when
+        it ran before: after a preemption or a crash)."""
+        effect = from_row(
+            record.effect_key, record.effect_kind, record.conversation_id or 0, record.effect
+        )
+        if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
+            if not await step_runs.still_current(self.context, effect):
+                await self._not_wanted(record)  # cancelled or aborted while it waited
+                return
+        conversation = await self.context.conversation(effect.conversation_id)
+        run_key, work = self._work_of(effect, conversation, record.grants > 0)
+        self.runner.hold(effect, run_key, work)
+
+    async def _not_wanted(self, record: RunRequestRecord) -> None:
+        """A granted run whose step moved on: its slot, lease and row are let go unrun."""
+        await let_go_unrun(self.context, record, self.owner)
+        self.admission.wake()
+
+    def _slot_freed(self, job: Job, preempted: bool) -> None:
+        """A job let its slot go: another run may start now (and a paused one says so)."""
+        self.admission.wake()
+        if preempted and job.plan_id is not None and job.conversation_id is not None:
+            conversation_id, plan_id = job.conversation_id, job.plan_id
+            task = asyncio.create_task(self._show_waits(conversation_id, plan_id))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _show_waits(self, conversation_id: int, plan_id: int) -> None:
+        conversation = await self.context.conversation(conversation_id)
+        await self._show_card(conversation, plan_id, first=False)
+
+    async def _refused(self, record: RunRequestRecord, reason: str) -> None:
+        await fail_refused(self.context, record, reason)
 
     def _queued(self, claimed: Claimed) -> None:
         if claimed.created_at is not None and claimed.delivery == 1:
@@ -284,6 +355,10 @@ class Executor:
     ) -> None:
         plan = await step_runs.load(self.context, conversation.id, plan_id)
         if plan is not None:
+            async with self.context.db.read() as conn:
+                waits = await plan_wait_reasons(conn, plan_id)
+            if waits:
+                plan = plan.model_copy(update={"waits": waits})
             await self.context.port.show_card(conversation, plan, first=first)
 
     async def _stopped(

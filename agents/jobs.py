@@ -13,20 +13,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
-from agents import step_runs
+from agents import step_runs, telemetry
+from agents.admission import PARK
 from agents.effects import Effect
 from agents.errors import TransientError
 from agents.failures import PUBLIC_STORAGE, is_storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
+from agents.preemption import PAUSE, Preempted
 from agents.run_context import Context, Job, Work
 from storage.outbox import (
     fail_held_effect,
     finish_effect,
     give_up_held_effect,
     hold_effect,
+)
+from storage.run_requests import (
+    drop_request,
+    finish_request,
+    renew_request,
+    requeue_request,
+    requeue_requests_of,
 )
 from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
@@ -39,9 +49,17 @@ STORAGE_BACKOFF = (timedelta(seconds=1), timedelta(seconds=60))  # first, at mos
 class JobRunner:
     """This process's jobs, each under the lease of the work it does."""
 
-    def __init__(self, context: Context, *, owner: str) -> None:
+    def __init__(
+        self,
+        context: Context,
+        *,
+        owner: str,
+        on_slot_freed: Callable[[Job, bool], None] | None = None,
+    ) -> None:
         self.context = context
         self.owner = owner
+        # told when a job let its run slot go (True: paused for urgent work)
+        self.on_slot_freed = on_slot_freed
         self.jobs: dict[str, Job] = {}
         self.abandoned = False  # a killed process releases nothing (see Executor.abandon)
         # plans whose thread was told of a storage outage (once each); outages in a row by job
@@ -73,6 +91,7 @@ class JobRunner:
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
             ended: BaseException | None = None
+            PAUSE.set(job.pause)  # the run checks it at each model-turn boundary
             try:
                 await work()
             except (asyncio.CancelledError, Exception) as exc:
@@ -83,7 +102,9 @@ class JobRunner:
             # the heartbeat is over before the lease is let go: it cannot renew it after
             await asyncio.gather(heartbeat, return_exceptions=True)
             await self._release(job, lease_key, ended)
-            if isinstance(ended, asyncio.CancelledError):
+            if self.on_slot_freed is not None and not self.abandoned:
+                self.on_slot_freed(job, isinstance(ended, Preempted))
+            if isinstance(ended, asyncio.CancelledError) and not isinstance(ended, Preempted):
                 raise ended
         finally:
             self.jobs.pop(job.key, None)
@@ -98,7 +119,9 @@ class JobRunner:
                 await self._storage_away(job, lease_key, ended)
                 return
         self.outages.pop(job.key)
-        if isinstance(ended, asyncio.CancelledError):
+        if isinstance(ended, Preempted) and not job.cancelled:
+            await self._pause(lease_key, job.key)
+        elif isinstance(ended, asyncio.CancelledError):
             if job.cancelled:  # the plan was stopped: the work is over, not handed on
                 await self._settle(lease_key, job.key)
             else:  # this process stops: any process takes it now
@@ -118,6 +141,7 @@ class JobRunner:
         waits for ever on Slack or a model that stays down)."""
         clock = self.context.clock
         async with self.context.db.write() as conn:
+            await drop_request(conn, lease_key)  # the row, due again later, asks anew
             await release_run(conn, lease_key, self.owner)
             failures = await fail_held_effect(
                 conn, job.key, error=str(error), available_at=clock() + RETRY_AFTER
@@ -200,6 +224,9 @@ class JobRunner:
             try:
                 until = ctx.clock() + ctx.options.lease
                 async with ctx.db.write() as conn:
+                    # the request first: every transaction locks request, lease, row in turn
+                    if await renew_request(conn, lease_key, self.owner, until):
+                        job.pause.set()  # urgent work waits: stop at the next turn
                     kept = await renew_run(conn, lease_key, self.owner, until)
                     if kept:
                         await hold_effect(conn, job.key, until)
@@ -221,15 +248,28 @@ class JobRunner:
             return
 
     async def _settle(self, lease_key: str, row_key: str) -> None:
-        async with self.context.db.write() as conn:  # lease, then row: as `_claim` locks
+        async with self.context.db.write() as conn:  # request, lease, row: as passes lock
+            await finish_request(conn, lease_key, self.context.clock())
             await release_run(conn, lease_key, self.owner)
             await finish_effect(conn, row_key, self.context.clock())
+
+    async def _pause(self, lease_key: str, row_key: str) -> None:
+        """Paused for urgent work at a model-turn boundary: the slot is given back and the
+        run waits again in its place, its history stored (it resumes without re-paying)."""
+        now = self.context.clock()
+        async with self.context.db.write() as conn:
+            await requeue_request(conn, lease_key, self.owner, preempted=True)
+            await release_run(conn, lease_key, self.owner)
+            await hold_effect(conn, row_key, now + PARK)
+        telemetry.preempted()
+        log.info("%s paused for urgent work", lease_key)
 
     async def _hand_over(
         self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0), quietly: bool = True
     ) -> None:
         try:
             async with self.context.db.write() as conn:
+                await requeue_request(conn, lease_key, self.owner)
                 await release_run(conn, lease_key, self.owner)
                 await hold_effect(conn, row_key, self.context.clock() + after)
         except Exception:
@@ -262,6 +302,7 @@ class JobRunner:
         `keys` free for any process now."""
         with contextlib.suppress(Exception):
             async with self.context.db.write() as conn:
+                await requeue_requests_of(conn, self.owner)
                 await release_runs_of(conn, self.owner)
                 for key in keys:
                     await hold_effect(conn, key, self.context.clock())

@@ -226,6 +226,9 @@ class Plan(_Strict):
     version: int = 0
     request: str = ""  # the user's original message, for {{request}}
     steps: tuple[Step, ...] = ()
+    # why a dispatched step still waits for a run slot (step index -> sentence, from the
+    # scheduler's run requests; shown on the card, never stored with the plan)
+    waits: dict[int, str] = {}
 
     def step(self, index: int) -> Step | None:
         return self.steps[index - 1] if 1 <= index <= len(self.steps) else None

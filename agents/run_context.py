@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from agents.admission_policy import SchedulerOptions
 from agents.clock import Clock
 from agents.files import FilePolicy
 from agents.lru import LRUCache
@@ -33,6 +34,7 @@ class ExecutorOptions:
     poll_seconds: float = 5.0  # look at the outbox at least this often (expired leases)
     commander_retries: int = 2  # a commander turn that fails or stalls the plan: retries
     files: FilePolicy = field(default_factory=FilePolicy)  # attachments taken, files kept
+    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)  # admission control
 
 
 @dataclass(slots=True)
@@ -49,6 +51,8 @@ class Job:
     cancelled: bool = False  # the plan was stopped: the work is over, not handed on
     lease_lost: bool = False  # another process took the lease: it settles the row
     working: bool = True  # False once the work ended: its heartbeat then cancels nothing
+    # set when the scheduler asks the run to pause for urgent work (agents/preemption.py)
+    pause: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True)

@@ -22,11 +22,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 URGENT = 1
+INTERACTIVE = 2  # a person waits: a short plan, a form just answered, a follow-up
 NORMAL = 3
+LONG = 4  # a long plan's step: batch work unless an admin says otherwise
 BATCH = 5
 WaitKind = Literal["capacity", "agent", "tool", "budget"]
 
@@ -42,6 +44,7 @@ class RunRequest:
     priority: int = NORMAL
     tools: tuple[str, ...] = ()
     estimate_tokens: int = 0
+    workspace: str = ""  # the tenant's workspace: shares are fair between these first
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class Running:
     started_at: datetime
     priority: int = NORMAL
     tools: tuple[str, ...] = ()
+    workspace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ class Budget:
 
     remaining: int
     resets_at: datetime | None = None
+    label: str = "token budget"  # how the wait names it: "channel budget", "workspace budget"
+    limit: int | None = None  # the whole period's budget: an estimate above it counts as it
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +77,10 @@ class Limits:
     capacity: int
     agent_caps: Mapping[str, int] = field(default_factory=dict)
     tool_caps: Mapping[str, int] = field(default_factory=dict)
-    weights: Mapping[str, float] = field(default_factory=dict)  # tenant -> weight (1.0)
-    budgets: Mapping[str, Budget] = field(default_factory=dict)  # tenant -> budget
+    # tenant or workspace -> weight (1.0)
+    weights: Mapping[str, float] = field(default_factory=dict)
+    # tenant or workspace -> budget (a run must fit both its channel's and its workspace's)
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
     preempt_at_or_below: int = URGENT  # waiting runs this urgent may preempt …
     preemptible_from: int = BATCH - 1  # … running runs this unurgent
 
@@ -109,6 +117,10 @@ def admit(
     """
     slots: Counter[str] = Counter(r.tenant for r in running)
     slots.update(served or {})
+    workspaces = _workspaces(waiting, running)
+    for tenant, count in list(slots.items()):
+        if tenant in workspaces and workspaces[tenant]:
+            slots[_ws(workspaces[tenant])] += count
     agents = Counter(r.agent for r in running)
     tools = Counter(t for r in running for t in set(r.tools))
     spent: Counter[str] = Counter()
@@ -129,17 +141,37 @@ def admit(
         grants.append(request.key)
         free -= 1
         slots[request.tenant] += 1
+        if request.workspace:
+            slots[_ws(request.workspace)] += 1
         agents[request.agent] += 1
         tools.update(set(request.tools))
         spent[request.tenant] += request.estimate_tokens
+        if request.workspace:
+            spent[request.workspace] += request.estimate_tokens
     line = [k for k, w in waits.items() if w.kind == "capacity"]
     waits |= {key: _in_line(position) for position, key in enumerate(line, start=1)}
     return Admission(tuple(grants), waits, _preempt(waiting, running, waits, limits))
 
 
+def _ws(workspace: str) -> str:
+    return f"workspace:{workspace}"  # a workspace's slots, apart from its tenants' keys
+
+
+def _workspaces(waiting: Sequence[RunRequest], running: Sequence[Running]) -> dict[str, str]:
+    out = {r.tenant: r.workspace for r in waiting}
+    out.update((r.tenant, r.workspace) for r in running)
+    return out
+
+
 def _order(request: RunRequest, slots: Counter[str], limits: Limits) -> tuple[object, ...]:
+    """Priority, then the workspace with the fewest slots per weight, then its channel
+    with the fewest, then first come first served."""
     share = slots[request.tenant] / max(limits.weights.get(request.tenant, 1.0), 1e-9)
-    return (request.priority, share, request.enqueued_at, request.key)
+    workspace_share = 0.0
+    if request.workspace:
+        weight = max(limits.weights.get(request.workspace, 1.0), 1e-9)
+        workspace_share = slots[_ws(request.workspace)] / weight
+    return (request.priority, workspace_share, share, request.enqueued_at, request.key)
 
 
 def _blocked(
@@ -157,19 +189,24 @@ def _blocked(
         tool_cap = limits.tool_caps.get(tool)
         if tool_cap is not None and tools[tool] >= tool_cap:
             return Wait("tool", f"waiting: {tool} busy ({tools[tool]}/{tool_cap})")
-    budget = limits.budgets.get(request.tenant)
-    if budget is not None and request.estimate_tokens > budget.remaining - spent[request.tenant]:
-        return Wait("budget", _budget_sentence(budget, now))
+    for scope in (request.tenant, request.workspace):
+        budget = limits.budgets.get(scope) if scope else None
+        need = request.estimate_tokens
+        if budget is not None and budget.limit is not None:
+            need = min(need, budget.limit)  # a run estimated above a whole period may still run
+        if budget is not None and need > budget.remaining - spent[scope]:
+            return Wait("budget", budget_sentence(budget, now))
     return None
 
 
-def _budget_sentence(budget: Budget, now: datetime) -> str:
+def budget_sentence(budget: Budget, now: datetime, *, prefix: str = "waiting: ") -> str:
+    """ "waiting: channel budget (resets 00:00 UTC)" – the date too when not today."""
     if budget.resets_at is None:
-        return "waiting: the token budget is used up"
+        return f"{prefix}{budget.label} used up"
     when = budget.resets_at.strftime("%H:%M UTC")
-    if budget.resets_at.date() != now.date():
+    if not timedelta(0) <= budget.resets_at - now <= timedelta(days=1):
         when = budget.resets_at.strftime("%d %b %H:%M UTC")
-    return f"waiting: the token budget is used up (it resets {when})"
+    return f"{prefix}{budget.label} (resets {when})"
 
 
 def _in_line(position: int) -> Wait:

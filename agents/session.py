@@ -42,6 +42,7 @@ from agents.clock import Clock
 from agents.failures import is_storage_error
 from agents.lru import LRUCache
 from agents.models import resolve_model
+from agents.preemption import check_pause
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Database
@@ -157,6 +158,8 @@ class RunSession:
                     if len(messages) > saved:
                         await self.save("running", messages)
                         saved = len(messages)
+                    if Agent.is_model_request_node(node):
+                        check_pause()  # a model-turn boundary: all paid for is stored
                 assert run.result is not None
                 self.usage, self.journal = run.usage, {}
                 return run.result.output, list(run.result.all_messages())

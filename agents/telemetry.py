@@ -8,11 +8,12 @@ own. Label values are lowercase words. The agents layer records here and never i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic_ai.exceptions import (
     ModelConnectionError,
     ModelHTTPError,
@@ -130,3 +131,70 @@ class MeasuredModel(WrapperModel):
 def measured(model: Model) -> Model:
     """`model`, counting and timing its requests (a model measured already stays as it is)."""
     return model if isinstance(model, MeasuredModel) else MeasuredModel(model)
+
+
+# --- the scheduler (agents/admission.py) ----------------------------------------------------
+
+QUEUE_BUCKETS = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600)
+QUEUE_DEPTH = Gauge(
+    "flotilla_queue_depth",
+    "Runs waiting for a slot, by tenant (workspace:channel) and priority (1 urgent … 5 batch).",
+    ["tenant", "priority"],
+    registry=REGISTRY,
+)
+QUEUE_SECONDS = Histogram(
+    "flotilla_queue_seconds",
+    "Time a run waited in the scheduler's queue before it was granted a slot.",
+    registry=REGISTRY,
+    buckets=QUEUE_BUCKETS,
+)
+ADMISSIONS_REFUSED = Counter(
+    "flotilla_admissions_refused_total",
+    "Runs not admitted in a pass, by reason (capacity, agent, tool, budget): counted when "
+    "a run's reason changes.",
+    ["reason"],
+    registry=REGISTRY,
+)
+PREEMPTIONS = Counter(
+    "flotilla_preemptions_total",
+    "Batch runs paused at a model-turn boundary for urgent work.",
+    registry=REGISTRY,
+)
+BUDGET_REMAINING = Gauge(
+    "flotilla_budget_remaining_tokens",
+    "Tokens a workspace or channel may still spend in its tightest budget period.",
+    ["scope"],
+    registry=REGISTRY,
+)
+_depth_labels: set[tuple[str, str]] = set()
+
+
+def queue_depth(queue: Iterable[Any]) -> None:
+    """Set the queue depth per tenant and priority from the queue's rows."""
+    depth: dict[tuple[str, str], int] = {}
+    for r in queue:
+        if r.state != "granted":
+            labels = (f"{r.team_id}:{r.channel_id}", str(r.priority))
+            depth[labels] = depth.get(labels, 0) + 1
+    for labels in _depth_labels - depth.keys():
+        QUEUE_DEPTH.labels(*labels).set(0)
+    for labels, n in depth.items():
+        QUEUE_DEPTH.labels(*labels).set(n)
+    _depth_labels.update(depth)
+
+
+def admitted(waited: timedelta) -> None:
+    QUEUE_SECONDS.observe(max(0.0, waited.total_seconds()))
+
+
+def refused(reason: str) -> None:
+    ADMISSIONS_REFUSED.labels(reason).inc()
+
+
+def preempted() -> None:
+    PREEMPTIONS.inc()
+
+
+def budget_remaining(budgets: Mapping[str, Any]) -> None:
+    for scope, budget in budgets.items():
+        BUDGET_REMAINING.labels(scope).set(budget.remaining)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk.errors import SlackApiError
 
 from agents.plan import CancelPlan
+from bot import admin_scheduler
 from bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
 from bot.identities import make_client
 from bot.secrets import SecretsError
@@ -52,6 +53,7 @@ class Reports:
     usage_by_channel: list[UsageTotal]
     since: datetime
     audit: list[AuditRecord] | None
+    scheduler: str | None = None  # admins: the queue and the limits (`/flotilla queue|quota`)
 
     @property
     def for_admin(self) -> bool:
@@ -359,8 +361,14 @@ async def audit_trail(service: SlackService, limit: int = 20) -> list[AuditRecor
 async def reports(service: SlackService, user: str) -> Reports:
     """What the App Home shows `user` (the audit trail only to admins)."""
     since, by_agent, by_channel = await usage(service)
-    trail = await audit_trail(service, limit=10) if await service.is_admin(user) else None
+    admin = await service.is_admin(user)
+    trail = await audit_trail(service, limit=10) if admin else None
+    scheduler = None
+    if admin:
+        queue = await admin_scheduler.queue_text(service)
+        scheduler = f"{queue}\n\n{await admin_scheduler.quota_text(service)}"
     return Reports(
+        scheduler=scheduler,
         agents=await _agents(service),
         plans=await active_plans(service),
         usage_by_agent=by_agent,

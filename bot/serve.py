@@ -53,7 +53,20 @@ __all__ = ["ConfigurationError", "options_from", "run"]
 
 def options_from(settings: Settings) -> Options:
     """The service's options from the settings (model keys handed over explicitly)."""
+    from agents.admission_policy import SchedulerOptions
     from bot.service import Options
+
+    scheduler = SchedulerOptions(
+        capacity=settings.scheduler_capacity,
+        process_capacity=settings.scheduler_process_capacity,
+        agent_caps=settings.agent_concurrency,
+        tool_caps=settings.tool_concurrency,
+        weights=settings.channel_weights,
+        budgets=settings.budgets(),
+        budget_policy=settings.budget_policy,
+        batch_steps=settings.batch_plan_steps,
+        poll_seconds=settings.scheduler_poll_seconds,
+    )
 
     return Options(
         default_model=settings.model,
@@ -67,6 +80,7 @@ def options_from(settings: Settings) -> Options:
         provider_keys=settings.provider_keys(),
         files=settings.file_policy(),
         file_origins=tuple(settings.file_hosts),
+        scheduler=scheduler,
     )
 
 

@@ -23,6 +23,7 @@ from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agents.admission_policy import SchedulerOptions
 from agents.clock import Clock, utcnow
 from agents.executor import Executor
 from agents.files import FilePolicy
@@ -70,6 +71,7 @@ class Options:
     files: FilePolicy = field(default_factory=FilePolicy)  # what attachments are taken, kept
     # where attachments may be fetched with the bot token (Slack's file host)
     file_origins: tuple[str, ...] = ("https://files.slack.com",)
+    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)  # admission control
 
 
 class MetricsObserver:
@@ -166,6 +168,7 @@ class SlackService:
                 lease=timedelta(seconds=self.options.lease_seconds),
                 heartbeat=timedelta(seconds=self.options.heartbeat_seconds),
                 files=self.options.files,
+                scheduler=self.options.scheduler,
             ),
             observer=MetricsObserver(self.metrics),
         )

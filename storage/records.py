@@ -123,3 +123,32 @@ class FileRecord:
     has_bytes: bool
     created_at: datetime
     expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequestRecord:
+    """A run asking the scheduler for a slot (see storage/run_requests.py)."""
+
+    run_key: str
+    effect_key: str
+    effect_kind: str
+    effect: dict[str, Any]
+    conversation_id: int | None
+    team_id: str
+    channel_id: str
+    agent_name: str
+    plan_id: int | None
+    step_index: int | None
+    attempt: int | None
+    priority: int
+    estimate_tokens: int
+    tools: list[str]
+    state: str
+    wait_reason: str | None
+    wait_kind: str | None
+    holder: str | None
+    lease_until: datetime | None
+    preempt: bool
+    grants: int
+    enqueued_at: datetime
+    granted_at: datetime | None

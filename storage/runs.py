@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -124,3 +124,16 @@ async def run_lease_until(conn: AsyncConnection, run_key: str) -> datetime | Non
 async def release_runs_of(conn: AsyncConnection, owner: str) -> None:
     """Release every lease `owner` holds (a process handing its work over as it stops)."""
     await conn.execute(delete(leases_t).where(leases_t.c.owner == owner))
+
+
+async def typical_run_tokens(conn: AsyncConnection, agent_name: str, *, last: int = 20) -> int:
+    """The mean tokens of an agent's last finished runs (0 when it has none): an estimate."""
+    recent = (
+        select((runs_t.c.input_tokens + runs_t.c.output_tokens).label("tokens"))
+        .where(runs_t.c.agent_name == agent_name, runs_t.c.status == "finished")
+        .order_by(runs_t.c.id.desc())
+        .limit(last)
+        .subquery()
+    )
+    mean = await conn.scalar(select(func.avg(recent.c.tokens)))
+    return int(mean or 0)

@@ -286,6 +286,49 @@ class RunLease(Base):
     lease_until: Mapped[datetime] = mapped_column(Timestamp)
 
 
+class RunRequestRow(Base):
+    """A run (a step attempt, or a commander turn) asking the scheduler for a slot.
+
+    `waiting` until an admission pass grants it (`granted`: `holder` runs it while
+    `lease_until` is renewed by the job's heartbeat, together with its run lease); a run
+    paused for urgent work is `preempted` (it waits again, keeping its place); `done`
+    rows are kept a little while as the memory of recent shares, then pruned.
+    """
+
+    __tablename__ = "run_requests"
+    __table_args__ = (Index("ix_run_requests_state_enqueued", "state", "enqueued_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    # the run's lease key (run_leases.run_key): one request per run
+    run_key: Mapped[str] = mapped_column(String(200), unique=True)
+    effect_key: Mapped[str] = mapped_column(String(200))  # the outbox row it starts
+    effect_kind: Mapped[str] = mapped_column(String(40))
+    effect: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    conversation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    team_id: Mapped[str] = mapped_column(String(32))
+    channel_id: Mapped[str] = mapped_column(String(32))
+    agent_name: Mapped[str] = mapped_column(String(40))
+    plan_id: Mapped[int | None] = mapped_column(Integer)
+    step_index: Mapped[int | None] = mapped_column(Integer)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer, default=3)  # 1 urgent … 5 batch
+    estimate_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    tools: Mapped[list[str]] = mapped_column(Json, default=list)
+    # waiting | granted | preempted | done
+    state: Mapped[str] = mapped_column(String(16), default="waiting")
+    wait_reason: Mapped[str | None] = mapped_column(String(200))
+    wait_kind: Mapped[str | None] = mapped_column(String(16))
+    holder: Mapped[str | None] = mapped_column(String(100))
+    lease_until: Mapped[datetime | None] = mapped_column(Timestamp)
+    preempt: Mapped[bool] = mapped_column(Boolean, default=False)  # asked to pause
+    grants: Mapped[int] = mapped_column(Integer, default=0)  # times granted (resumes)
+    enqueued_at: Mapped[datetime] = mapped_column(Timestamp)
+    granted_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    finished_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+
 class UsageEntry(Base):
     """Tokens spent by one model request batch, for budgets and the App Home."""
 

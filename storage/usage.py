@@ -64,3 +64,15 @@ async def usage_since(
         .order_by((total_in + total_out).desc())
     )
     return [UsageTotal(key=str(k), input_tokens=int(i), output_tokens=int(o)) for k, i, o in rows]
+
+
+async def tokens_spent(
+    conn: AsyncConnection, team_id: str, since: datetime, *, channel_id: str | None = None
+) -> int:
+    """Tokens (input and output) a workspace – or one of its channels – spent since a moment."""
+    query = select(func.sum(usage_t.c.input_tokens + usage_t.c.output_tokens)).where(
+        usage_t.c.team_id == team_id, usage_t.c.created_at >= since
+    )
+    if channel_id is not None:
+        query = query.where(usage_t.c.channel_id == channel_id)
+    return int(await conn.scalar(query) or 0)

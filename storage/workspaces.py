@@ -6,6 +6,7 @@ Every function takes an open connection; the caller owns the transaction.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -40,4 +41,20 @@ async def set_workspace_default_model(
 ) -> None:
     await conn.execute(
         update(workspaces_t).where(workspaces_t.c.team_id == team_id).values(default_model=model)
+    )
+
+
+async def workspace_settings(conn: AsyncConnection, team_id: str) -> dict[str, Any]:
+    """A workspace's stored overrides (admins' changes), `{}` when none."""
+    found = await conn.scalar(
+        select(workspaces_t.c.settings).where(workspaces_t.c.team_id == team_id)
+    )
+    return dict(found or {})
+
+
+async def set_workspace_settings(
+    conn: AsyncConnection, team_id: str, settings: dict[str, Any]
+) -> None:
+    await conn.execute(
+        update(workspaces_t).where(workspaces_t.c.team_id == team_id).values(settings=settings)
     )

@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import admin
+from bot import admin, admin_scheduler
 from bot.listeners.guard import guarded
 from bot.listeners.inbound import (
     AgentMetadata,
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 AGENT_VERBS = ("add", "edit", "remove", "enable", "disable")
-ADMIN_ONLY = ("agent", "audit")
+ADMIN_ONLY = ("agent", "audit", "urgent", "batch", "normal")
+PRIORITY_LEVELS = ("urgent", "batch", "normal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class Command:
     name: str = ""
     plan_id: int | None = None
     problem: str = ""
+    words: tuple[str, ...] = ()  # what followed the subcommand (`quota`)
 
 
 def parse_command(text: str) -> Command:
@@ -64,8 +66,16 @@ def parse_command(text: str) -> Command:
     words = text.split()
     sub = words[0].lower() if words else "help"
     rest = words[1:]
-    if sub in ("help", "agents", "plans", "usage", "audit") and not rest:
+    if sub in ("help", "agents", "plans", "usage", "audit", "queue") and not rest:
         return Command(sub)
+    if sub == "quota":
+        return Command(sub, words=tuple(rest))
+    if sub in PRIORITY_LEVELS and len(rest) <= 1:
+        if not rest:
+            return Command(sub)
+        if rest[0].isdigit():
+            return Command(sub, plan_id=int(rest[0]))
+        return Command("help", problem=f"`{rest[0]}` is not a plan number.")
     if sub == "model" and len(rest) <= 1:
         return Command(sub, name=rest[0] if rest else "")
     if sub == "cancel" and len(rest) <= 1:
@@ -158,7 +168,8 @@ async def _command(
     """After the ack: authorize, then open the agent modal or answer ephemerally."""
     parsed = parse_command(command.text)
     user, channel = command.user_id, command.channel_id
-    if parsed.sub in ADMIN_ONLY or (parsed.sub == "model" and parsed.name):
+    changes = (parsed.sub == "model" and parsed.name) or (parsed.sub == "quota" and parsed.words)
+    if parsed.sub in ADMIN_ONLY or changes:
         refusal = await admin.refusal(service, user)
         if refusal:
             await respond(text=refusal, response_type="ephemeral")
@@ -201,7 +212,10 @@ async def _answer(service: SlackService, parsed: Command, user: str, channel: st
     if parsed.sub == "agents":
         return agents_text(await admin.agents(service))
     if parsed.sub == "plans":
-        return plans_text(await admin.active_plans(service), url)
+        waits = await admin_scheduler.plan_waits(service)
+        return plans_text(await admin.active_plans(service), url, waits)
+    if parsed.sub in ("queue", "quota", *PRIORITY_LEVELS):
+        return await _scheduler_answer(service, parsed, user, channel)
     if parsed.sub == "cancel":
         return await admin.cancel(service, user, channel, parsed.plan_id)
     if parsed.sub == "usage":
@@ -217,3 +231,15 @@ async def _answer(service: SlackService, parsed: Command, user: str, channel: st
     if parsed.sub == "agent" and parsed.verb in ("enable", "disable"):
         return await admin.set_enabled(service, user, parsed.name, parsed.verb == "enable")
     return f"{parsed.problem}\n{HELP}".strip()
+
+
+async def _scheduler_answer(service: SlackService, parsed: Command, user: str, channel: str) -> str:
+    """`/flotilla queue`, `quota [change]`, `urgent|batch|normal [plan]`."""
+    if parsed.sub == "queue":
+        return await admin_scheduler.queue_text(service)
+    if parsed.sub == "quota" and parsed.words:
+        change = admin_scheduler.parse_quota(list(parsed.words))
+        return await admin_scheduler.set_quota(service, user, change)
+    if parsed.sub == "quota":
+        return await admin_scheduler.quota_text(service)
+    return await admin_scheduler.mark(service, user, parsed.sub, channel, parsed.plan_id)

@@ -48,11 +48,17 @@ to my agents.
 `/flotilla cancel [plan]` – cancel a plan (the one in this channel, or by number)
 `/flotilla usage` – tokens used this month, per agent and per channel
 `/flotilla model` – the model this workspace uses
+`/flotilla queue` – what runs now, who waits for what, and why
+`/flotilla quota` – capacity, agent and tool concurrency, weights, token budgets
 Admins:
 `/flotilla agent add NAME` · `agent edit NAME` – configure an agent in a form
 `/flotilla agent enable NAME` · `agent disable NAME` · `agent remove NAME`
 `/flotilla model MODEL` · `model default` – choose the workspace's model
-`/flotilla audit` – who changed what, and when"""
+`/flotilla audit` – who changed what, and when
+`/flotilla quota agent NAME N` · `quota tool NAME N` · `quota capacity N` · \
+`quota weight #channel W` · `quota budget channel_day N` – change a limit
+`/flotilla urgent [plan]` · `batch [plan]` · `normal [plan]` – a plan's (or this channel's) \
+priority"""
 
 TOOL_OPTIONS = {
     "ask_user": "Ask people a question in the thread",
@@ -230,11 +236,18 @@ def thread_link(base_url: str, channel: str, ts: str) -> str:
     )
 
 
-def plans_text(plans: Sequence[tuple[int, str, str, str]], base_url: str = "") -> str:
+def plans_text(
+    plans: Sequence[tuple[int, str, str, str]],
+    base_url: str = "",
+    waits: Mapping[int, Sequence[str]] | None = None,
+) -> str:
+    """Active plans, each with why its steps wait for a run slot (`waits`), if they do."""
     if not plans:
         return "No plans are running."
+    waits = waits or {}
     lines = [
         f"• plan {pid} – {status} – {thread_link(base_url, channel, ts)}"
+        + "".join(f"\n      {_escape_text(w)}" for w in waits.get(pid, ()))
         for pid, status, channel, ts in plans
     ]
     return _fit("*Active plans*\n" + "\n".join(lines))
@@ -290,6 +303,11 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _escape_text(text: str) -> str:
+    """Slack's mrkdwn escaping: &, < and > only."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _fit(text: str) -> str:
     """Within a section's 3,000 characters (long lists are cut with a note)."""
     if len(text) <= SECTION_MAX:
@@ -322,6 +340,11 @@ def home_view(reports: Reports, base_url: str = "") -> View:
             )
         ),
     ]
+    if reports.scheduler is not None:
+        blocks += [
+            DividerBlock(),
+            SectionBlock(text=MarkdownTextObject(text=_fit(reports.scheduler))),
+        ]
     if reports.audit is not None:
         blocks += [
             DividerBlock(),

@@ -110,6 +110,8 @@ def step_note(step: Step, plan: Plan, stop_note: str | None = None) -> str:
     if step.status == "pending" and step.transient_failures:
         why = f": {reason}" if reason else ""
         return f"🔁 retrying ({step.transient_failures + 1}/{plan.max_transient_failures}){why}"
+    if step.status == "in_progress" and step.index in plan.waits:
+        return _short(plan.waits[step.index])  # "waiting: 3rd in line", "paused for urgent work"
     if step.status == "in_progress" and step.attempts > 1:
         return f"attempt {step.attempts}"
     if step.status == "failed":

@@ -22,6 +22,7 @@ EXPECTED_TABLES = {
     "outbox",
     "agent_runs",
     "run_leases",
+    "run_requests",
     "usage_ledger",
     "audit_log",
     "files",

@@ -184,12 +184,36 @@ def test_a_run_blocked_by_its_agent_does_not_block_the_runs_behind_it() -> None:
 
 def test_a_budget_wait_says_when_it_resets() -> None:
     request = RunRequest("r1", "T1", "researcher", T0, estimate_tokens=2_000)
-    budget = Budget(remaining=1_000, resets_at=datetime(2026, 12, 2, 0, 0, tzinfo=UTC))
+    budget = Budget(
+        remaining=1_000, resets_at=datetime(2026, 12, 2, 0, 0, tzinfo=UTC), label="channel budget"
+    )
     decision = admit([request], [], Limits(capacity=2, budgets={"T1": budget}), T0)
     assert decision.grants == ()
-    assert decision.waits["r1"].sentence == (
-        "waiting: the token budget is used up (it resets 02 Dec 00:00 UTC)"
-    )
+    assert decision.waits["r1"].sentence == "waiting: channel budget (resets 00:00 UTC)"
+    monthly = Budget(remaining=0, resets_at=datetime(2027, 1, 1, tzinfo=UTC), label="x budget")
+    decision = admit([request], [], Limits(capacity=2, budgets={"T1": monthly}), T0)
+    assert decision.waits["r1"].sentence == "waiting: x budget (resets 01 Jan 00:00 UTC)"
+
+
+def test_a_run_must_fit_its_workspace_budget_too() -> None:
+    request = RunRequest("r1", "W:C1", "researcher", T0, estimate_tokens=10, workspace="W")
+    budgets = {
+        "W:C1": Budget(remaining=100, label="channel budget"),
+        "W": Budget(remaining=5, label="workspace budget"),
+    }
+    decision = admit([request], [], Limits(capacity=2, budgets=budgets), T0)
+    assert decision.waits["r1"].sentence == "waiting: workspace budget used up"
+
+
+def test_workspaces_share_first_then_their_channels() -> None:
+    """Workspace W1 has three busy channels, W2 one: W2's channel gets the free slot."""
+    running = [Running(f"x{i}", f"W1:C{i}", "researcher", T0, workspace="W1") for i in range(3)]
+    waiting = [
+        RunRequest("a", "W1:C9", "researcher", T0, workspace="W1"),
+        RunRequest("b", "W2:C1", "researcher", T0 + timedelta(seconds=5), workspace="W2"),
+    ]
+    decision = admit(waiting, running, Limits(capacity=4), T0)
+    assert decision.grants == ("b",)
 
 
 def test_urgent_work_waiting_for_a_slot_preempts_the_latest_batch_run() -> None:

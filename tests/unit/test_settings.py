@@ -120,3 +120,21 @@ def test_file_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FLOTILLA_FILE_HOSTS", "files.slack.com")
     with pytest.raises(ValidationError, match="is not an origin"):
         Settings()
+
+
+def test_scheduler_settings_read_pairs_and_refuse_a_bad_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOTILLA_AGENT_CONCURRENCY", "researcher: 2, writer=1")
+    monkeypatch.setenv("FLOTILLA_TOOL_CONCURRENCY", "mcp:crm.example.com: 1")
+    monkeypatch.setenv("FLOTILLA_CHANNEL_WEIGHTS", "C0123: 2.5")
+    monkeypatch.setenv("FLOTILLA_BUDGET_CHANNEL_DAY", "50000")
+    settings = Settings()
+    assert settings.agent_concurrency == {"researcher": 2, "writer": 1}
+    assert settings.tool_concurrency == {"mcp:crm.example.com": 1}
+    assert settings.channel_weights == {"C0123": 2.5}
+    assert settings.budgets()["channel_day"] == 50_000
+    assert (settings.scheduler_capacity, settings.scheduler_process_capacity) == (16, 8)
+    monkeypatch.setenv("FLOTILLA_AGENT_CONCURRENCY", "researcher")
+    with pytest.raises(ValidationError, match="name: number"):
+        Settings()

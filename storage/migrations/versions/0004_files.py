@@ -1,7 +1,7 @@
 """files: attachments people send and files agents produce
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-12-01 05:10:00
 
 One row per file of a conversation (received or produced), recorded once by its `key`;
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

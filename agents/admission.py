@@ -1,0 +1,316 @@
+"""The admission loop: grants run slots in the database, in fair order, across processes.
+
+A step run or a commander turn asks for a slot with a run request row (`enqueue`); its
+outbox row is parked meanwhile. An admission pass – one at a time across the deployment
+(`lock_admission`) – reads the queue, lets the pure core (`agents/scheduler.py`) decide,
+and in the same transaction grants slots to this process (the run's lease is claimed and
+the outbox row held until the lease ends, so the job's heartbeat renews all three
+together), writes why the others wait, and asks batch runs to pause for urgent work.
+After commit the granted runs start here; plans whose waiting reasons changed get their
+card updated (and only those). Passes run on a wake-up (a request enqueued, a slot freed)
+and every `poll_seconds` (other processes' work, expired leases).
+
+Caps hold across processes: the deployment's granted rows with live leases are counted,
+and this process's own. A killed process's granted rows wait again once its lease expired
+(they keep their place in line), and are granted anew – the run resumes from its stored
+history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agents import telemetry
+from agents.admission_policy import (
+    SchedulerOptions,
+    budgets_now,
+    limits_of,
+    tenant_of,
+    weights_by_tenant,
+    with_overrides,
+)
+from agents.clock import Clock
+from agents.scheduler import Admission, Limits, Running, RunRequest, admit
+from storage.db import Database
+from storage.outbox import finish_effect, hold_effect
+from storage.records import RunRequestRecord
+from storage.run_requests import (
+    ask_to_preempt,
+    drop_request,
+    enqueue_request,
+    expire_grants,
+    grant_request,
+    has_waiting,
+    lock_admission,
+    prune_requests,
+    queued_requests,
+    served_since,
+    set_wait_reason,
+)
+from storage.runs import claim_run
+from storage.workspaces import workspace_settings
+
+log = logging.getLogger(__name__)
+PARK = timedelta(hours=1)  # a waiting run's outbox row looks again this late at the latest
+STEP_KINDS = ("post_dispatch", "run_commander_step", "resume_step")
+
+Start = Callable[[RunRequestRecord], Awaitable[None]]
+ShowWaits = Callable[[int, int], Awaitable[None]]  # conversation id, plan id
+Refuse = Callable[[RunRequestRecord, str], Awaitable[None]]
+Decide = Callable[
+    [Sequence[RunRequest], Sequence[Running], Limits, datetime, Mapping[str, float] | None],
+    Admission,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """What one admission pass did."""
+
+    granted: tuple[RunRequestRecord, ...] = ()
+    changed_plans: frozenset[tuple[int, int]] = frozenset()  # (conversation, plan)
+    refused: tuple[tuple[RunRequestRecord, str], ...] = ()
+    preempted: tuple[str, ...] = ()
+
+
+class AdmissionLoop:
+    """This process's admission passes and the grants it starts."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        owner: str,
+        team_id: Callable[[], str],
+        clock: Clock,
+        options: SchedulerOptions,
+        lease: timedelta,
+        start: Start,
+        show_waits: ShowWaits,
+        refuse: Refuse,
+        decide: Decide = admit,
+    ) -> None:
+        self.db, self.owner, self.team_id, self.clock = db, owner, team_id, clock
+        self.options, self.lease = options, lease
+        self.start_run, self.show_waits, self.refuse = start, show_waits, refuse
+        self.decide = decide  # the pure core (a benchmark passes plain FIFO to compare)
+        self._wake = asyncio.Event()
+        self._passing = asyncio.Lock()  # one pass at a time in this process
+        self._loop: asyncio.Task[None] | None = None
+        self._pruned_at: datetime | None = None
+        self.asked = False  # a run asked for a slot since the last pass here
+
+    async def options_now(self, conn: AsyncConnection) -> SchedulerOptions:
+        """The settings with this workspace's admin overrides applied."""
+        return with_overrides(self.options, await workspace_settings(conn, self.team_id()))
+
+    # --- asking for a slot --------------------------------------------------------------
+
+    async def enqueue(self, *, run_key: str, effect_key: str, **values: Any) -> str:
+        """Ask for a slot for a run (idempotent) and park its outbox row until granted;
+        the request's state ("granted": another process runs it now)."""
+        now = self.clock()
+        async with self.db.write() as conn:
+            state = await enqueue_request(
+                conn, run_key=run_key, effect_key=effect_key, now=now, **values
+            )
+            if state != "granted":
+                await hold_effect(conn, effect_key, now + PARK)
+        self.asked = True
+        log.debug("%s asks for a slot: %s", run_key, state)
+        self.wake()
+        return state
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._forever(), name="admission")
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+
+    def wake(self) -> None:
+        """Run a pass now (a request was enqueued, a slot was freed)."""
+        self._wake.set()
+
+    async def _forever(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.run_pass()
+            except Exception:  # the loop must survive a database hiccup
+                log.exception("admission pass failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.options.poll_seconds)
+
+    async def run_pass(self) -> int:
+        """One admission pass, then start what it granted; how many runs were granted."""
+        async with self._passing:
+            self.asked = False
+            async with self.db.read() as conn:
+                if not await has_waiting(conn):
+                    await self._expire_only()
+                    return 0
+            async with self.db.write() as conn:
+                result = await self._decide(conn)
+            await self._start(result.granted)  # before another pass here can see no job
+        await self._after(result)
+        return len(result.granted)
+
+    async def _expire_only(self) -> None:
+        """No one waits: still free the slots of a killed process (cheap when none)."""
+        now = self.clock()
+        async with self.db.read() as conn:
+            queue = await queued_requests(conn)
+        if any(r.state == "granted" and r.lease_until and r.lease_until <= now for r in queue):
+            async with self.db.write() as conn:
+                await lock_admission(conn)
+                await expire_grants(conn, now)
+            self.wake()
+        telemetry.queue_depth(queue)
+
+    async def _decide(self, conn: AsyncConnection) -> PassResult:
+        await lock_admission(conn)
+        now = self.clock()
+        await expire_grants(conn, now)
+        await self._prune(conn, now)
+        queue = await queued_requests(conn)
+        telemetry.queue_depth(queue)
+        granted = [r for r in queue if r.state == "granted"]
+        waiting = [r for r in queue if r.state != "granted"]
+        if not waiting:
+            return PassResult()
+        options = await self.options_now(conn)
+        tenants = {(r.team_id, r.channel_id) for r in queue}
+        budgets = await budgets_now(conn, options, tenants, now)
+        telemetry.budget_remaining(budgets)
+        limits = limits_of(options, budgets)
+        limits = replace(limits, weights=weights_by_tenant(options, tenants))
+        mine = sum(1 for r in granted if r.holder == self.owner)
+        room = min(limits.capacity - len(granted), self.options.process_capacity - mine)
+        limits = replace(limits, capacity=len(granted) + max(0, room))
+        served = await served_since(conn, now - options.share_window)
+        decision = self.decide(
+            [_waiting(r) for r in waiting], [_running(r) for r in granted], limits, now, served
+        )
+        by_key = {r.run_key: r for r in queue}
+        log.debug("admission pass: %d granted, %d waiting", len(decision.grants), len(waiting))
+        return await self._apply(conn, decision, by_key, options, len(granted), now)
+
+    async def _apply(
+        self,
+        conn: AsyncConnection,
+        decision: Admission,
+        by_key: dict[str, RunRequestRecord],
+        options: SchedulerOptions,
+        running: int,
+        now: datetime,
+    ) -> PassResult:
+        until = now + self.lease
+        granted: list[RunRequestRecord] = []
+        changed: set[tuple[int, int]] = set()
+        refused: list[tuple[RunRequestRecord, str]] = []
+        for key in decision.grants:
+            record = by_key[key]
+            if not await claim_run(conn, key, self.owner, now=now, until=until):
+                continue  # still leased by a process that stopped renewing a moment ago
+            await grant_request(conn, key, self.owner, now=now, until=until)
+            await hold_effect(conn, record.effect_key, until)
+            granted.append(record)
+            telemetry.admitted(now - record.enqueued_at)
+            if record.wait_reason is not None:
+                changed |= _plan_of(record)
+        for key, wait in decision.waits.items():
+            record = by_key[key]
+            if wait.kind == "budget" and options.budget_policy == "fail":
+                if record.effect_kind in STEP_KINDS:
+                    await drop_request(conn, key)
+                    await finish_effect(conn, record.effect_key, now)
+                    refused.append((record, wait.sentence.removeprefix("waiting: ")))
+                    telemetry.refused("budget")
+                    continue
+            if record.state == "preempted" and wait.kind == "capacity":
+                continue  # it says "paused for urgent work" until it runs again
+            if record.wait_reason != wait.sentence:
+                await set_wait_reason(conn, key, wait.kind, wait.sentence)
+                changed |= _plan_of(record)
+                telemetry.refused(wait.kind)
+        preempted: list[str] = []
+        if running + len(granted) >= options.capacity:  # the deployment is full
+            for key in decision.preempt:
+                if not by_key[key].preempt:
+                    await ask_to_preempt(conn, key)
+                    preempted.append(key)
+        return PassResult(tuple(granted), frozenset(changed), tuple(refused), tuple(preempted))
+
+    async def _start(self, granted: tuple[RunRequestRecord, ...]) -> None:
+        for record in granted:
+            try:
+                await self.start_run(record)
+            except Exception:  # its lease expires and another pass grants it again
+                log.exception("could not start %s", record.run_key)
+
+    async def _after(self, result: PassResult) -> None:
+        for record, reason in result.refused:
+            with contextlib.suppress(Exception):
+                await self.refuse(record, reason)
+        for conversation_id, plan_id in sorted(result.changed_plans):
+            try:
+                await self.show_waits(conversation_id, plan_id)
+            except Exception:  # the card shows the reason at its next update
+                log.warning("could not show why plan %s waits", plan_id, exc_info=True)
+        if result.preempted:
+            log.info("asked %d run(s) to pause for urgent work", len(result.preempted))
+
+    async def _prune(self, conn: AsyncConnection, now: datetime) -> None:
+        window = self.options.share_window
+        if self._pruned_at is None or now - self._pruned_at > window:
+            self._pruned_at = now
+            await prune_requests(conn, now - window)
+
+
+def _plan_of(record: RunRequestRecord) -> set[tuple[int, int]]:
+    if record.plan_id is None or record.conversation_id is None or record.step_index is None:
+        return set()
+    return {(record.conversation_id, record.plan_id)}
+
+
+def _waiting(r: RunRequestRecord) -> RunRequest:
+    return RunRequest(
+        key=r.run_key,
+        tenant=tenant_of(r.team_id, r.channel_id),
+        agent=r.agent_name,
+        enqueued_at=r.enqueued_at,
+        priority=r.priority,
+        tools=tuple(r.tools),
+        estimate_tokens=r.estimate_tokens,
+        workspace=r.team_id,
+    )
+
+
+def _running(r: RunRequestRecord) -> Running:
+    return Running(
+        key=r.run_key,
+        tenant=tenant_of(r.team_id, r.channel_id),
+        agent=r.agent_name,
+        started_at=r.granted_at or r.enqueued_at,
+        priority=r.priority,
+        tools=tuple(r.tools),
+        workspace=r.team_id,
+    )
+
+
+def budget_refusal(sentence: str) -> str:
+    """The failed step's reason when the policy refuses a run over budget."""
+    return f"it would exceed the {sentence}"

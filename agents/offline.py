@@ -59,6 +59,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.offline_plans import chain, diamond
+from agents.streamed_function import streamed
 
 PREFIX = "[offline model]"
 MODEL_NAME = "offline"
@@ -73,7 +74,7 @@ _CONTEXT_HEADERS = ("\n\nThe original request in this conversation:", "\n\nRecen
 
 def offline_model() -> FunctionModel:
     """The offline model as a pydantic-ai model (no network, deterministic answers)."""
-    return FunctionModel(respond, model_name=MODEL_NAME)
+    return FunctionModel(respond, stream_function=streamed(respond), model_name=MODEL_NAME)
 
 
 def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -158,33 +158,38 @@ async def _execute(
         plan_id=effect.plan_id,
         step_index=effect.step,
     )
+    key = result_key(effect.plan_id, effect.step, effect.attempt)
+    agent = None if spec.name == COMMANDER else spec.name
+    answer = await ctx.port.open_answer(conversation, agent=agent, result_of=effect, key=key)
     try:
         model = await ctx.choose_model(spec.model)
         # the runtime builds the agent's own MCP toolsets from `spec`
         if isinstance(effect, ResumeStep):
-            result = await resume_step(ctx.db, job, spec, effect.answer, model=model)
+            result = await resume_step(
+                ctx.db, job, spec, effect.answer, model=model, show=answer.show
+            )
         else:
-            result = await run_step(ctx.db, job, spec, model=model)
+            result = await run_step(ctx.db, job, spec, model=model, show=answer.show)
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
+        await answer.discard()
         return _failed(effect, exc.public, retryable=exc.retryable)
     except ValueError as exc:  # a model string that cannot be used
         log.error("step run cannot start: %s", exc, extra=ids(conversation, effect))
+        await answer.discard()
         return _failed(effect, "its model is not configured correctly (an admin can fix it)")
     if isinstance(result, StepQuestion):
+        await answer.discard()
         return StepBlocked(
             index=effect.step, attempt=effect.attempt, question=result.question, form=result.form
         )
     if not await still_current(ctx, effect):
+        await answer.discard()
         return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing
-    key = result_key(effect.plan_id, effect.step, effect.attempt)
     ts: str | None = None
     try:
         if not (redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name)):
-            agent = None if spec.name == COMMANDER else spec.name
-            ts = await ctx.port.say(
-                conversation, result.message, agent=agent, result_of=effect, key=key
-            )
+            ts = await answer.finish(result.message)
     except TransientError:
         raise  # the job is handed over: the stored run answers again, at no cost
     except PermanentError as exc:

@@ -63,6 +63,7 @@ def options_from(settings: Settings) -> Options:
         form_answerers=settings.form_answerers,
         lease_seconds=settings.run_lease_seconds,
         heartbeat_seconds=settings.heartbeat_seconds,
+        stream_append_seconds=settings.stream_append_seconds,
         provider_keys=settings.provider_keys(),
     )
 

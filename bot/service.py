@@ -61,6 +61,8 @@ class Options:
     admin_cache_size: int = 1000  # people whose admin status is remembered (bounded)
     lease_seconds: float = 30.0
     heartbeat_seconds: float = 5.0
+    # seconds between two appends to one streamed answer (chat.appendStream is tier 4)
+    stream_append_seconds: float = 1.5
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
 
@@ -144,6 +146,7 @@ class SlackService:
             db, locks=self.locks, clock=clock, after_commit=self._after_commit
         )
         self.port = SlackPort(db, client, self.poster, cipher, clock)
+        self.port.stream_interval = self.options.stream_append_seconds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.context = Context(
             db=db,

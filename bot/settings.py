@@ -159,6 +159,14 @@ class Settings(BaseSettings):
         "less than half the lease.",
     )
 
+    stream_append_seconds: float = Field(
+        default=1.5,
+        ge=0,
+        le=60,
+        validation_alias=AliasChoices("FLOTILLA_STREAM_APPEND_SECONDS"),
+        description="An answer streamed into a thread grows at most this often (seconds).",
+    )
+
     @field_validator("heartbeat_seconds")
     @classmethod
     def _beats_within_the_lease(cls, value: float, info: ValidationInfo) -> float:

@@ -16,16 +16,14 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import aiohttp
 from pydantic import SecretStr
-from slack_sdk.errors import SlackApiError
 from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
-from agents.errors import TransientError
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
+from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster
 from bot.listeners.payloads import (
     DISPATCH_EVENT,
@@ -36,6 +34,8 @@ from bot.listeners.payloads import (
     step_metadata,
 )
 from bot.secrets import TokenCipher
+from bot.slack_errors import slack_call
+from bot.slack_features import SlackFeatures
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
 from storage.agents import get_agent, list_agents
@@ -48,18 +48,6 @@ log = logging.getLogger(__name__)
 
 # Slack keeps a message's text up to 40,000 characters; stay clear of it.
 MESSAGE_TEXT_MAX = 39_000
-# Slack errors worth another try (besides HTTP 429/5xx, which the client retries first)
-_TRANSIENT_ERRORS = frozenset(
-    {"ratelimited", "internal_error", "fatal_error", "service_unavailable"}
-)
-_REFUSALS = {
-    "not_in_channel": "I am not in this channel any more (invite me back with /invite)",
-    "channel_not_found": "this channel no longer exists or I cannot see it",
-    "is_archived": "this channel is archived",
-    "thread_not_found": "the thread is gone",
-    "restricted_action": "posting here is restricted by the workspace's settings",
-    "msg_too_long": "the message was too long for Slack",
-}
 
 
 def fit_text(text: str, limit: int = MESSAGE_TEXT_MAX) -> str:
@@ -104,6 +92,8 @@ class SlackPort:
         self.team_id = ""
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
+        self.features = SlackFeatures(db, clock)
+        self.stream_interval = 1.5  # seconds between two appends to one streamed answer
 
     # --- identities ---------------------------------------------------------------------
 
@@ -142,6 +132,18 @@ class SlackPort:
                 metadata = {"event_type": NOTICE_EVENT, "event_payload": {"key": key}}
         text = fit_text(text)
         ts = await self._post(conversation, text, identity, blocks, metadata)
+        await self.keep(conversation, ts, text, identity, metadata)
+        return ts
+
+    async def keep(
+        self,
+        conversation: ConversationRecord,
+        ts: str,
+        text: str,
+        identity: Identity | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        """Store a message Flotilla posted (as the commander or `identity`)."""
         record = MessageRecord(
             channel_id=conversation.channel_id,
             ts=ts,
@@ -153,7 +155,40 @@ class SlackPort:
         )
         async with self.db.write() as conn:
             await store_message(conn, conversation.id, record, self.clock())
-        return ts
+
+    async def open_answer(
+        self,
+        conversation: ConversationRecord,
+        *,
+        agent: str | None,
+        result_of: StepTag | None,
+        key: str,
+    ) -> SlackAnswerStream:
+        """A stream for the answer carrying `key` (see `bot/answer_stream.py`)."""
+        identity = await self.identity(agent) if agent else None
+        async with self.db.read() as conn:
+            messages = await thread_messages(conn, conversation.id)
+        left = next(
+            (
+                m.ts
+                for m in reversed(messages)
+                if (meta := _payload_of(m.metadata, RESULT_EVENT, NOTICE_EVENT)) is not None
+                and meta.get("key") == key
+                and meta.get(STREAMING_MARK)
+            ),
+            None,
+        )
+        return SlackAnswerStream(
+            self, conversation, identity, result_of, key,
+            interval=self.stream_interval, left_ts=left,
+        )  # fmt: skip
+
+    @contextmanager
+    def slack_call(self, identity: Identity | None) -> Iterator[None]:
+        """Slack's errors as the port's (`bot/slack_errors.py`), naming an agent's own app."""
+        app = identity.display_name if identity is not None and identity.kind == "app" else None
+        with slack_call(app):
+            yield
 
     async def _post(
         self,
@@ -164,7 +199,7 @@ class SlackPort:
         metadata: dict[str, Any] | None,
     ) -> str:
         app = identity.display_name if identity is not None and identity.kind == "app" else None
-        with _slack_call(app):
+        with slack_call(app):
             return await self.poster.post(
                 channel=conversation.channel_id,
                 thread_ts=conversation.thread_ts,
@@ -184,7 +219,7 @@ class SlackPort:
             earlier = await self._dispatch_message(conversation, effect)
             if earlier is not None:
                 text = fit_text(f"{text} — retrying, {effect.retry} of {effect.max_tries}")
-                with _slack_call():
+                with slack_call():
                     await self.poster.update(
                         channel=conversation.channel_id, ts=earlier, text=text, metadata=metadata
                     )
@@ -258,13 +293,13 @@ class SlackPort:
         async with self.db.write() as conn:
             won = await claim_plan_card(conn, plan.id, ts)
         if not won:  # another sender posted the card first: keep one card
-            with _slack_call():
+            with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
 
     async def update(
         self, conversation: ConversationRecord, ts: str, text: str, blocks: list[dict[str, Any]]
     ) -> None:
-        with _slack_call():
+        with slack_call():
             await self.poster.update(
                 channel=conversation.channel_id, ts=ts, text=text, blocks=blocks
             )
@@ -317,7 +352,7 @@ class SlackPort:
     ) -> str | None:
         """The ts of a message of `authors` carrying `key` in Flotilla's metadata, if any."""
         authors.discard(None)
-        with _slack_call():
+        with slack_call():
             response = await self.client.conversations_replies(
                 channel=conversation.channel_id,
                 ts=conversation.thread_ts,
@@ -339,30 +374,6 @@ def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[s
         return None
     payload = metadata.get("event_payload")
     return dict(payload) if isinstance(payload, Mapping) else None
-
-
-@contextmanager
-def _slack_call(app: str | None = None) -> Iterator[None]:
-    """Slack's errors as the port's: `TransientError` (try again) or `PostingRefused`.
-    `app`: the agent's own Slack app that called (its refusals name it, not Flotilla)."""
-    try:
-        yield
-    except SlackApiError as exc:
-        raise _classified(exc, app) from exc
-    except (aiohttp.ClientError, TimeoutError) as exc:  # not reached, or no answer in time
-        raise TransientError(f"Slack could not be reached ({type(exc).__name__})") from exc
-
-
-def _classified(exc: SlackApiError, app: str | None = None) -> Exception:
-    """Slack's error as `TransientError` (try again) or `PostingRefused` (a sentence)."""
-    status = exc.response.status_code if exc.response is not None else 0
-    error = str(exc.response.get("error", "")) if exc.response is not None else ""
-    if status == 429 or status >= 500 or error in _TRANSIENT_ERRORS:
-        return TransientError(f"Slack answered {error or status}")
-    if app is not None and error == "not_in_channel":
-        return PostingRefused(f"the {app} app is not in this channel (invite it with /invite)")
-    sentence = _REFUSALS.get(error, f"Slack refused the message ({error or status})")
-    return PostingRefused(sentence)
 
 
 def _escape(text: str) -> str:

@@ -73,6 +73,9 @@ async def handle_api(request: web.Request) -> web.Response:
         app = ws.state.app_by_token(token)
         if app is None:
             raise ApiError("invalid_auth")
+        refusal = ws.refusals.get(name)
+        if refusal is not None:  # a feature switched off on demand (see LocalWorkspace.refuse)
+            raise ApiError(refusal)
         retry_after = ws.rate_limiter.retry_after(name, app.app_id, _channel_key(args))
         if retry_after is not None:
             return _answer(

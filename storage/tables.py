@@ -298,3 +298,15 @@ class AuditEntry(Base):
     target: Mapped[str] = mapped_column(String(200), default="")
     details: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[datetime] = mapped_column(Timestamp)
+
+
+class SlackFallback(Base):
+    """A Slack feature a workspace does not offer (streaming, agent sessions …): after the
+    first refusal Flotilla uses the older way there, without asking again."""
+
+    __tablename__ = "slack_fallbacks"
+
+    team_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    feature: Mapped[str] = mapped_column(String(40), primary_key=True)
+    error: Mapped[str] = mapped_column(String(80), default="")
+    recorded_at: Mapped[datetime] = mapped_column(Timestamp)

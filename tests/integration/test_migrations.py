@@ -24,6 +24,7 @@ EXPECTED_TABLES = {
     "run_leases",
     "usage_ledger",
     "audit_log",
+    "slack_fallbacks",
 }
 
 

@@ -29,6 +29,7 @@ from agents.plan_transitions import stalled
 from agents.reconciler import Decision
 from agents.registry import enabled_agents
 from agents.runtime import RunJob
+from agents.session_status import activity, session_status
 from agents.step_runs import ids
 from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord
@@ -46,9 +47,11 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
     plan = await ctx.reconciler.plan(conversation.id)
     if not isinstance(effect, MessageForCommander) and not wanted(plan, effect):
         return  # the plan moved on (stopped, replaced, or no longer stuck): no turn
+    await ctx.port.show_status(conversation, "processing", "working")  # seen at once
     text, wake = _what_happened(effect, plan)
     if isinstance(effect, MessageForCommander):
         await _turn(ctx, conversation, effect, text, wake)
+        await show_status(ctx, conversation)
         return  # a person's message: answered (or refused) in the thread
     try:
         turn = await _turn(ctx, conversation, effect, text, wake)
@@ -75,6 +78,17 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
             operations=[AbortPlan(reason=gave_up(plan, errored=turn.errored))],
             assignees=await ctx.enabled_names(),
         )
+    await show_status(ctx, conversation)
+
+
+async def show_status(ctx: Context, conversation: ConversationRecord) -> None:
+    """After a turn: the thread's status as its plan now is (closed when none is at work)."""
+    plan = await ctx.reconciler.plan(conversation.id)
+    if plan is None or plan.status in TERMINAL_PLAN:
+        await ctx.port.show_status(conversation, "closed")
+        return
+    now = ctx.clock()
+    await ctx.port.show_status(conversation, session_status(plan, now), activity(plan, now))
 
 
 Followup = Literal["done", "ask_again", "stop"]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from agents.effects import AskUser, PostDispatch, ShowForm
     from agents.plan import Plan
+    from agents.session_status import SessionStatus
     from storage.records import ConversationRecord
 
 
@@ -105,6 +106,13 @@ class SlackPort(Protocol):
         """A stream for the answer carrying `key`, as the commander or `agent`: a step's
         answer (`result_of`) or the plan's final answer. It carries on a stream of `key` left
         unfinished by a stopped process instead of starting another."""
+        ...
+
+    async def show_status(
+        self, conversation: ConversationRecord, status: SessionStatus, words: str = ""
+    ) -> None:
+        """Show the thread's agent session status (`words`: the same, for a status line).
+        Best effort: never raises."""
         ...
 
     async def thread_has_key(

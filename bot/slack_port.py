@@ -23,6 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
+from agents.session_status import SessionStatus, activity, session_status
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster
 from bot.listeners.payloads import (
@@ -34,6 +35,7 @@ from bot.listeners.payloads import (
     step_metadata,
 )
 from bot.secrets import TokenCipher
+from bot.session_statuses import SessionStatuses
 from bot.slack_errors import slack_call
 from bot.slack_features import SlackFeatures
 from bot.views.forms import FormKey, form_message
@@ -93,6 +95,7 @@ class SlackPort:
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self.features = SlackFeatures(db, clock)
+        self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
         self.stream_interval = 1.5  # seconds between two appends to one streamed answer
 
     # --- identities ---------------------------------------------------------------------
@@ -282,8 +285,12 @@ class SlackPort:
                 async with self.db.write() as conn:
                     await claim_plan_card(conn, plan.id, card_ts)
                     card_ts = await plan_card_ts(conn, plan.id)
+        now = self.clock()
+        await self.show_status(conversation, session_status(plan, now), activity(plan, now))
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
-        text, blocks = plan_card(plan, mentions=mentions, requester=conversation.requested_by)
+        text, blocks = plan_card(
+            plan, mentions=mentions, requester=conversation.requested_by, now=now
+        )
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)
@@ -295,6 +302,12 @@ class SlackPort:
         if not won:  # another sender posted the card first: keep one card
             with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
+
+    async def show_status(
+        self, conversation: ConversationRecord, status: SessionStatus, words: str = ""
+    ) -> None:
+        """The thread's session status (see `bot/session_statuses.py`); never raises."""
+        await self.statuses.show(conversation, status, words)
 
     async def update(
         self, conversation: ConversationRecord, ts: str, text: str, blocks: list[dict[str, Any]]

@@ -11,6 +11,7 @@ from aiohttp import web
 
 # Importing the method modules registers their handlers in METHODS (the modules themselves,
 # not the package: the package's __init__ imports this module).
+import local_slack.web_agent_sessions  # noqa: F401
 import local_slack.web_assistant  # noqa: F401
 import local_slack.web_chat  # noqa: F401
 import local_slack.web_conversations  # noqa: F401

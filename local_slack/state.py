@@ -174,6 +174,19 @@ class View:
 
 
 @dataclass
+class AgentSession:
+    """An agent session scoped to a thread (agents.sessions.setStatus): its lifecycle status
+    (active, processing, suspended, closed) and every status it went through."""
+
+    app_id: str
+    status: str
+    title: str = ""
+    initiator: str | None = None
+    username: str | None = None
+    history: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ThreadStatus:
     """An app's status line under a thread (assistant.threads.setStatus), e.g. "is thinking…".
 
@@ -226,6 +239,8 @@ class WorkspaceState:
         self.home_views: dict[tuple[str, str], str] = {}  # (user, app) -> view id
         self.triggers: dict[str, Trigger] = {}
         self.thread_statuses: dict[tuple[str, str], ThreadStatus] = {}  # (channel, thread_ts)
+        # (channel, thread_ts, app_id) -> the app's agent session in that thread
+        self.agent_sessions: dict[tuple[str, str, str], AgentSession] = {}
         self.ts_clock = TsClock()
         self._changed = asyncio.Event()
         self.version = 0

@@ -99,6 +99,7 @@ class SlackAnswerStream:
             self.stopped = True
             return
         persona = self.identity.persona_arguments() if self.identity is not None else {}
+        await self.port.poster.pacer.wait(self.conversation.channel_id)  # a new message
         response = await self.client.chat_startStream(
             channel=self.conversation.channel_id,
             thread_ts=self.conversation.thread_ts,
@@ -130,7 +131,7 @@ class SlackAnswerStream:
         metadata = answer_metadata(self.tag, self.key)
         agent = self.identity.name if self.identity is not None else None
         if self.ts is None:
-            return await self.port.say(self.conversation, text, agent=agent, metadata=metadata)
+            return await self._say(text, agent)
         ts = self.ts
         rest = text[len(self.sent) :] if text.startswith(self.sent) else None
         if not self.stopped and rest is not None and len(text) <= STREAM_TEXT_MAX:
@@ -154,13 +155,19 @@ class SlackAnswerStream:
                 )
         else:  # too long for one streamed message: the whole answer as a post
             await self.discard()
-            return await self.port.say(self.conversation, text, agent=agent, metadata=metadata)
+            return await self._say(text, agent)
         async with self.port.db.write() as conn:
             await update_message(
                 conn, self.conversation.channel_id, ts, text=text, metadata=metadata
             )
         self.ts, self.stopped = None, True
         return ts
+
+    async def _say(self, text: str, agent: str | None) -> str:
+        """The whole answer as one post (the metadata `say` gives a step's answer or a notice)."""
+        return await self.port.say(
+            self.conversation, text, agent=agent, result_of=self.tag, key=self.key
+        )
 
     async def _stop_quietly(self) -> None:
         """Stop the stream if Slack still has it open (a stopped one answers an error)."""

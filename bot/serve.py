@@ -64,6 +64,8 @@ def options_from(settings: Settings) -> Options:
         lease_seconds=settings.run_lease_seconds,
         heartbeat_seconds=settings.heartbeat_seconds,
         stream_append_seconds=settings.stream_append_seconds,
+        channel_posts_per_second=settings.channel_posts_per_second or None,
+        channel_post_burst=settings.channel_post_burst,
         provider_keys=settings.provider_keys(),
     )
 

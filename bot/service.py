@@ -30,6 +30,7 @@ from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
 from agents.registry import enabled_agent_names, seed_default_agents
 from agents.run_context import Context, ExecutorOptions
+from bot.channel_pacing import ChannelPacer
 from bot.identities import Identity, Poster
 from bot.metrics import Metrics, meter
 from bot.secrets import TokenCipher
@@ -63,6 +64,9 @@ class Options:
     heartbeat_seconds: float = 5.0
     # seconds between two appends to one streamed answer (chat.appendStream is tier 4)
     stream_append_seconds: float = 1.5
+    # new messages per second per channel, sustained (None: not paced), and the burst allowed
+    channel_posts_per_second: float | None = None
+    channel_post_burst: int = 2
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
 
@@ -140,7 +144,10 @@ class SlackService:
         self.metrics = Metrics()
         # every Web API call is counted: the commander's and each agent app's
         meter(client, self.metrics)
-        self.poster = Poster(client, api_url, on_client=lambda made: meter(made, self.metrics))
+        pacer = ChannelPacer(self.options.channel_posts_per_second, self.options.channel_post_burst)
+        self.poster = Poster(
+            client, api_url, on_client=lambda made: meter(made, self.metrics), pacer=pacer
+        )
         self.locks = ConversationLocks()
         self.reconciler = Reconciler(
             db, locks=self.locks, clock=clock, after_commit=self._after_commit

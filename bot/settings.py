@@ -167,6 +167,21 @@ class Settings(BaseSettings):
         description="An answer streamed into a thread grows at most this often (seconds).",
     )
 
+    channel_posts_per_second: float = Field(
+        default=1.0,
+        ge=0,
+        le=50,
+        validation_alias=AliasChoices("FLOTILLA_CHANNEL_POSTS_PER_SECOND"),
+        description="New messages per second per channel, sustained (0: not paced).",
+    )
+    channel_post_burst: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        validation_alias=AliasChoices("FLOTILLA_CHANNEL_POST_BURST"),
+        description="New messages one channel may get at once after a quiet spell.",
+    )
+
     @field_validator("heartbeat_seconds")
     @classmethod
     def _beats_within_the_lease(cls, value: float, info: ValidationInfo) -> float:

@@ -13,6 +13,7 @@ import pytest
 
 from agents.errors import TransientError
 from agents.ports import StepTag
+from bot.channel_pacing import ChannelBucket
 from local_slack import Message
 from storage.records import ConversationRecord
 from storage.slack_fallbacks import fallbacks_of
@@ -61,6 +62,8 @@ async def test_an_agents_answer_streams_then_stops_with_the_steps_metadata(
             elif step.assignee != "commander":  # as the agent's persona
                 assert message.username and message.app_id == run.stack.commander.app_id
         assert len(streamed) == len(agent_steps)
+        # asked once per token: the service's start and Bolt's authorization share the answer
+        assert made["auth.test"] == 1
 
 
 @pytest.mark.parametrize("error", ["messages_tab_disabled", "feature_disabled"])
@@ -139,3 +142,36 @@ async def test_a_stream_left_open_is_finished_once_not_answered_twice(
         assert not any(m.streaming for m in run.messages(root))
         again = next(m for m in finished if m.ts == left[0].ts)  # the same message, finished
         assert again.text.startswith("[offline model]") and again.edited
+
+
+async def test_a_burst_of_plans_in_one_channel_is_paced_without_slowing_another(
+    start: Callable[..., Any],
+) -> None:
+    rate, burst = 10.0, 2
+    async with start(channel_posts_per_second=rate, channel_post_burst=burst) as run:
+        ws = run.stack.workspace
+        people = list(run.stack.people.values())
+        apps = [run.stack.commander, *run.stack.agent_apps.values()]
+        other = ws.create_channel("other", [*people, *apps])
+        roots = [run.ask(f"research launch number {n} and write a note") for n in range(3)]
+        quiet = run.driver.mention(
+            "maya", "other", run.stack.commander, "research the churn numbers and write a note"
+        )
+        await run.quiesce()
+        for root in roots:
+            assert (await run.plan(root)).status == "completed", run.transcript(root)
+        pacer = run.service.poster.pacer
+        made = calls(run)
+        assert [e for e in ws.api_log if e[1] != "ok"] == []
+        assert len(pacer.granted) == made["chat.postMessage"] + made["chat.startStream"]
+        launch = [g for g in pacer.granted if g[0] == run.stack.channel.id]
+        assert sum(wait > 0 for _, _, wait in launch) > 0  # the burst was queued
+        for channel in (run.stack.channel.id, other.id):
+            sends = [(at - wait, at) for c, at, wait in pacer.granted if c == channel]
+            times = [at for _, at in sends]
+            for begin in times:  # no second holds more than the burst and the rate allow
+                assert sum(begin <= t < begin + 1.0 for t in times) <= burst + rate
+            # each send waited only for its own channel's earlier sends, never another's
+            alone = ChannelBucket(rate, burst)
+            assert [alone.reserve(arrived) for arrived, _ in sends] == times
+        assert (await run.plan(quiet)).status == "completed"

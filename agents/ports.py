@@ -102,9 +102,11 @@ class SlackPort(Protocol):
         agent: str | None,
         result_of: StepTag | None,
         key: str,
+        plan_id: int,
     ) -> AnswerStream:
         """A stream for the answer carrying `key`, as the commander or `agent`: a step's
-        answer (`result_of`) or the plan's final answer. It carries on a stream of `key` left
+        answer (`result_of`) or the plan's final answer, in plan `plan_id` (people's 👍/👎 on
+        it are kept for that plan and agent). It carries on a stream of `key` left
         unfinished by a stopped process instead of starting another."""
         ...
 

@@ -160,7 +160,9 @@ async def _execute(
     )
     key = result_key(effect.plan_id, effect.step, effect.attempt)
     agent = None if spec.name == COMMANDER else spec.name
-    answer = await ctx.port.open_answer(conversation, agent=agent, result_of=effect, key=key)
+    answer = await ctx.port.open_answer(
+        conversation, agent=agent, result_of=effect, key=key, plan_id=effect.plan_id
+    )
     try:
         model = await ctx.choose_model(spec.model)
         # the runtime builds the agent's own MCP toolsets from `spec`

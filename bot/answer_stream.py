@@ -3,10 +3,10 @@
 `chat.startStream` opens the message (as the agent: its own app's token, or the persona's
 name and icon) at the first text, `chat.appendStream` adds what is new at most once per
 `interval` seconds (coalesced, well inside the method's rate tier), and `chat.stopStream`
-finishes it with the rest and the step's metadata. The message is kept in the thread's
-stored messages from its start (marked `streaming`), so a process that stops mid-answer
-leaves a trace: the run that continues the step finishes that message (stop, then edit to
-the whole answer) instead of posting a second one.
+finishes it with the rest, the step's metadata and 👍/👎 buttons (`bot/views/feedback.py`).
+The message is kept in the thread's stored messages from its start (marked `streaming`),
+so a process that stops mid-answer leaves a trace: the run that continues the step
+finishes that message (stop, then edit to the whole answer) instead of posting another.
 
 Where the workspace does not stream (see `bot/slack_features.py`), or a stream call fails,
 the answer is posted whole at the end: the preview is best effort, the answer is not.
@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
+from agents.plan import COMMANDER
 from agents.ports import StepTag
 from bot.identities import Identity
 from bot.listeners.payloads import NOTICE_EVENT, RESULT_EVENT, step_metadata
 from bot.slack_features import STREAMING
+from bot.views.feedback import feedback_block
 from storage.conversations import update_message
 from storage.records import ConversationRecord
 
@@ -61,6 +63,7 @@ class SlackAnswerStream:
         tag: StepTag | None,
         key: str,
         *,
+        plan_id: int,
         interval: float,
         left_ts: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -72,6 +75,11 @@ class SlackAnswerStream:
         self.sent = ""  # the text Slack shows
         self.stopped = left_ts is not None  # nothing more is streamed (a finish edits)
         self.last_append = float("-inf")
+        agent = identity.name if identity is not None else COMMANDER
+        step = tag.step if tag is not None else 0
+        # clicks go to the app that posted: an agent's own app would get them, not Flotilla
+        own_app = identity is not None and identity.kind == "app"
+        self.feedback = None if own_app else feedback_block(plan_id, step, agent)
 
     @property
     def client(self) -> Any:
@@ -140,11 +148,12 @@ class SlackAnswerStream:
                     channel=self.conversation.channel_id,
                     ts=ts,
                     markdown_text=rest or None,
+                    blocks=self._buttons(),
                     metadata=metadata,
                 )
         elif len(text) <= STREAM_TEXT_MAX:
             await self._stop_quietly()
-            blocks = [{"type": "markdown", "text": text}]
+            blocks = [{"type": "markdown", "text": text}, *self._buttons()]
             with self.port.slack_call(self.identity):
                 await self.client.chat_update(
                     channel=self.conversation.channel_id,
@@ -163,10 +172,15 @@ class SlackAnswerStream:
         self.ts, self.stopped = None, True
         return ts
 
+    def _buttons(self) -> list[dict[str, Any]]:
+        return [self.feedback] if self.feedback is not None else []
+
     async def _say(self, text: str, agent: str | None) -> str:
         """The whole answer as one post (the metadata `say` gives a step's answer or a notice)."""
+        fits = self.feedback is not None and len(text) <= STREAM_TEXT_MAX  # else text alone
+        blocks = [{"type": "markdown", "text": text}, *self._buttons()] if fits else None
         return await self.port.say(
-            self.conversation, text, agent=agent, result_of=self.tag, key=self.key
+            self.conversation, text, agent=agent, result_of=self.tag, key=self.key, blocks=blocks
         )
 
     async def _stop_quietly(self) -> None:

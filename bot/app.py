@@ -12,6 +12,7 @@ from slack_bolt.authorization import AuthorizeResult
 
 from bot.identities import make_client
 from bot.listeners.admin import register_admin
+from bot.listeners.feedback import register_feedback
 from bot.listeners.forms import register_forms
 from bot.listeners.messages import register_messages
 from bot.listeners.plan_card import register_plan_card
@@ -47,5 +48,6 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
     register_messages(app, service)
     register_forms(app, service)
     register_plan_card(app, service)
+    register_feedback(app, service)
     register_admin(app, service)
     return app

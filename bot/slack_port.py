@@ -166,6 +166,7 @@ class SlackPort:
         agent: str | None,
         result_of: StepTag | None,
         key: str,
+        plan_id: int,
     ) -> SlackAnswerStream:
         """A stream for the answer carrying `key` (see `bot/answer_stream.py`)."""
         identity = await self.identity(agent) if agent else None
@@ -183,7 +184,7 @@ class SlackPort:
         )
         return SlackAnswerStream(
             self, conversation, identity, result_of, key,
-            interval=self.stream_interval, left_ts=left,
+            plan_id=plan_id, interval=self.stream_interval, left_ts=left,
         )  # fmt: skip
 
     @contextmanager

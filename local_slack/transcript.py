@@ -93,6 +93,13 @@ def _input_value(entry: Json | None) -> str:
     return ""
 
 
+def _context_action(state: WorkspaceState, element: Json) -> str:
+    if element.get("type") == "feedback_buttons":
+        sides = (element.get("positive_button", {}), element.get("negative_button", {}))
+        return " ".join(f"[{_text(state, side.get('text'))}]" for side in sides)
+    return f"[{_text(state, element.get('text')) or element.get('type')}]"
+
+
 def render_block(state: WorkspaceState, block: Json, values: Json | None = None) -> list[str]:
     """One block as lines of text; `values` are a view's state values for inputs."""
     kind = block.get("type")
@@ -110,6 +117,8 @@ def render_block(state: WorkspaceState, block: Json, values: Json | None = None)
         return ["  " + " · ".join(_element(state, e) for e in block.get("elements", []))]
     if kind == "actions":
         return ["  " + " ".join(_element(state, e) for e in block.get("elements", []))]
+    if kind == "context_actions":
+        return ["  " + " ".join(_context_action(state, e) for e in block.get("elements", []))]
     if kind == "input":
         label = _text(state, block.get("label"))
         element = block.get("element", {})

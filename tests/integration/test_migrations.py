@@ -25,6 +25,7 @@ EXPECTED_TABLES = {
     "usage_ledger",
     "audit_log",
     "slack_fallbacks",
+    "feedback",
 }
 
 

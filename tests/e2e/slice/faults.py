@@ -151,8 +151,11 @@ class LostAnswer(FaultyPort):
         agent: str | None,
         result_of: StepTag | None,
         key: str,
+        plan_id: int,
     ) -> Any:
-        stream = await super().open_answer(conversation, agent=agent, result_of=result_of, key=key)
+        stream = await super().open_answer(
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+        )
         finish = stream.finish
 
         async def finish_then_lose(text: str) -> str:
@@ -178,8 +181,11 @@ class BrokenAnswers(FaultyPort):
         agent: str | None,
         result_of: StepTag | None,
         key: str,
+        plan_id: int,
     ) -> Any:
-        stream = await super().open_answer(conversation, agent=agent, result_of=result_of, key=key)
+        stream = await super().open_answer(
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+        )
         if agent == self.broken:
 
             async def finish(text: str) -> str:

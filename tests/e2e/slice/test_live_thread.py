@@ -106,8 +106,11 @@ class StopsMidStream(FaultyPort):
         agent: str | None,
         result_of: StepTag | None,
         key: str,
+        plan_id: int,
     ) -> Any:
-        stream = await super().open_answer(conversation, agent=agent, result_of=result_of, key=key)
+        stream = await super().open_answer(
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+        )
         if not self.left.is_set() and stream.ts is None:
             original = stream.finish
 

@@ -66,6 +66,7 @@ def options_from(settings: Settings) -> Options:
         stream_append_seconds=settings.stream_append_seconds,
         channel_posts_per_second=settings.channel_posts_per_second or None,
         channel_post_burst=settings.channel_post_burst,
+        native_plan_display=settings.native_plan_display,
         provider_keys=settings.provider_keys(),
     )
 

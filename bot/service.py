@@ -67,6 +67,8 @@ class Options:
     # new messages per second per channel, sustained (None: not paced), and the burst allowed
     channel_posts_per_second: float | None = None
     channel_post_burst: int = 2
+    # the plan also as Slack's native plan display (a task stream) where the workspace has it
+    native_plan_display: bool = False
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
 
@@ -154,6 +156,7 @@ class SlackService:
         )
         self.port = SlackPort(db, client, self.poster, cipher, clock)
         self.port.stream_interval = self.options.stream_append_seconds
+        self.port.plan_display.enabled = self.options.native_plan_display
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.context = Context(
             db=db,

@@ -182,6 +182,13 @@ class Settings(BaseSettings):
         description="New messages one channel may get at once after a quiet spell.",
     )
 
+    native_plan_display: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("FLOTILLA_NATIVE_PLAN_DISPLAY"),
+        description="Show each plan also as Slack's native plan display where the workspace "
+        "has it (the card then shows the plan's start and end).",
+    )
+
     @field_validator("heartbeat_seconds")
     @classmethod
     def _beats_within_the_lease(cls, value: float, info: ValidationInfo) -> float:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 STREAMING = "streaming"
 AGENT_SESSIONS = "agent_sessions"
 THREAD_STATUS = "thread_status"
+TASK_DISPLAY = "task_display"
 # errors that say the workspace (or this app's install) lacks the feature, not this call
 FEATURE_MISSING = frozenset(
     {
@@ -52,9 +53,12 @@ class SlackFeatures:
             self._missing[team_id] = missing
         return feature not in missing
 
-    async def refused(self, team_id: str, feature: str, error: str) -> bool:
-        """Whether Slack's `error` means `team_id` lacks `feature`; if so it is remembered."""
-        if error not in FEATURE_MISSING:
+    async def refused(
+        self, team_id: str, feature: str, error: str, also: frozenset[str] = frozenset()
+    ) -> bool:
+        """Whether Slack's `error` means `team_id` lacks `feature` (`also`: errors that mean
+        it for this feature); if so it is remembered."""
+        if error not in FEATURE_MISSING and error not in also:
             return False
         self._missing.setdefault(team_id, set()).add(feature)
         async with self.db.write() as conn:

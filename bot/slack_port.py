@@ -34,6 +34,7 @@ from bot.listeners.payloads import (
     RESULT_EVENT,
     step_metadata,
 )
+from bot.plan_display import PlanDisplay
 from bot.secrets import TokenCipher
 from bot.session_statuses import SessionStatuses
 from bot.slack_errors import slack_call
@@ -96,6 +97,7 @@ class SlackPort:
         self.bot_id: str | None = None
         self.features = SlackFeatures(db, clock)
         self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
+        self.plan_display = PlanDisplay(self)
         self.stream_interval = 1.5  # seconds between two appends to one streamed answer
 
     # --- identities ---------------------------------------------------------------------
@@ -288,6 +290,10 @@ class SlackPort:
                     card_ts = await plan_card_ts(conn, plan.id)
         now = self.clock()
         await self.show_status(conversation, session_status(plan, now), activity(plan, now))
+        # the native display shows progress; then the card shows only its start and end
+        native = card_ts is not None and await self.plan_display.show(conversation, plan)
+        if native:
+            return
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(
             plan, mentions=mentions, requester=conversation.requested_by, now=now
@@ -303,6 +309,8 @@ class SlackPort:
         if not won:  # another sender posted the card first: keep one card
             with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
+            return
+        await self.plan_display.show(conversation, plan)  # under the card
 
     async def show_status(
         self, conversation: ConversationRecord, status: SessionStatus, words: str = ""

@@ -108,6 +108,10 @@ class Message:
     replies: list[str] = field(default_factory=list)  # ts of replies when this is a parent
     client_msg_id: str | None = None
     streaming: bool = False  # between chat.startStream and chat.stopStream
+    # a streamed message's tasks (task_update chunks by id) and plan title (plan_update)
+    tasks: dict[str, Json] = field(default_factory=dict)
+    plan_title: str | None = None
+    task_display_mode: str | None = None
 
     @property
     def author(self) -> str:

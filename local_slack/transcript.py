@@ -143,6 +143,9 @@ def author(state: WorkspaceState, msg: Message) -> str:
     return state.user_name(msg.user) if msg.user else "unknown"
 
 
+TASK_MARKS = {"pending": "○", "in_progress": "◐", "complete": "●", "error": "✕"}
+
+
 def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> str:
     when = datetime.fromtimestamp(float(msg.ts), UTC).strftime("%H:%M:%S")
     app_tag = " APP" if msg.bot_id else ""
@@ -152,6 +155,12 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
     if msg.streaming:
         head += "  (typing…)"
     lines = [head]
+    if msg.plan_title:
+        lines.append(f"{indent}  [plan] {msg.plan_title}")
+    for task in msg.tasks.values():
+        mark = TASK_MARKS.get(str(task.get("status")), "?")
+        details = f" – {task['details']}" if task.get("details") else ""
+        lines.append(f"{indent}  {mark} {task.get('title', '')}{details}")
     if msg.blocks:
         for block in msg.blocks:
             for rendered in render_block(state, block):

@@ -120,6 +120,7 @@ class FaultyPort(SlackPort):
         super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
         self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
         self.stream_interval = port.stream_interval
+        self.plan_display.enabled = port.plan_display.enabled
 
     def install(self, run: Run) -> None:
         run.service.port = run.service.context.port = self

@@ -236,6 +236,12 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
             return _call("retry_step", {"index": index, "input": _without_markers(step_input)})
         return _call("skip_step", {"index": index, "reason": f"{PREFIX} skipped after it failed"})
     happened = prompt.split("What happened:", 1)[-1].split("\n\nThe plan now:", 1)[0].strip()
+    addressed = re.search(r" wrote to ([a-z0-9_-]+) directly: (.+)", happened)
+    if addressed:  # a person addressed an agent: its request becomes that agent's step
+        last = max((int(i) for i in re.findall(r"^- step (\d+) ", prompt, re.M)), default=0)
+        step = {"index": last + 1, "title": "As asked in the thread", "wait_for": [],
+                "assignee": addressed.group(1), "input": addressed.group(2).strip()}  # fmt: skip
+        return _call("add_steps", {"steps": [step]})
     if _wants(happened.lower(), "cancel", "stop"):
         return _call("cancel_plan", {"reason": f"{PREFIX} cancelled as asked in the thread"})
     said = happened.split(" wrote: ", 1)[-1].strip()

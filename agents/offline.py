@@ -239,8 +239,10 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
     addressed = re.search(r" wrote to ([a-z0-9_-]+) directly: (.+)", happened)
     if addressed:  # a person addressed an agent: its request becomes that agent's step
         last = max((int(i) for i in re.findall(r"^- step (\d+) ", prompt, re.M)), default=0)
-        step = {"index": last + 1, "title": "As asked in the thread", "wait_for": [],
-                "assignee": addressed.group(1), "input": addressed.group(2).strip()}  # fmt: skip
+        step: dict[str, Any] = {
+            "index": last + 1, "title": "As asked in the thread", "wait_for": [],
+            "assignee": addressed.group(1), "input": addressed.group(2).strip(),
+        }  # fmt: skip
         return _call("add_steps", {"steps": [step]})
     if _wants(happened.lower(), "cancel", "stop"):
         return _call("cancel_plan", {"reason": f"{PREFIX} cancelled as asked in the thread"})

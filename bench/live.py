@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,7 @@ async def first_sign(folder: Path, runs: int) -> list[float]:
         for n in range(runs):
             began = time.perf_counter()
             root = driver.mention("maya", "launch", stack.commander, f"{REQUEST} ({n})")
-            await stack.workspace.state.wait_for(lambda r=root: visible(stack, r), 60)
+            await stack.workspace.state.wait_for(partial(visible, stack, root), 60)
             seconds.append(time.perf_counter() - began)
             await settle(stack, driver)
     finally:

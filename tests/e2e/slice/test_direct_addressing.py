@@ -42,7 +42,7 @@ async def test_an_addressed_agent_gets_a_step_and_answers_as_itself(
                 m
                 for m in run.messages(root)
                 if (m.metadata or {}).get("event_type") == "flotilla_result"
-                and m.metadata["event_payload"]["step"] == step.index  # type: ignore[index]
+                and m.metadata["event_payload"]["step"] == step.index
             )
             if name == "researcher":  # its own app
                 assert answer.app_id == researcher.app_id

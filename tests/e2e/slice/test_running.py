@@ -107,7 +107,10 @@ async def test_demo_plays_the_walkthrough(tmp_path: Path) -> None:
     assert "5 ✅ *Review and post the synthesis*" in transcript
     assert "✅ Answered by @maya" in transcript
     assert "Also, as asked in the thread: can we also mention the free trial?" in transcript
-    assert transcript.rstrip().splitlines()[-3].strip().startswith("[offline model] commander:")
+    lines = transcript.rstrip().splitlines()
+    last = max(i for i, line in enumerate(lines) if " APP  " in line)  # the last message
+    assert lines[last + 1].strip().startswith("[offline model] commander:")
+    assert lines[-1].strip() == "[👍] [👎]"  # the final answer takes feedback
 
 
 async def test_dev_console_drives_a_plan(start: Callable[..., Any]) -> None:

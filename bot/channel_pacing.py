@@ -32,7 +32,8 @@ class ChannelBucket:
         interval = 1.0 / self.rate
         tolerance = (self.burst - 1) * interval
         tat = max(self.tat, now)
-        at = max(now, tat - tolerance)
+        earliest = tat - tolerance
+        at = now if earliest <= now + 1e-9 else earliest  # float noise is no reason to wait
         self.tat = max(tat, at) + interval
         return at
 

@@ -10,10 +10,12 @@ stopped with a sentence saying why – the person who asked is never left waitin
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from agents.addressing import Addressee, addressed_agent, without_address
 from agents.commander import CommanderWake, commander_turn
 from agents.effects import (
     AskCommander,
@@ -36,7 +38,9 @@ from agents.plan_transitions import stalled
 from agents.reconciler import Decision
 from agents.registry import enabled_agents
 from agents.runtime import RunJob
+from agents.session_status import activity, session_status
 from agents.step_runs import ids
+from storage.agents import list_agents
 from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord
 
@@ -53,9 +57,11 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
     plan = await ctx.reconciler.plan(conversation.id)
     if not isinstance(effect, MessageForCommander) and not wanted(plan, effect):
         return  # the plan moved on (stopped, replaced, or no longer stuck): no turn
-    text, wake = _what_happened(effect, plan)
+    await ctx.port.show_status(conversation, "processing", "working")  # seen at once
+    text, wake = _what_happened(effect, plan, await _addressees(ctx))
     if isinstance(effect, MessageForCommander):
         await _turn(ctx, conversation, effect, text, wake)
+        await show_status(ctx, conversation)
         return  # a person's message: answered (or refused) in the thread
     try:
         turn = await _turn(ctx, conversation, effect, text, wake)
@@ -84,6 +90,17 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
             operations=[AbortPlan(reason=gave_up(plan, errored=turn.errored))],
             assignees=await ctx.enabled_names(),
         )
+    await show_status(ctx, conversation)
+
+
+async def show_status(ctx: Context, conversation: ConversationRecord) -> None:
+    """After a turn: the thread's status as its plan now is (closed when none is at work)."""
+    plan = await ctx.reconciler.plan(conversation.id)
+    if plan is None or plan.status in TERMINAL_PLAN:
+        await ctx.port.show_status(conversation, "closed")
+        return
+    now = ctx.clock()
+    await ctx.port.show_status(conversation, session_status(plan, now), activity(plan, now))
 
 
 Followup = Literal["done", "ask_again", "stop"]
@@ -129,11 +146,27 @@ def gave_up(plan: Plan, *, errored: bool) -> str:
     return f"I could not decide how to {what}{how}"
 
 
-def _what_happened(effect: Woken, plan: Plan | None) -> tuple[str, CommanderWake | None]:
+async def _addressees(ctx: Context) -> list[Addressee]:
+    async with ctx.db.read() as conn:
+        agents = await list_agents(conn, ctx.team_id, enabled_only=True)
+    return [Addressee(a.name, a.display_name, a.bot_user_id) for a in agents]
+
+
+def _what_happened(
+    effect: Woken, plan: Plan | None, agents: Sequence[Addressee] = ()
+) -> tuple[str, CommanderWake | None]:
     steps = plan.steps if plan is not None else ()
     if isinstance(effect, MessageForCommander):
         at_work = plan is not None and plan.status in ("running", "paused")
-        wake = CommanderWake(event=f"<@{effect.user}> wrote: {effect.text}", steps=steps)
+        agent = addressed_agent(effect.text, agents) if at_work else None
+        event = f"<@{effect.user}> wrote: {effect.text}"
+        if agent is not None:  # addressed is dispatched: the request becomes the agent's step
+            event = (
+                f"<@{effect.user}> wrote to {agent} directly: {without_address(effect.text)}\n"
+                f"Add it to the plan as a step assigned to {agent} (add_steps), with this "
+                "request as its input; it waits only for steps whose results it needs."
+            )
+        wake = CommanderWake(event=event, steps=steps)
         return effect.text, wake if at_work else None
     if isinstance(effect, AskCommander):
         event = (

@@ -62,6 +62,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.offline_plans import chain, diamond
 from agents.step_files import ATTACHED_HEADER
+from agents.streamed_function import streamed
 from agents.tools.files import WRITE_FILE
 
 PREFIX = "[offline model]"
@@ -78,7 +79,7 @@ _CONTEXT_HEADERS = ("\n\nThe original request in this conversation:", "\n\nRecen
 
 def offline_model() -> FunctionModel:
     """The offline model as a pydantic-ai model (no network, deterministic answers)."""
-    return FunctionModel(respond, model_name=MODEL_NAME)
+    return FunctionModel(respond, stream_function=streamed(respond), model_name=MODEL_NAME)
 
 
 def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -243,6 +244,14 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
             return _call("retry_step", {"index": index, "input": _without_markers(step_input)})
         return _call("skip_step", {"index": index, "reason": f"{PREFIX} skipped after it failed"})
     happened = prompt.split("What happened:", 1)[-1].split("\n\nThe plan now:", 1)[0].strip()
+    addressed = re.search(r" wrote to ([a-z0-9_-]+) directly: (.+)", happened)
+    if addressed:  # a person addressed an agent: its request becomes that agent's step
+        last = max((int(i) for i in re.findall(r"^- step (\d+) ", prompt, re.M)), default=0)
+        step: dict[str, Any] = {
+            "index": last + 1, "title": "As asked in the thread", "wait_for": [],
+            "assignee": addressed.group(1), "input": addressed.group(2).strip(),
+        }  # fmt: skip
+        return _call("add_steps", {"steps": [step]})
     if _wants(happened.lower(), "cancel", "stop"):
         return _call("cancel_plan", {"reason": f"{PREFIX} cancelled as asked in the thread"})
     said = happened.split(" wrote: ", 1)[-1].strip()

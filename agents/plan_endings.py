@@ -24,6 +24,7 @@ from agents.runtime import RunJob, run_step
 from storage.records import ConversationRecord
 
 if TYPE_CHECKING:
+    from agents.ports import AnswerStream
     from agents.run_context import Context
 
 log = logging.getLogger(__name__)
@@ -104,14 +105,21 @@ async def write_final_answer(
     """
     if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
         return  # said already (Slack's answer was lost, or the process stopped after)
-    text = await _commanders_answer(ctx, conversation, plan)
+    answer = await ctx.port.open_answer(
+        conversation, agent=None, result_of=None, key=effect.key, plan_id=plan.id
+    )
+    text = await _commanders_answer(ctx, conversation, plan, answer)
     try:
-        await ctx.port.say(conversation, text, key=effect.key)
+        await answer.finish(text)
     except PermanentError as exc:  # e.g. removed from the channel: nothing else can be said
         log.warning("the final answer could not be posted: %s", exc)
 
 
-async def _commanders_answer(ctx: Context, conversation: ConversationRecord, plan: Plan) -> str:
+async def _commanders_answer(
+    ctx: Context, conversation: ConversationRecord, plan: Plan, answer: AnswerStream
+) -> str:
+    """The commander's final answer (streamed to `answer` as it is written), or the plain
+    summary sentence when its model fails."""
     spec = commander_step_spec()
     job = RunJob(
         run_key=final_answer_key(plan.id),
@@ -123,7 +131,8 @@ async def _commanders_answer(ctx: Context, conversation: ConversationRecord, pla
         plan_id=plan.id,
     )
     try:
-        result = await run_step(ctx.db, job, spec, model=await ctx.choose_model(spec.model))
+        model = await ctx.choose_model(spec.model)
+        result = await run_step(ctx.db, job, spec, model=model, show=answer.show)
     except (RunError, ValueError) as exc:  # the model failed or cannot be used
         log.warning("the commander's final answer failed; posting the summary: %s", exc)
         return summary_sentence(plan)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from agents.effects import AskUser, PostDispatch, ShowForm
     from agents.plan import Plan
+    from agents.session_status import SessionStatus
     from storage.records import ConversationRecord
 
 
@@ -42,6 +43,24 @@ class StepTag(Protocol):
     def step(self) -> int: ...
     @property
     def attempt(self) -> int: ...
+
+
+class AnswerStream(Protocol):
+    """One answer shown in the thread while it is written (streamed where the workspace
+    allows it, else posted whole at the end)."""
+
+    async def show(self, text: str) -> None:
+        """The answer so far (a preview; never raises: a display problem only stops it)."""
+        ...
+
+    async def finish(self, text: str) -> str:
+        """The final answer in the thread, with its step's metadata; its ts. Raises like
+        `SlackPort.say`."""
+        ...
+
+    async def discard(self) -> None:
+        """Take back what was shown (the run failed or is no longer wanted)."""
+        ...
 
 
 class SlackPort(Protocol):
@@ -78,6 +97,28 @@ class SlackPort(Protocol):
 
         `result_of` + `key` mark a step's answer (metadata), so a redelivery can find it.
         """
+        ...
+
+    async def open_answer(
+        self,
+        conversation: ConversationRecord,
+        *,
+        agent: str | None,
+        result_of: StepTag | None,
+        key: str,
+        plan_id: int,
+    ) -> AnswerStream:
+        """A stream for the answer carrying `key`, as the commander or `agent`: a step's
+        answer (`result_of`) or the plan's final answer, in plan `plan_id` (people's 👍/👎 on
+        it are kept for that plan and agent). It carries on a stream of `key` left
+        unfinished by a stopped process instead of starting another."""
+        ...
+
+    async def show_status(
+        self, conversation: ConversationRecord, status: SessionStatus, words: str = ""
+    ) -> None:
+        """Show the thread's agent session status (`words`: the same, for a status line).
+        Best effort: never raises."""
         ...
 
     async def thread_has_key(

@@ -27,6 +27,7 @@ from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.toolsets import AbstractToolset
 
+from agents.answer_text import ShowText
 from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
 from agents.failures import classify_error
@@ -214,6 +215,7 @@ async def run_step(
     now: Clock = utcnow,
     fetch_policy: FetchPolicy | None = None,
     files: FilePolicy | None = None,
+    show: ShowText | None = None,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -224,7 +226,7 @@ async def run_step(
     `toolsets` are extra toolsets only: the agent's built-in tools and its MCP servers are
     built here from `spec` (passing them again would duplicate their tool names).
     `fetch_policy` is for tests only (e.g. a loopback site); by default `http_fetch` reaches
-    public addresses only.
+    public addresses only. `show` sees the answer's text while the model writes it.
     """
     deps = run_deps(job, [], spec, fetch_policy, db=db, files=files, model=model, now=now)
     stored, thread, plan, attached = await _load(db, job, with_plan=True, deps=deps)
@@ -243,7 +245,7 @@ async def run_step(
     previous = stored if stored and history else None
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
-        prompt=prompt, history=history, deferred=None, previous=previous,
+        prompt=prompt, history=history, deferred=None, previous=previous, show=show,
     )  # fmt: skip
 
 
@@ -259,6 +261,7 @@ async def resume_step(
     now: Clock = utcnow,
     fetch_policy: FetchPolicy | None = None,
     files: FilePolicy | None = None,
+    show: ShowText | None = None,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question."""
     stored, thread = await load_session(db, job)
@@ -273,7 +276,7 @@ async def resume_step(
     agent = build_step_agent(spec, toolsets)
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
-        prompt=None, history=history, deferred=deferred, previous=stored,
+        prompt=None, history=history, deferred=deferred, previous=stored, show=show,
     )  # fmt: skip
 
 
@@ -291,11 +294,13 @@ async def _drive_step(
     history: list[ModelMessage] | None,
     deferred: DeferredToolResults | None,
     previous: AgentRunRecord | None,
+    show: ShowText | None = None,
 ) -> StepRunResult | StepQuestion:
     session = RunSession(db, job, spec.name, model_label(model), now, previous)
     output, messages = await drive(
-        session, agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
-    )
+        session, agent, model, deps, limits,
+        prompt=prompt, history=history, deferred=deferred, show=show,
+    )  # fmt: skip
     if isinstance(output, DeferredToolRequests):
         question = pending_question(messages)
         if question is None:
@@ -317,11 +322,13 @@ async def drive(
     prompt: str | Sequence[UserContent] | None,
     history: list[ModelMessage] | None,
     deferred: DeferredToolResults | None,
+    show: ShowText | None = None,
 ) -> tuple[Any, list[ModelMessage]]:
     """`session.drive`, with every failure turned into `TransientError` or `PermanentError`."""
     try:
         return await session.drive(
-            agent, model, deps, limits, prompt=prompt, history=history, deferred=deferred
-        )
+            agent, model, deps, limits,
+            prompt=prompt, history=history, deferred=deferred, show=show,
+        )  # fmt: skip
     except Exception as exc:
         raise classify_error(exc, model_label(model)) from exc

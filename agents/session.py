@@ -38,6 +38,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import telemetry
+from agents.answer_text import ShowText, can_stream, relay
 from agents.clock import Clock
 from agents.failures import is_storage_error
 from agents.lru import LRUCache
@@ -121,6 +122,7 @@ class RunSession:
         prompt: str | Sequence[UserContent] | None,
         history: list[ModelMessage] | None,
         deferred: DeferredToolResults | None,
+        show: ShowText | None = None,
     ) -> tuple[Any, list[ModelMessage]]:
         """Run `agent` to its end, saving the history whenever it grows.
 
@@ -128,12 +130,15 @@ class RunSession:
         it; one that ends with journaled tool returns continues the response's tool calls,
         answering the finished ones from their stored returns. Returns the output and the
         full history. On failure the run is stored as `failed` (with the tokens it spent and
-        the tool returns it has) and the exception is re-raised as it came.
+        the tool returns it has) and the exception is re-raised as it came. With `show`
+        (and a model that streams) each model response is streamed, and `show` sees its
+        answer text as it grows (a preview: the output is still the validated result).
         """
         pending, self.journal = split_journal(history or [])
         self.messages = messages = list(pending)
         saved = len(messages)
         resolved = telemetry.measured(resolve_model(model) if isinstance(model, str) else model)
+        streaming = show is not None and can_stream(resolved)
         journal = ToolJournal(write=self.record_tool_return, stored=dict(self.journal))
         try:
             async with agent.iter(
@@ -160,6 +165,9 @@ class RunSession:
                         saved = len(messages)
                     if Agent.is_model_request_node(node):
                         check_pause()  # a model-turn boundary: all paid for is stored
+                        if streaming and show is not None:
+                            async with node.stream(run.ctx) as events:
+                                await relay(events, show)
                 assert run.result is not None
                 self.usage, self.journal = run.usage, {}
                 return run.result.output, list(run.result.all_messages())

@@ -9,6 +9,7 @@ thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -161,38 +162,47 @@ async def _execute(
         request_ts=conversation.thread_ts,
     )
     files = ctx.options.files
+    key = result_key(effect.plan_id, effect.step, effect.attempt)
+    agent = None if spec.name == COMMANDER else spec.name
+    answer = await ctx.port.open_answer(
+        conversation, agent=agent, result_of=effect, key=key, plan_id=effect.plan_id
+    )
     try:
         model = await ctx.choose_model(spec.model)
         # the runtime builds the agent's own MCP toolsets from `spec`
         if isinstance(effect, ResumeStep):
-            result = await resume_step(ctx.db, job, spec, effect.answer, model=model, files=files)
+            result = await resume_step(
+                ctx.db, job, spec, effect.answer, model=model, files=files, show=answer.show
+            )
         else:
             await fetch_attachments(ctx, conversation)  # its prompt carries them
-            result = await run_step(ctx.db, job, spec, model=model, files=files)
+            result = await run_step(ctx.db, job, spec, model=model, files=files, show=answer.show)
     except StorageError:
+        with contextlib.suppress(Exception):  # Slack may still hear it; the database not
+            await answer.discard()
         raise  # not the step's failure: its job waits for the database and tries again
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
+        await answer.discard()
         return _failed(effect, exc.public, retryable=exc.retryable)
     except ValueError as exc:  # a model string that cannot be used
         log.error("step run cannot start: %s", exc, extra=ids(conversation, effect))
+        await answer.discard()
         return _failed(effect, "its model is not configured correctly (an admin can fix it)")
     if isinstance(result, StepQuestion):
+        await answer.discard()
         return StepBlocked(
             index=effect.step, attempt=effect.attempt, question=result.question, form=result.form
         )
     if not await still_current(ctx, effect):
+        await answer.discard()
         return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing
-    key = result_key(effect.plan_id, effect.step, effect.attempt)
     ts: str | None = None
-    agent = None if spec.name == COMMANDER else spec.name
     try:
         # the files it wrote go into the thread first (each once), then its answer
         shared = await share_produced(ctx, conversation, job.run_key, agent)
         if not (redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name)):
-            ts = await ctx.port.say(
-                conversation, result.message, agent=agent, result_of=effect, key=key
-            )
+            ts = await answer.finish(result.message)
     except TransientError:
         raise  # the job is handed over: the stored run answers again, at no cost
     except PermanentError as exc:

@@ -26,8 +26,9 @@ from storage import audit as audit_log
 from storage import plans as plan_store
 from storage.agents import create_agent, list_agents, update_agent
 from storage.audit import audit
+from storage.feedback import feedback_since
 from storage.plans import conversations_waiting_on_agent
-from storage.records import AgentRecord, AuditRecord, UsageTotal
+from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
 from storage.sql import DuplicateError
 from storage.usage import usage_since
 from storage.workspaces import set_workspace_default_model, workspace_default_model
@@ -51,6 +52,7 @@ class Reports:
     plans: list[tuple[int, str, str, str]]
     usage_by_agent: list[UsageTotal]
     usage_by_channel: list[UsageTotal]
+    feedback: list[FeedbackTotal]
     since: datetime
     audit: list[AuditRecord] | None
     scheduler: str | None = None  # admins: the queue and the limits (`/flotilla queue|quota`)
@@ -344,13 +346,16 @@ def month_start(now: datetime) -> datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-async def usage(service: SlackService) -> tuple[datetime, list[UsageTotal], list[UsageTotal]]:
-    """This month's token totals per agent and per channel."""
+async def usage(
+    service: SlackService,
+) -> tuple[datetime, list[UsageTotal], list[UsageTotal], list[FeedbackTotal]]:
+    """This month's token totals per agent and per channel, and feedback per agent."""
     since = month_start(service.clock())
     async with service.db.read() as conn:
         by_agent = await usage_since(conn, service.team_id, since, by="agent_name")
         by_channel = await usage_since(conn, service.team_id, since, by="channel_id")
-    return since, by_agent, by_channel
+        feedback = await feedback_since(conn, service.team_id, since)
+    return since, by_agent, by_channel, feedback
 
 
 async def audit_trail(service: SlackService, limit: int = 20) -> list[AuditRecord]:
@@ -360,7 +365,7 @@ async def audit_trail(service: SlackService, limit: int = 20) -> list[AuditRecor
 
 async def reports(service: SlackService, user: str) -> Reports:
     """What the App Home shows `user` (the audit trail only to admins)."""
-    since, by_agent, by_channel = await usage(service)
+    since, by_agent, by_channel, feedback = await usage(service)
     admin = await service.is_admin(user)
     trail = await audit_trail(service, limit=10) if admin else None
     scheduler = None
@@ -373,6 +378,7 @@ async def reports(service: SlackService, user: str) -> Reports:
         plans=await active_plans(service),
         usage_by_agent=by_agent,
         usage_by_channel=by_channel,
+        feedback=feedback,
         since=since,
         audit=trail,
     )

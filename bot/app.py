@@ -10,20 +10,40 @@ interactive listeners call `ack()` first thing.
 from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 
 from bot.http import measure_requests
+from bot.identities import make_client
 from bot.listeners.admin import register_admin
+from bot.listeners.feedback import register_feedback
 from bot.listeners.forms import register_forms
 from bot.listeners.inbox import register_inbox, replay
 from bot.listeners.messages import register_messages
 from bot.listeners.plan_card import register_plan_card
+from bot.metrics import meter
 from bot.service import SlackService
 
 
 def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
-    """The commander's Bolt app, wired to `service`."""
+    """The commander's Bolt app, wired to `service`.
+
+    Bolt authorizes each request with the service's own `auth.test` answer (asked once per
+    token, see `bot/identities.py`) instead of asking again on its first requests.
+    """
+    commander = service.client
+
+    async def authorize() -> AuthorizeResult:
+        return AuthorizeResult.from_auth_test_response(
+            auth_test_response=await commander.auth_test(), bot_token=commander.token
+        )
+
+    # the token comes with each request's authorization; Bolt's per-request clients copy
+    # this one's base URL and retry handlers (the metering among them)
+    bolt_client = make_client(None, service.poster.base_url)
+    meter(bolt_client, service.metrics)
     app = AsyncApp(
-        client=service.client,
+        client=bolt_client,
+        authorize=authorize,
         signing_secret=signing_secret,
         request_verification_enabled=signing_secret is not None,
         process_before_response=False,
@@ -34,6 +54,7 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
     register_inbox(app, service)  # every other request Flotilla acts on, stored before it
     register_forms(app, service)
     register_plan_card(app, service)
+    register_feedback(app, service)
     register_admin(app, service)
     service.recover_inbox_with(lambda: replay(app, service))
     return app

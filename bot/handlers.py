@@ -21,7 +21,7 @@ from agents.inbox import (
     record_request,
     stored_result,
 )
-from agents.plan import CancelPlan, StepAnswered
+from agents.plan import COMMANDER, CancelPlan, StepAnswered
 from agents.step_runs import ids
 from bot.listeners.payloads import (
     FLOTILLA_EVENTS,
@@ -35,7 +35,10 @@ from bot.listeners.payloads import (
     parse_message,
     strip_mention,
 )
+from bot.views.feedback import parse_click
 from bot.views.forms import FormKey, answered_message
+from storage.audit import audit
+from storage.feedback import record_feedback as store_feedback
 from storage.files import ReceivedFile
 
 if TYPE_CHECKING:
@@ -299,3 +302,35 @@ async def cancel_plan(
 
 async def _say(service: SlackService, conversation: ConversationRecord, text: str) -> None:
     await service.say(conversation, text)
+
+
+async def record_feedback(
+    service: SlackService, *, value: str, user: str, channel: str, thread_ts: str, message_ts: str
+) -> bool:
+    """Keep a person's 👍/👎 on an answer (per plan, step and agent) and audit it. False when
+    the click names no answer of this thread's plans (nothing is stored)."""
+    click = parse_click(value)
+    conversation = await service.find_conversation(channel, thread_ts)
+    if click is None or conversation is None:
+        log.warning("a feedback click Flotilla cannot place: %r", value[:100])
+        return False
+    plan = await step_runs.load(service.context, conversation.id, click.plan_id)
+    step = plan.step(click.step) if plan is not None and click.step else None
+    author = step.assignee if step is not None else COMMANDER
+    if plan is None or plan.conversation_id != conversation.id or author != click.agent:
+        log.warning("a feedback click for another answer: %r", value[:100])
+        return False
+    now = service.clock()
+    async with service.db.write() as conn:
+        changed = await store_feedback(
+            conn, team_id=service.team_id, channel_id=channel, message_ts=message_ts,
+            user_id=user, plan_id=plan.id, step_index=click.step, agent_name=click.agent,
+            verdict=click.verdict, now=now,
+        )  # fmt: skip
+        if changed:
+            await audit(
+                conn, team_id=service.team_id, actor=user, action="gave feedback",
+                target=f"plan {plan.id}, step {click.step or 'final answer'}", now=now,
+                details={"agent": click.agent, "verdict": click.verdict},
+            )  # fmt: skip
+    return True

@@ -18,16 +18,35 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncServerErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agents.lru import LRUCache
+from bot.channel_pacing import ChannelPacer
 
 COMMANDER_NAME = "Flotilla"
 CLIENT_CACHE_SIZE = 256  # Web API clients kept, one per agent app token
 
 
+class CachingWebClient(AsyncWebClient):
+    """A Web API client that asks `auth.test` once: who its token is does not change, and
+    the service's start, Bolt's authorization and the admin views all ask."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._auth: AsyncSlackResponse | None = None
+
+    async def auth_test(self, **kwargs: Any) -> AsyncSlackResponse:
+        if kwargs:
+            return await super().auth_test(**kwargs)
+        if self._auth is None:
+            self._auth = await super().auth_test()  # an error is raised, not kept
+        return self._auth
+
+
 def make_client(token: str | None, base_url: str) -> AsyncWebClient:
-    """A Web API client that also waits out 429s (Retry-After) and retries 5xx answers."""
-    client = AsyncWebClient(token=token, base_url=base_url)
+    """A Web API client that also waits out 429s (Retry-After) and retries 5xx answers, and
+    asks `auth.test` once."""
+    client = CachingWebClient(token=token, base_url=base_url)
     client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
     client.retry_handlers.append(AsyncServerErrorRetryHandler(max_retry_count=2))
     return client
@@ -74,14 +93,16 @@ class Poster:
         *,
         on_client: Callable[[AsyncWebClient], None] | None = None,
         client_cache_size: int = CLIENT_CACHE_SIZE,
+        pacer: ChannelPacer | None = None,
     ) -> None:
         """`on_client` sees every client this poster makes (an agent app's), e.g. to meter
-        its Web API calls like the commander's."""
+        its Web API calls like the commander's; `pacer` paces new messages per channel."""
         self.commander = commander
         self._base_url = base_url
         self._on_client = on_client
         # token -> client; bounded: rotated tokens leave their old client behind
         self._clients: LRUCache[str, AsyncWebClient] = LRUCache(client_cache_size)
+        self.pacer = pacer or ChannelPacer(None, 1)
 
     @property
     def base_url(self) -> str:
@@ -110,8 +131,9 @@ class Poster:
         blocks: list[dict[str, Any]] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> str:
-        """Post a message and return its ts."""
+        """Post a message (in its channel's turn) and return its ts."""
         extra = identity.persona_arguments() if identity else {}
+        await self.pacer.wait(channel)
         response = await self.client_for(identity).chat_postMessage(
             channel=channel,
             thread_ts=thread_ts,

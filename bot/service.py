@@ -32,6 +32,7 @@ from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
 from agents.registry import enabled_agent_names, seed_default_agents
 from agents.run_context import Context, ExecutorOptions
+from bot.channel_pacing import ChannelPacer
 from bot.identities import Identity, Poster
 from bot.metrics import Metrics, meter
 from bot.secrets import TokenCipher
@@ -66,6 +67,13 @@ class Options:
     # a stored request (click, submission, command) not processed this long after it came
     # is replayed by the inbox's recovery pass (its first handling was cut short)
     inbox_claim_seconds: float = 60.0
+    # seconds between two appends to one streamed answer (chat.appendStream is tier 4)
+    stream_append_seconds: float = 1.5
+    # new messages per second per channel, sustained (None: not paced), and the burst allowed
+    channel_posts_per_second: float | None = None
+    channel_post_burst: int = 2
+    # the plan also as Slack's native plan display (a task stream) where the workspace has it
+    native_plan_display: bool = False
     # model provider keys from the settings (environment or .env), passed explicitly
     provider_keys: ProviderKeys = NO_KEYS
     files: FilePolicy = field(default_factory=FilePolicy)  # what attachments are taken, kept
@@ -147,7 +155,10 @@ class SlackService:
         self.metrics = Metrics()
         # every Web API call is counted: the commander's and each agent app's
         meter(client, self.metrics)
-        self.poster = Poster(client, api_url, on_client=lambda made: meter(made, self.metrics))
+        pacer = ChannelPacer(self.options.channel_posts_per_second, self.options.channel_post_burst)
+        self.poster = Poster(
+            client, api_url, on_client=lambda made: meter(made, self.metrics), pacer=pacer
+        )
         self.locks = ConversationLocks()
         self.reconciler = Reconciler(
             db, locks=self.locks, clock=clock, after_commit=self._after_commit
@@ -155,6 +166,8 @@ class SlackService:
         self.port = SlackPort(
             db, client, self.poster, cipher, clock, file_origins=self.options.file_origins
         )
+        self.port.stream_interval = self.options.stream_append_seconds
+        self.port.plan_display.enabled = self.options.native_plan_display
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.context = Context(
             db=db,

@@ -13,10 +13,10 @@ from agents.errors import TransientError
 from agents.ports import PostingRefused
 
 # Slack errors worth another try (besides HTTP 429/5xx, which the client retries first)
-_TRANSIENT_ERRORS = frozenset(
+TRANSIENT_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable"}
 )
-_REFUSALS = {
+REFUSALS = {
     "not_in_channel": "I am not in this channel any more (invite me back with /invite)",
     "channel_not_found": "this channel no longer exists or I cannot see it",
     "is_archived": "this channel is archived",
@@ -33,18 +33,18 @@ def slack_call(app: str | None = None) -> Iterator[None]:
     try:
         yield
     except SlackApiError as exc:
-        raise _classified(exc, app) from exc
+        raise classified(exc, app) from exc
     except (aiohttp.ClientError, TimeoutError) as exc:  # not reached, or no answer in time
         raise TransientError(f"Slack could not be reached ({type(exc).__name__})") from exc
 
 
-def _classified(exc: SlackApiError, app: str | None = None) -> Exception:
+def classified(exc: SlackApiError, app: str | None = None) -> Exception:
     """Slack's error as `TransientError` (try again) or `PostingRefused` (a sentence)."""
     status = exc.response.status_code if exc.response is not None else 0
     error = str(exc.response.get("error", "")) if exc.response is not None else ""
-    if status == 429 or status >= 500 or error in _TRANSIENT_ERRORS:
+    if status == 429 or status >= 500 or error in TRANSIENT_ERRORS:
         return TransientError(f"Slack answered {error or status}")
     if app is not None and error == "not_in_channel":
         return PostingRefused(f"the {app} app is not in this channel (invite it with /invite)")
-    sentence = _REFUSALS.get(error, f"Slack refused the message ({error or status})")
+    sentence = REFUSALS.get(error, f"Slack refused the message ({error or status})")
     return PostingRefused(sentence)

@@ -11,7 +11,8 @@ silences a post.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
+from agents.session_status import SessionStatus, activity, session_status
+from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster
 from bot.listeners.payloads import (
     DISPATCH_EVENT,
@@ -31,8 +34,11 @@ from bot.listeners.payloads import (
     RESULT_EVENT,
     step_metadata,
 )
+from bot.plan_display import PlanDisplay
 from bot.secrets import TokenCipher
+from bot.session_statuses import SessionStatuses
 from bot.slack_errors import slack_call
+from bot.slack_features import SlackFeatures
 from bot.slack_files import FileTransfers
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
@@ -93,6 +99,10 @@ class SlackPort(FileTransfers):
         self.team_id = ""
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
+        self.features = SlackFeatures(db, clock)
+        self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
+        self.plan_display = PlanDisplay(self)
+        self.stream_interval = 1.5  # seconds between two appends to one streamed answer
 
     # --- identities ---------------------------------------------------------------------
 
@@ -131,6 +141,18 @@ class SlackPort(FileTransfers):
                 metadata = {"event_type": NOTICE_EVENT, "event_payload": {"key": key}}
         text = fit_text(text)
         ts = await self._post(conversation, text, identity, blocks, metadata)
+        await self.keep(conversation, ts, text, identity, metadata)
+        return ts
+
+    async def keep(
+        self,
+        conversation: ConversationRecord,
+        ts: str,
+        text: str,
+        identity: Identity | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        """Store a message Flotilla posted (as the commander or `identity`)."""
         record = MessageRecord(
             channel_id=conversation.channel_id,
             ts=ts,
@@ -142,7 +164,41 @@ class SlackPort(FileTransfers):
         )
         async with self.db.write() as conn:
             await store_message(conn, conversation.id, record, self.clock())
-        return ts
+
+    async def open_answer(
+        self,
+        conversation: ConversationRecord,
+        *,
+        agent: str | None,
+        result_of: StepTag | None,
+        key: str,
+        plan_id: int,
+    ) -> SlackAnswerStream:
+        """A stream for the answer carrying `key` (see `bot/answer_stream.py`)."""
+        identity = await self.identity(agent) if agent else None
+        async with self.db.read() as conn:
+            messages = await thread_messages(conn, conversation.id)
+        left = next(
+            (
+                m.ts
+                for m in reversed(messages)
+                if (meta := _payload_of(m.metadata, RESULT_EVENT, NOTICE_EVENT)) is not None
+                and meta.get("key") == key
+                and meta.get(STREAMING_MARK)
+            ),
+            None,
+        )
+        return SlackAnswerStream(
+            self, conversation, identity, result_of, key,
+            plan_id=plan_id, interval=self.stream_interval, left_ts=left,
+        )  # fmt: skip
+
+    @contextmanager
+    def slack_call(self, identity: Identity | None) -> Iterator[None]:
+        """Slack's errors as the port's (`bot/slack_errors.py`), naming an agent's own app."""
+        app = identity.display_name if identity is not None and identity.kind == "app" else None
+        with slack_call(app):
+            yield
 
     async def _post(
         self,
@@ -236,8 +292,16 @@ class SlackPort(FileTransfers):
                 async with self.db.write() as conn:
                     await claim_plan_card(conn, plan.id, card_ts)
                     card_ts = await plan_card_ts(conn, plan.id)
+        now = self.clock()
+        await self.show_status(conversation, session_status(plan, now), activity(plan, now))
+        # the native display shows progress; then the card shows only its start and end
+        native = card_ts is not None and await self.plan_display.show(conversation, plan)
+        if native:
+            return
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
-        text, blocks = plan_card(plan, mentions=mentions, requester=conversation.requested_by)
+        text, blocks = plan_card(
+            plan, mentions=mentions, requester=conversation.requested_by, now=now
+        )
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)
@@ -249,6 +313,14 @@ class SlackPort(FileTransfers):
         if not won:  # another sender posted the card first: keep one card
             with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
+            return
+        await self.plan_display.show(conversation, plan)  # under the card
+
+    async def show_status(
+        self, conversation: ConversationRecord, status: SessionStatus, words: str = ""
+    ) -> None:
+        """The thread's session status (see `bot/session_statuses.py`); never raises."""
+        await self.statuses.show(conversation, status, words)
 
     async def update(
         self, conversation: ConversationRecord, ts: str, text: str, blocks: list[dict[str, Any]]

@@ -178,6 +178,39 @@ def _input(block: Json, ptr: str) -> Errors:
     return errors + check_element(block["element"], ptr + "/element", in_input=True)
 
 
+CONTEXT_ACTIONS_MAX = 5
+FEEDBACK_LABEL_MAX = 75
+
+
+def _context_actions(block: Json, ptr: str) -> Errors:
+    """Up to 5 feedback buttons or icon buttons; each feedback button with text and value."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not elements:
+        return [_err("missing required field: elements", ptr)]
+    if len(elements) > CONTEXT_ACTIONS_MAX:
+        return [_err(f"must be less than {CONTEXT_ACTIONS_MAX + 1} items", ptr + "/elements")]
+    errors: Errors = []
+    for i, element in enumerate(elements):
+        where = f"{ptr}/elements/{i}"
+        kind = element.get("type") if isinstance(element, dict) else None
+        if kind not in ("feedback_buttons", "icon_button"):
+            errors.append(_err(f"unsupported type: {kind}", where + "/type"))
+            continue
+        errors += _max_len(element, "action_id", where, ACTION_ID_MAX)
+        if kind != "feedback_buttons":
+            continue
+        for side in ("positive_button", "negative_button"):
+            button = element.get(side)
+            if not isinstance(button, dict) or "value" not in button:
+                errors.append(_err(f"missing required field: {side}", where))
+                continue
+            errors += _text(button.get("text"), f"{where}/{side}/text", BUTTON_TEXT_MAX,
+                            plain_only=True)  # fmt: skip
+            errors += _max_len(button, "value", f"{where}/{side}", BUTTON_VALUE_MAX)
+            errors += _max_len(button, "accessibility_label", f"{where}/{side}", FEEDBACK_LABEL_MAX)
+    return errors
+
+
 def check_block(block: Any, ptr: str, *, surface: str) -> Errors:
     """Errors of one layout block on a `message`, `modal` or `home` surface."""
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
@@ -201,6 +234,8 @@ def check_block(block: Any, ptr: str, *, surface: str) -> Errors:
         errors += _max_len(block, "alt_text", ptr, IMAGE_ALT_MAX)
     elif kind == "markdown":
         errors += _max_len(block, "text", ptr, MARKDOWN_BLOCK_MAX)
+    elif kind == "context_actions":
+        errors += _context_actions(block, ptr)
     elif kind == "input":
         errors += _input(block, ptr)
     return errors

@@ -223,7 +223,8 @@ class Console:
         self._show_statuses()
 
     def _show_statuses(self) -> None:
-        """Apps' status lines under threads of this channel ("Flotilla is thinking…")."""
+        """Apps' status lines under threads of this channel ("Flotilla is thinking…") and
+        their agent sessions' status ("Flotilla: processing")."""
         state = self.driver.state
         for channel_id, _, status in live_statuses(state, self.driver.ws.clock()):
             key = f"status:{status.since_ts}"
@@ -231,6 +232,12 @@ class Console:
                 self._shown.add(key)
                 name = status.username or state.apps[status.app_id].name
                 self.out(f"    ({name} {status.status})")
+        for (channel_id, _, app_id), session in state.agent_sessions.items():
+            key = f"session:{channel_id}:{app_id}:{len(session.history)}"
+            if channel_id == self.channel.id and key not in self._shown:
+                self._shown.add(key)
+                name = session.username or state.apps[app_id].name
+                self.out(f"    ({name}: {session.status})")
 
     def _show_homes(self) -> None:
         state = self.driver.state

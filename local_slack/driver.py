@@ -291,7 +291,8 @@ class Driver:
 
 def _find_element(blocks: list[Json], action_id: str) -> tuple[Json, str]:
     for block in blocks:
-        candidates = list(block.get("elements", [])) if block.get("type") == "actions" else []
+        with_elements = block.get("type") in ("actions", "context_actions")
+        candidates = list(block.get("elements", [])) if with_elements else []
         if "accessory" in block:
             candidates.append(block["accessory"])
         if block.get("type") == "input":
@@ -313,6 +314,9 @@ def block_action(element: Json, block_id: str, value: Any, action_ts: str) -> Js
             action["value"] = element["value"]
         if "style" in element:
             action["style"] = element["style"]
+    elif kind == "feedback_buttons":  # `value`: "positive" or "negative" (the button clicked)
+        button = element["negative_button" if value == "negative" else "positive_button"]
+        action["text"], action["value"] = button["text"], button["value"]
     else:
         action.update({k: v for k, v in input_value(element, value).items() if k != "type"})
     action["action_ts"] = action_ts

@@ -34,6 +34,8 @@ METHOD_TIERS = {
     "chat.startStream": "t2",
     "chat.appendStream": "t4",
     "chat.stopStream": "t2",
+    "agents.sessions.setStatus": "t3",
+    "assistant.threads.setStatus": "t5",
     "conversations.open": "t3",
     "apps.connections.open": "t1",
 }

@@ -11,6 +11,7 @@ from aiohttp import web
 
 # Importing the method modules registers their handlers in METHODS (the modules themselves,
 # not the package: the package's __init__ imports this module).
+import local_slack.web_agent_sessions  # noqa: F401
 import local_slack.web_assistant  # noqa: F401
 import local_slack.web_chat  # noqa: F401
 import local_slack.web_conversations  # noqa: F401
@@ -75,6 +76,9 @@ async def handle_api(request: web.Request) -> web.Response:
         app = ws.state.app_by_token(token)
         if app is None:
             raise ApiError("invalid_auth")
+        refusal = ws.refusals.get(name)
+        if refusal is not None:  # a feature switched off on demand (see LocalWorkspace.refuse)
+            raise ApiError(refusal)
         retry_after = ws.rate_limiter.retry_after(name, app.app_id, _channel_key(args))
         if retry_after is not None:
             return _answer(

@@ -111,6 +111,10 @@ class Message:
     client_msg_id: str | None = None
     streaming: bool = False  # between chat.startStream and chat.stopStream
     files: list[str] = field(default_factory=list)  # ids of the files it shares
+    # a streamed message's tasks (task_update chunks by id) and plan title (plan_update)
+    tasks: dict[str, Json] = field(default_factory=dict)
+    plan_title: str | None = None
+    task_display_mode: str | None = None
 
     @property
     def author(self) -> str:
@@ -177,6 +181,19 @@ class View:
 
 
 @dataclass
+class AgentSession:
+    """An agent session scoped to a thread (agents.sessions.setStatus): its lifecycle status
+    (active, processing, suspended, closed) and every status it went through."""
+
+    app_id: str
+    status: str
+    title: str = ""
+    initiator: str | None = None
+    username: str | None = None
+    history: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ThreadStatus:
     """An app's status line under a thread (assistant.threads.setStatus), e.g. "is thinking…".
 
@@ -229,6 +246,8 @@ class WorkspaceState:
         self.home_views: dict[tuple[str, str], str] = {}  # (user, app) -> view id
         self.triggers: dict[str, Trigger] = {}
         self.thread_statuses: dict[tuple[str, str], ThreadStatus] = {}  # (channel, thread_ts)
+        # (channel, thread_ts, app_id) -> the app's agent session in that thread
+        self.agent_sessions: dict[tuple[str, str, str], AgentSession] = {}
         self.ts_clock = TsClock()
         self.files = FileStore()
         self._changed = asyncio.Event()

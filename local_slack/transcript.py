@@ -93,6 +93,13 @@ def _input_value(entry: Json | None) -> str:
     return ""
 
 
+def _context_action(state: WorkspaceState, element: Json) -> str:
+    if element.get("type") == "feedback_buttons":
+        sides = (element.get("positive_button", {}), element.get("negative_button", {}))
+        return " ".join(f"[{_text(state, side.get('text'))}]" for side in sides)
+    return f"[{_text(state, element.get('text')) or element.get('type')}]"
+
+
 def render_block(state: WorkspaceState, block: Json, values: Json | None = None) -> list[str]:
     """One block as lines of text; `values` are a view's state values for inputs."""
     kind = block.get("type")
@@ -110,6 +117,8 @@ def render_block(state: WorkspaceState, block: Json, values: Json | None = None)
         return ["  " + " · ".join(_element(state, e) for e in block.get("elements", []))]
     if kind == "actions":
         return ["  " + " ".join(_element(state, e) for e in block.get("elements", []))]
+    if kind == "context_actions":
+        return ["  " + " ".join(_context_action(state, e) for e in block.get("elements", []))]
     if kind == "input":
         label = _text(state, block.get("label"))
         element = block.get("element", {})
@@ -134,6 +143,9 @@ def author(state: WorkspaceState, msg: Message) -> str:
     return state.user_name(msg.user) if msg.user else "unknown"
 
 
+TASK_MARKS = {"pending": "○", "in_progress": "◐", "complete": "●", "error": "✕"}
+
+
 def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> str:
     when = datetime.fromtimestamp(float(msg.ts), UTC).strftime("%H:%M:%S")
     app_tag = " APP" if msg.bot_id else ""
@@ -143,6 +155,12 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
     if msg.streaming:
         head += "  (typing…)"
     lines = [head]
+    if msg.plan_title:
+        lines.append(f"{indent}  [plan] {msg.plan_title}")
+    for task in msg.tasks.values():
+        mark = TASK_MARKS.get(str(task.get("status")), "?")
+        details = f" – {task['details']}" if task.get("details") else ""
+        lines.append(f"{indent}  {mark} {task.get('title', '')}{details}")
     if msg.blocks:
         for block in msg.blocks:
             for rendered in render_block(state, block):

@@ -17,16 +17,48 @@ from local_slack.web_chat import (
     writable_channel,
 )
 
+TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+CHUNK_TYPES = ("markdown_text", "task_update", "plan_update", "blocks")
+DISPLAY_MODES = ("timeline", "plan")
+
+
+def _chunks(call: Call) -> list[Json]:
+    """The `chunks` argument, each checked: markdown text, a task update (id, title, one of
+    the task statuses), a plan update (title) or blocks."""
+    chunks: Any = call.json_arg("chunks", "invalid_chunks")
+    if chunks is None:
+        return []
+    if not isinstance(chunks, list) or not all(
+        isinstance(c, dict) and c.get("type") in CHUNK_TYPES for c in chunks
+    ):
+        raise ApiError("invalid_chunks")
+    for chunk in chunks:
+        if chunk["type"] == "task_update" and not (
+            isinstance(chunk.get("id"), str)
+            and isinstance(chunk.get("title"), str)
+            and chunk.get("status") in TASK_STATUSES
+        ):
+            raise ApiError("invalid_chunks")
+        if chunk["type"] == "plan_update" and not isinstance(chunk.get("title"), str):
+            raise ApiError("invalid_chunks")
+    return list(chunks)
+
+
+def _apply_tasks(msg: Message, chunks: list[Json]) -> None:
+    """Task and plan updates change the message's task list (a task keeps its place)."""
+    for chunk in chunks:
+        if chunk["type"] == "task_update":
+            task = msg.tasks.setdefault(chunk["id"], {})
+            task.update({k: v for k, v in chunk.items() if k != "type"})
+        elif chunk["type"] == "plan_update":
+            msg.plan_title = chunk["title"]
+
 
 def _streamed_text(call: Call, *, required: bool) -> str:
     """Text from `markdown_text` plus any `markdown_text` chunks."""
     text = call.str_arg("markdown_text") or ""
-    chunks: Any = call.json_arg("chunks", "invalid_chunks")
-    if chunks is not None:
-        if not isinstance(chunks, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("type"), str) for c in chunks
-        ):
-            raise ApiError("invalid_chunks")
+    chunks = _chunks(call)
+    if chunks:
         text += "".join(str(c.get("text", "")) for c in chunks if c["type"] == "markdown_text")
     if required and not text and not chunks:
         raise ApiError("no_text")
@@ -57,6 +89,10 @@ async def start_stream(call: Call) -> Json:
         if not call.str_arg("recipient_team_id"):
             raise ApiError("missing_recipient_team_id")
     text = _streamed_text(call, required=False)
+    mode = call.str_arg("task_display_mode")
+    if mode is not None and mode not in DISPLAY_MODES:
+        raise ApiError("invalid_arguments", response_metadata={"messages": [
+            "[ERROR] task_display_mode must be one of timeline, plan"]})  # fmt: skip
     username, icons = persona(call)
     thread_ts = call.str_arg("thread_ts") or None
     parent = call.state.messages[channel.id].get(thread_ts or "")
@@ -75,7 +111,9 @@ async def start_stream(call: Call) -> Json:
         thread_ts=thread_ts,
         subtype="bot_message" if username or icons else None,
         streaming=True,
+        task_display_mode=mode or "timeline",
     )
+    _apply_tasks(msg, _chunks(call))
     call.state.add_message(msg)
     call.ws.events.message_posted(msg)
     return {"channel": channel.id, "ts": msg.ts}
@@ -88,7 +126,8 @@ async def append_stream(call: Call) -> Json:
     if len(msg.text) + len(addition) > MARKDOWN_TEXT_MAX:
         raise ApiError("msg_blocks_too_long")
     msg.text += addition
-    msg.blocks = [markdown_block(msg.text)]
+    msg.blocks = [markdown_block(msg.text)] if msg.text else None
+    _apply_tasks(msg, _chunks(call))
     call.state.changed()
     return {"channel": msg.channel, "ts": msg.ts}
 
@@ -98,6 +137,7 @@ async def stop_stream(call: Call) -> Json:
     msg = _streaming_message(call)
     previous = message_json(call.state, msg)
     msg.text += _streamed_text(call, required=False)
+    _apply_tasks(msg, _chunks(call))
     extra = parse_blocks(call) or []
     msg.blocks = ([markdown_block(msg.text)] if msg.text else []) + extra
     if "metadata" in call.args:

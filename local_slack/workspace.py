@@ -65,6 +65,8 @@ class LocalWorkspace:
         self.events.socket_hub = self.socket_hub
         self.rate_limiter = RateLimiter(enabled=rate_limits)
         self.api_log: list[tuple[str, str]] = []  # (method, "ok" or error) of every Web API call
+        # method -> the error it answers (a feature this workspace does not have: `refuse`)
+        self.refusals: dict[str, str] = {}
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -100,6 +102,11 @@ class LocalWorkspace:
             await self._runner.cleanup()
 
     # ----- population ----------------------------------------------------------------------
+
+    def refuse(self, method: str, error: str = "feature_disabled") -> None:
+        """From now on `method` answers `error` (e.g. streaming switched off in this workspace,
+        `messages_tab_disabled`; agent sessions not enabled, `feature_disabled`)."""
+        self.refusals[method] = error
 
     def add_person(self, name: str, *, admin: bool = False, owner: bool = False) -> Person:
         return self.state.add_person(name, admin=admin, owner=owner)

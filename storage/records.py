@@ -90,6 +90,15 @@ class UsageTotal:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedbackTotal:
+    """👍 and 👎 on one agent's answers."""
+
+    agent_name: str
+    good: int
+    bad: int
+
+
+@dataclass(frozen=True, slots=True)
 class AuditRecord:
     actor: str
     action: str

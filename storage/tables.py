@@ -399,3 +399,36 @@ class StoredFile(Base):
     path: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Timestamp)
     expires_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+
+class SlackFallback(Base):
+    """A Slack feature a workspace does not offer (streaming, agent sessions …): after the
+    first refusal Flotilla uses the older way there, without asking again."""
+
+    __tablename__ = "slack_fallbacks"
+
+    team_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    feature: Mapped[str] = mapped_column(String(40), primary_key=True)
+    error: Mapped[str] = mapped_column(String(80), default="")
+    recorded_at: Mapped[datetime] = mapped_column(Timestamp)
+
+
+class Feedback(Base):
+    """A person's 👍 or 👎 on an answer: one per person and message (the latest click)."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (
+        UniqueConstraint("team_id", "channel_id", "message_ts", "user_id"),
+        Index("ix_feedback_team_created", "team_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    team_id: Mapped[str] = mapped_column(String(32))
+    channel_id: Mapped[str] = mapped_column(String(32))
+    message_ts: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(32))
+    plan_id: Mapped[int] = mapped_column(Id)
+    step_index: Mapped[int] = mapped_column(Integer)  # 0: the plan's final answer
+    agent_name: Mapped[str] = mapped_column(String(40))
+    verdict: Mapped[str] = mapped_column(String(8))  # "good" | "bad"
+    created_at: Mapped[datetime] = mapped_column(Timestamp)

@@ -33,7 +33,8 @@ from slack_sdk.models.views import View
 from agents.registry import HTTP_FETCH_PREFIX
 from bot.admin import Reports
 from bot.agent_form import AgentDraft, Mode
-from storage.records import AgentRecord, AuditRecord, UsageTotal
+from bot.views.feedback import feedback_text
+from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
 
 AGENT_CALLBACK = "flotilla_agent_save"
 ADD_AGENT_ACTION = "flotilla_agent_add"
@@ -46,7 +47,7 @@ to my agents.
 `/flotilla agents` – the agents and what they do
 `/flotilla plans` – plans that are running or waiting for someone
 `/flotilla cancel [plan]` – cancel a plan (the one in this channel, or by number)
-`/flotilla usage` – tokens used this month, per agent and per channel
+`/flotilla usage` – tokens used this month, per agent and per channel, and 👍/👎 per agent
 `/flotilla model` – the model this workspace uses
 `/flotilla queue` – what runs now, who waits for what, and why
 `/flotilla quota` – capacity, agent and tool concurrency, weights, token budgets
@@ -265,7 +266,10 @@ def _totals(rows: Sequence[UsageTotal], label: str) -> str:
 
 
 def usage_text(
-    since: datetime, by_agent: Sequence[UsageTotal], by_channel: Sequence[UsageTotal]
+    since: datetime,
+    by_agent: Sequence[UsageTotal],
+    by_channel: Sequence[UsageTotal],
+    feedback: Sequence[FeedbackTotal] = (),
 ) -> str:
     channels = [
         UsageTotal(
@@ -276,7 +280,8 @@ def usage_text(
         for r in by_channel
     ]
     head = f"*Usage since {since:%Y-%m-%d}*"
-    return _fit("\n".join([head, _totals(by_agent, "Per agent"), _totals(channels, "Per channel")]))
+    parts = [head, _totals(by_agent, "Per agent"), _totals(channels, "Per channel")]
+    return _fit("\n".join([*parts, feedback_text(feedback)]))
 
 
 def audit_text(records: Sequence[AuditRecord]) -> str:
@@ -336,7 +341,12 @@ def home_view(reports: Reports, base_url: str = "") -> View:
         DividerBlock(),
         SectionBlock(
             text=MarkdownTextObject(
-                text=usage_text(reports.since, reports.usage_by_agent, reports.usage_by_channel)
+                text=usage_text(
+                    reports.since,
+                    reports.usage_by_agent,
+                    reports.usage_by_channel,
+                    reports.feedback,
+                )
             )
         ),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
@@ -24,6 +25,7 @@ from slack_sdk.models.blocks import (
 )
 
 from agents.plan import COMMANDER, TERMINAL_PLAN, USER, Plan, Step
+from agents.session_status import activity
 
 SECTION_TEXT_MAX = 3000
 REASON_MAX = 500  # a reason is a sentence; escaped it still fits a 3,000-character text
@@ -151,9 +153,14 @@ def step_line(
 
 
 def plan_card(
-    plan: Plan, *, mentions: Mapping[str, str] | None = None, requester: str | None = None
+    plan: Plan,
+    *,
+    mentions: Mapping[str, str] | None = None,
+    requester: str | None = None,
+    now: datetime | None = None,
 ) -> tuple[str, list[Block]]:
-    """The card's fallback text and blocks."""
+    """The card's fallback text and blocks; with `now`, what the plan is doing (the same
+    state as the thread's session status)."""
     mentions = mentions or {}
     stop = stop_of(plan)
     title = f"Plan ({len(plan.steps)} steps)"
@@ -161,8 +168,10 @@ def plan_card(
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=title, emoji=True))]
     lines = [step_line(s, plan, mentions, requester, stop.note) for s in plan.steps]
     blocks.extend(SectionBlock(text=MarkdownTextObject(text=chunk)) for chunk in _pack(lines))
+    running = now is not None and plan.status not in TERMINAL_PLAN
+    doing = f" · {activity(plan, now)}" if running and now is not None else ""
     blocks.append(
-        ContextBlock(elements=[MarkdownTextObject(text=f"{stop.line} · {progress(plan)}")])
+        ContextBlock(elements=[MarkdownTextObject(text=f"{stop.line} · {progress(plan)}{doing}")])
     )
     if plan.status not in TERMINAL_PLAN:
         blocks.append(

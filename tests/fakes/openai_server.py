@@ -193,7 +193,7 @@ class FakeOpenAI:
             }
         )
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         recorded, refused = await self._refusal(request, body)
         if refused is not None:
@@ -209,6 +209,13 @@ class FakeOpenAI:
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = len(json.dumps(body["messages"])) // 4
         completion_tokens = len(json.dumps(message)) // 4
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if body.get("stream"):
+            return await _sse(request, body, message, finish, usage)
         return web.json_response(
             {
                 "id": f"chatcmpl-{len(self.requests)}",
@@ -216,13 +223,49 @@ class FakeOpenAI:
                 "created": 1_790_000_000,
                 "model": body["model"],
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
+                "usage": usage,
             }
         )
+
+
+async def _sse(
+    request: web.Request,
+    body: dict[str, Any],
+    message: dict[str, Any],
+    finish: str,
+    usage: dict[str, int],
+) -> web.StreamResponse:
+    """The message as Chat Completions server-sent events: text and tool-call arguments in
+    chunks, then the finish reason, the usage (when asked) and `[DONE]`."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk",
+            "created": 1_790_000_000, "model": body["model"]}  # fmt: skip
+
+    async def send(delta: dict[str, Any], finish_reason: str | None = None) -> None:
+        chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+    await send({"role": "assistant", "content": ""})
+    text = message.get("content") or ""
+    for i in range(0, len(text), 16):
+        await send({"content": text[i : i + 16]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        arguments = call["function"]["arguments"]
+        head = {"index": index, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+        await send({"tool_calls": [head]})
+        for i in range(0, len(arguments), 16):
+            piece = {"index": index, "function": {"arguments": arguments[i : i + 16]}}
+            await send({"tool_calls": [piece]})
+    await send({}, finish)
+    if (body.get("stream_options") or {}).get("include_usage"):
+        await response.write(
+            f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
+        )
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
 
 
 def _error(status: int, type_: str, code: str | None, retry_after: float | None) -> web.Response:

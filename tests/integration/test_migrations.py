@@ -27,6 +27,8 @@ EXPECTED_TABLES = {
     "audit_log",
     "files",
     "inbox",
+    "slack_fallbacks",
+    "feedback",
 }
 
 

@@ -26,7 +26,7 @@ from bot.views.admin import (
 )
 from local_slack.blocks import check_view
 from local_slack.state import initial_values
-from storage.records import AgentRecord, AuditRecord, UsageTotal
+from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DRAFT = AgentDraft(name="scout", description="Finds leads.", system_prompt="Find leads.")
@@ -163,9 +163,11 @@ def test_texts_and_home_fit_slack_limits_with_many_agents() -> None:
     )
     usage = [UsageTotal(f"agent{i}", 10, 5) for i in range(3)]
     trail = [AuditRecord("U1", "agent.edit", "writer", {"changed": ["model"]}, NOW)] * 200
-    reports = Reports(many, plans, usage, [UsageTotal("None", 1, 1)], NOW, trail)
+    feedback = [FeedbackTotal(f"agent{i}", i, 1) for i in range(3)]
+    reports = Reports(many, plans, usage, [UsageTotal("None", 1, 1)], feedback, NOW, trail)
     view = home_view(reports, "https://t.slack.com/").to_dict()
     assert check_view(view) == []
+    assert "agent2: 2 👍, 1 👎" in str(view)
     assert "no channel" in usage_text(NOW, [], [UsageTotal("None", 1, 1)])
     assert "<@U1> agent.edit writer (changed: model)" in audit_text(trail[:1])
     assert "`/flotilla agent add NAME`" in HELP

@@ -1,7 +1,7 @@
 """the inbox: interactions, commands and Home openings stored before the ack
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-01 05:20:00
 
 Every block action, view submission, slash command and Home opening Flotilla acts on is
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

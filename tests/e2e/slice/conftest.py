@@ -15,6 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents import offline
 from agents.plan import Plan
+from agents.streamed_function import streamed
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options, SlackService
 from local_slack import Driver, Message
@@ -43,7 +44,7 @@ def scripted(script: Script) -> FunctionModel:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return script(messages, info) or offline.respond(messages, info)
 
-    return FunctionModel(respond, model_name="scripted")
+    return FunctionModel(respond, stream_function=streamed(respond), model_name="scripted")
 
 
 @dataclass

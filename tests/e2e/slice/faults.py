@@ -119,6 +119,8 @@ class FaultyPort(SlackPort):
     def __init__(self, port: SlackPort) -> None:
         super().__init__(port.db, port.client, port.poster, port.cipher, port.clock)
         self.team_id, self.bot_user_id, self.bot_id = port.team_id, port.bot_user_id, port.bot_id
+        self.stream_interval = port.stream_interval
+        self.plan_display.enabled = port.plan_display.enabled
 
     def install(self, run: Run) -> None:
         run.service.port = run.service.context.port = self
@@ -135,10 +137,35 @@ class LostAnswer(FaultyPort):
 
     async def say(self, conversation: ConversationRecord, text: str, **kwargs: Any) -> str:
         ts = await super().say(conversation, text, **kwargs)
+        self._lose(text)
+        return ts
+
+    def _lose(self, text: str) -> None:
         if text.startswith(self.text) and not self.lost.is_set():
             self.lost.set()
             raise TransientError("Slack did not answer in time")
-        return ts
+
+    async def open_answer(
+        self,
+        conversation: ConversationRecord,
+        *,
+        agent: str | None,
+        result_of: StepTag | None,
+        key: str,
+        plan_id: int,
+    ) -> Any:
+        stream = await super().open_answer(
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+        )
+        finish = stream.finish
+
+        async def finish_then_lose(text: str) -> str:
+            ts = await finish(text)
+            self._lose(text)
+            return ts
+
+        stream.finish = finish_then_lose  # type: ignore[method-assign]
+        return stream
 
 
 class BrokenAnswers(FaultyPort):
@@ -148,23 +175,25 @@ class BrokenAnswers(FaultyPort):
         super().__init__(port)
         self.broken = agent
 
-    async def say(
+    async def open_answer(
         self,
         conversation: ConversationRecord,
-        text: str,
         *,
-        agent: str | None = None,
-        result_of: StepTag | None = None,
-        key: str | None = None,
-        blocks: list[dict[str, Any]] | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> str:
-        if result_of is not None and agent == self.broken:
-            raise RuntimeError("a bug in posting the answer")
-        return await super().say(
-            conversation, text, agent=agent, result_of=result_of, key=key,
-            blocks=blocks, metadata=metadata,
-        )  # fmt: skip
+        agent: str | None,
+        result_of: StepTag | None,
+        key: str,
+        plan_id: int,
+    ) -> Any:
+        stream = await super().open_answer(
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+        )
+        if agent == self.broken:
+
+            async def finish(text: str) -> str:
+                raise RuntimeError("a bug in posting the answer")
+
+            stream.finish = finish  # type: ignore[method-assign]
+        return stream
 
 
 class FirstPostsFail(FaultyPort):

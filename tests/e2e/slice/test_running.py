@@ -107,13 +107,16 @@ async def test_demo_plays_the_walkthrough(tmp_path: Path) -> None:
     assert "5 ✅ *Review and post the synthesis*" in transcript
     assert "✅ Answered by @maya" in transcript
     assert "Also, as asked in the thread: can we also mention the free trial?" in transcript
-    last = [line.strip() for line in transcript.rstrip().splitlines()[-6:]]
-    assert "[offline model] commander: Review the draft and post the answer." in last
+    lines = transcript.rstrip().splitlines()
+    last = max(i for i, line in enumerate(lines) if " APP  " in line)  # the last message
+    final = [line.strip() for line in lines[last:]]
+    assert final[1].startswith("[offline model] commander:")
+    assert final[-1] == "[👍] [👎]"  # the final answer takes feedback
     # files both ways: the attached price list is read, the writer's note is posted and passed on
     assert "📎 price-list.csv (text/csv, 82 bytes)" in transcript
     assert "- read price-list.csv: tier,monthly price,seats; Starter,9 EUR,1;" in transcript
     assert "📎 note.md (text/markdown," in transcript and "📎 `note.md`" in transcript
-    assert "- from the input: Files: note.md" in last
+    assert "- from the input: Files: note.md" in final
 
 
 async def test_dev_console_drives_a_plan(start: Callable[..., Any]) -> None:

@@ -1,0 +1,62 @@
+"""A person addressing an agent in a thread where a plan is at work – a mention of the
+agent's own app, or the persona's name – gets that agent's work as a new step of the plan
+(the commander adds it), answered in the thread under the agent's identity."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agents.addressing import Addressee, addressed_agent, without_address
+from tests.e2e.slice.faults import Gate, gated
+
+CHAIN = "research the history of our launch emails and write a short report"
+
+
+async def test_an_addressed_agent_gets_a_step_and_answers_as_itself(
+    start: Callable[..., Any],
+) -> None:
+    writer = Gate("Write up")
+    async with start(model=gated(writer)) as run:
+        root = run.ask(CHAIN)
+        await writer.reached()  # the plan is at work
+        steps = len((await run.plan(root)).steps)
+        researcher = run.stack.agent_apps["researcher"]
+        run.driver.post(
+            "maya", "launch", f"<@{researcher.bot_user_id}> also check Initech", thread_ts=root.ts
+        )
+        await run.says(root, f"Plan ({steps + 1} steps)")  # the card: the step is added
+        run.driver.post("maya", "launch", "@analyst: compare with Globex", thread_ts=root.ts)
+        await run.says(root, f"Plan ({steps + 2} steps)")
+        writer.release.set()
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        added = {s.assignee: s for s in plan.steps if s.title == "As asked in the thread"}
+        assert set(added) == {"researcher", "analyst"}, run.transcript(root)
+        assert added["researcher"].input == "also check Initech"
+        assert added["analyst"].input == "compare with Globex"
+        assert all(s.status == "done" for s in added.values())
+        for name, step in added.items():
+            answer = next(
+                m
+                for m in run.messages(root)
+                if (m.metadata or {}).get("event_type") == "flotilla_result"
+                and m.metadata["event_payload"]["step"] == step.index
+            )
+            if name == "researcher":  # its own app
+                assert answer.app_id == researcher.app_id
+            else:  # the analyst's persona
+                assert answer.username and "analyst" in answer.username.lower()
+
+
+def test_who_a_message_is_addressed_to() -> None:
+    agents = [Addressee("researcher", "Researcher", "U0RES"), Addressee("analyst", "Analyst")]
+    assert addressed_agent("<@U0RES> also check Initech", agents) == "researcher"
+    assert addressed_agent("@analyst compare with Globex", agents) == "analyst"
+    assert addressed_agent("Analyst, compare with Globex", agents) == "analyst"
+    assert addressed_agent("analyst: compare", agents) == "analyst"
+    assert addressed_agent("the analyst should compare", agents) is None
+    assert addressed_agent("<@U0OTHER> hello", agents) is None
+    assert without_address("<@U0RES> also check Initech") == "also check Initech"
+    assert without_address("@analyst: compare with Globex") == "compare with Globex"

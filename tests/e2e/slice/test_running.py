@@ -133,6 +133,7 @@ async def test_dev_console_drives_a_plan(start: Callable[..., Any]) -> None:
         await run.says(root, "needs your input")
         await console.handle(":answer tiers=Pro; notes=annual discount")
         await run.says(root, "[offline model] commander:")
+        await run.says(root, "5 ✅")  # the card's last edit may come after the answer
         await run.quiesce()
         console.show_new()
         await console.handle(":thread")

@@ -53,7 +53,7 @@ from storage.run_requests import (
     prune_requests,
     queued_requests,
     served_since,
-    set_wait_reason,
+    set_wait_reasons,
 )
 from storage.runs import claim_run
 from storage.workspaces import workspace_settings
@@ -222,6 +222,7 @@ class AdmissionLoop:
         granted: list[RunRequestRecord] = []
         changed: set[tuple[int, int]] = set()
         refused: list[tuple[RunRequestRecord, str]] = []
+        reasons: list[tuple[str, str, str]] = []  # written in one statement
         for key in decision.grants:
             record = by_key[key]
             if not await claim_run(conn, key, self.owner, now=now, until=until):
@@ -244,9 +245,10 @@ class AdmissionLoop:
             if record.state == "preempted" and wait.kind == "capacity":
                 continue  # it says "paused for urgent work" until it runs again
             if record.wait_reason != wait.sentence:
-                await set_wait_reason(conn, key, wait.kind, wait.sentence)
+                reasons.append((key, wait.kind, wait.sentence))
                 changed |= _plan_of(record)
                 telemetry.refused(wait.kind)
+        await set_wait_reasons(conn, reasons)
         preempted: list[str] = []
         if running + len(granted) >= options.capacity:  # the deployment is full
             for key in decision.preempt:

@@ -37,7 +37,7 @@ from agents.admission_policy import (
     weights_by_tenant,
     with_overrides,
 )
-from agents.clock import Clock
+from agents.clock import Clock, woken
 from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
@@ -53,7 +53,7 @@ from storage.run_requests import (
     prune_requests,
     queued_requests,
     served_since,
-    set_wait_reason,
+    set_wait_reasons,
 )
 from storage.runs import claim_run
 from storage.workspaces import workspace_settings
@@ -107,6 +107,7 @@ class AdmissionLoop:
         self._loop: asyncio.Task[None] | None = None
         self._pruned_at: datetime | None = None
         self.asked = False  # a run asked for a slot since the last pass here
+        self.passes = 0  # passes this process ran (whole or cut short: no one waited)
 
     async def options_now(self, conn: AsyncConnection) -> SchedulerOptions:
         """The settings with this workspace's admin overrides applied."""
@@ -151,13 +152,13 @@ class AdmissionLoop:
                 await self.run_pass()
             except Exception:  # the loop must survive a database hiccup
                 log.exception("admission pass failed; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.options.poll_seconds)
+            await woken(self._wake, self.options.poll_seconds)  # cancellable (see `woken`)
 
     async def run_pass(self) -> int:
         """One admission pass, then start what it granted; how many runs were granted."""
         async with self._passing:
             self.asked = False
+            self.passes += 1
             async with self.db.read() as conn:
                 if not await has_waiting(conn):
                     await self._expire_only()
@@ -221,6 +222,7 @@ class AdmissionLoop:
         granted: list[RunRequestRecord] = []
         changed: set[tuple[int, int]] = set()
         refused: list[tuple[RunRequestRecord, str]] = []
+        reasons: list[tuple[str, str, str]] = []  # written in one statement
         for key in decision.grants:
             record = by_key[key]
             if not await claim_run(conn, key, self.owner, now=now, until=until):
@@ -243,9 +245,10 @@ class AdmissionLoop:
             if record.state == "preempted" and wait.kind == "capacity":
                 continue  # it says "paused for urgent work" until it runs again
             if record.wait_reason != wait.sentence:
-                await set_wait_reason(conn, key, wait.kind, wait.sentence)
+                reasons.append((key, wait.kind, wait.sentence))
                 changed |= _plan_of(record)
                 telemetry.refused(wait.kind)
+        await set_wait_reasons(conn, reasons)
         preempted: list[str] = []
         if running + len(granted) >= options.capacity:  # the deployment is full
             for key in decision.preempt:

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from agents import commander_turns, plan_endings, step_runs
 from agents.admission import AdmissionLoop
+from agents.clock import woken
 from agents.effects import (
     AskCommander,
     AskUser,
@@ -212,8 +213,7 @@ class Executor:
             if due is not None:
                 wait = (due - self.context.clock()).total_seconds()
                 timeout = min(timeout, max(0.0, wait))
-            with contextlib.suppress(TimeoutError):  # a timer came due: look again
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await woken(self._wake, timeout)  # or a timer came due: look again
 
     # --- performing effects -------------------------------------------------------------
 

@@ -127,17 +127,24 @@ def admit(
     free = limits.capacity - len(running)
     grants: list[str] = []
     waits: dict[str, Wait] = {}
-    pending = sorted(waiting, key=lambda r: (r.priority, r.enqueued_at, r.key))
+    # The order changes only when a grant moves the shares: sorted once per grant, not
+    # searched once per run (a pass over a long queue stays n·log n, not n²).
+    pending = list(waiting)
     while pending:
-        request = min(pending, key=lambda r: _order(r, slots, limits))
-        pending.remove(request)
-        blocked = _blocked(request, agents, tools, spent, limits, now)
-        if blocked is not None:
-            waits[request.key] = blocked
-            continue
-        if free <= 0:
-            waits[request.key] = _in_line(0)  # numbered once the order is known
-            continue
+        pending.sort(key=lambda r: _order(r, slots, limits))
+        taken: int | None = None
+        for position, candidate in enumerate(pending):
+            blocked = _blocked(candidate, agents, tools, spent, limits, now)
+            if blocked is not None:
+                waits[candidate.key] = blocked
+            elif free <= 0:
+                waits[candidate.key] = _in_line(0)  # numbered once the order is known
+            else:
+                taken = position
+                break
+        if taken is None:
+            break
+        request, pending = pending[taken], pending[taken + 1 :]
         grants.append(request.key)
         free -= 1
         slots[request.tenant] += 1

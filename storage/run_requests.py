@@ -17,7 +17,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, func, select, text, update
+from sqlalchemy import Table, bindparam, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.records import RunRequestRecord
@@ -149,12 +149,19 @@ async def grant_request(
     )
 
 
-async def set_wait_reason(conn: AsyncConnection, run_key: str, kind: str, reason: str) -> None:
-    await conn.execute(
-        update(requests_t)
-        .where(requests_t.c.run_key == run_key)
-        .values(wait_kind=kind, wait_reason=reason[:200])
-    )
+_SET_WAIT = (
+    update(requests_t)
+    .where(requests_t.c.run_key == bindparam("key"))
+    .values(wait_kind=bindparam("kind"), wait_reason=bindparam("reason"))
+)
+
+
+async def set_wait_reasons(conn: AsyncConnection, waits: list[tuple[str, str, str]]) -> None:
+    """Why each of these runs waits (run key, kind, sentence), in one statement: a pass
+    moves every place in line at once."""
+    if waits:
+        rows = [{"key": key, "kind": kind, "reason": reason[:200]} for key, kind, reason in waits]
+        await conn.execute(_SET_WAIT, rows)
 
 
 async def ask_to_preempt(conn: AsyncConnection, run_key: str) -> None:

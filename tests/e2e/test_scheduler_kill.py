@@ -1,0 +1,127 @@
+"""Two real `flotilla run` processes share one SQLite file; the one holding the
+researcher's granted run is killed with SIGKILL mid-run; the other takes the run over once
+its lease ended (the admission pass frees the dead holder's grant and grants it anew) and
+the step runs to its answer once: never twice, nothing lost.
+
+`tests/integration/test_scheduler_processes.py` does the same with three services in one
+OS process and `Executor.abandon()` as the kill; here the kill is a real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from bot.manifest import commander_manifest
+from local_slack import Driver, InstalledApp, LocalWorkspace
+from storage.agents import update_agent
+from storage.db import Database
+from storage.records import RunRequestRecord
+from storage.run_requests import get_request, queued_requests
+from storage.tables import Workspace
+from tests.e2e.flotilla_process import FlotillaProcess
+from tests.fakes.openai_server import CLIENT_GONE, FakeOpenAI, text_message
+
+REQUEST = "research our launch emails and write a short report"
+FINDINGS = "Findings: launch emails did well."
+WAIT = 60.0  # seconds: a bound on a hung step, never a sleep
+# a short lease, so the survivor takes the run over within seconds of the kill
+SHORT_LEASE = {
+    "FLOTILLA_RUN_LEASE_SECONDS": "3",
+    "FLOTILLA_HEARTBEAT_SECONDS": "1",
+    "FLOTILLA_SCHEDULER_POLL_SECONDS": "0.5",
+}
+
+
+class World:
+    def __init__(self, workspace: LocalWorkspace, folder: Path) -> None:
+        self.workspace = workspace
+        self.folder = folder
+        self.app: InstalledApp = workspace.install_manifest(commander_manifest(), socket_mode=False)
+        maya = workspace.add_person("maya")
+        workspace.create_channel("launch", [maya, self.app])
+        self.driver = Driver(workspace, default_timeout=WAIT)
+        self.database_url = f"sqlite+aiosqlite:///{folder / 'flotilla.db'}"
+        self.db = Database(self.database_url)
+        self.processes: list[FlotillaProcess] = []
+
+    async def process(self) -> FlotillaProcess:
+        process = FlotillaProcess(
+            self.workspace, self.app, self.database_url, self.folder, **SHORT_LEASE
+        )
+        self.processes.append(process)
+        await process.start()
+        await process.started()
+        return process
+
+    def process_of(self, owner: str) -> FlotillaProcess:
+        pid = int(owner.rsplit(":", 2)[1])  # "host:pid:nonce"
+        return next(p for p in self.processes if p.process and p.process.pid == pid)
+
+    async def researcher_granted(self) -> RunRequestRecord:
+        async with asyncio.timeout(WAIT):
+            while True:
+                async with self.db.read() as conn:
+                    queue = await queued_requests(conn)
+                found = [r for r in queue if r.agent_name == "researcher" and r.state == "granted"]
+                if found:
+                    return found[0]
+                await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    workspace = LocalWorkspace()
+    await workspace.start("127.0.0.1", 0)
+    world = World(workspace, tmp_path)
+    try:
+        yield world
+    finally:
+        for process in world.processes:
+            await process.kill()
+        await world.db.dispose()
+        await workspace.stop()
+
+
+async def test_a_sigkilled_holder_run_is_taken_over_by_the_other_process_once(
+    world: World,
+) -> None:
+    model = FakeOpenAI(respond=lambda body: text_message(FINDINGS))
+    model.hold = asyncio.Event()  # the researcher's requests wait until the test says so
+    await model.start()
+    try:
+        first = await world.process()
+        await world.process()  # the second replica, on the same database
+        async with world.db.write() as conn:
+            team = str(await conn.scalar(select(Workspace.__table__.c.team_id)))
+            await update_agent(
+                conn, team, "researcher", datetime.now(UTC),
+                model=f"openai-chat:gpt-test@{model.base_url}",
+            )  # fmt: skip
+        assert first.process is not None
+
+        root = world.driver.mention("maya", "launch", world.app, REQUEST)
+        await asyncio.wait_for(model.received.wait(), WAIT)  # the researcher's run is mid-run
+        run = await world.researcher_granted()
+        assert run.holder is not None and run.grants == 1
+        victim = world.process_of(run.holder)
+        await victim.kill()  # SIGKILL: nothing released, nothing handed over
+        model.hold.set()  # from now on the model answers (the dead process hears nothing)
+
+        await world.driver.thread_has_message("launch", root.ts, containing=FINDINGS)
+        async with world.db.read() as conn:
+            again = await get_request(conn, run.run_key)
+        assert again is not None and again.grants == 2  # granted anew, to the survivor
+        texts = [m.text for m in world.driver.thread("launch", root.ts)]
+        assert sum(FINDINGS in t for t in texts) == 1, "\n".join(texts)  # answered once
+        statuses = [r.status for r in model.requests]
+        # the dead process's request found nobody to answer; the survivor's was paid once
+        assert statuses == [CLIENT_GONE, 200], statuses
+    finally:
+        model.hold.set()  # a request still held would keep the fake server from closing
+        await model.close()

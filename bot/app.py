@@ -14,6 +14,7 @@ from slack_bolt.async_app import AsyncApp
 from bot.http import measure_requests
 from bot.listeners.admin import register_admin
 from bot.listeners.forms import register_forms
+from bot.listeners.guard import register_fallbacks
 from bot.listeners.inbox import register_inbox, replay
 from bot.listeners.messages import register_messages
 from bot.listeners.plan_card import register_plan_card
@@ -35,5 +36,6 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
     register_forms(app, service)
     register_plan_card(app, service)
     register_admin(app, service)
+    register_fallbacks(app)  # last: what no listener above claims is acked, not a 404
     service.recover_inbox_with(lambda: replay(app, service))
     return app

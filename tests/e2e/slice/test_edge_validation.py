@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
+from agents.failures import PUBLIC_STORAGE
 from bot.views.admin import AGENT_CALLBACK
 from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION
 from bot.views.plan_card import CANCEL_ACTION
@@ -223,6 +225,28 @@ async def test_a_listener_failing_after_the_ack_answers_with_a_sentence(
         assert len(failures) == 1 and "reconciler is broken" in str(failures[0].exc_info)
 
 
+async def test_a_listener_meeting_a_database_outage_says_the_storage_sentence(
+    start: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with start() as run:
+        root = run.ask(REQUEST)
+        await run.says(root, "needs your input")
+        card = next(m for m in run.messages(root) if "Plan (" in m.text)
+
+        async def away(*_args: Any, **_kwargs: Any) -> Any:
+            refused = ConnectionRefusedError(111, "Connect call failed")
+            raise OperationalError("SELECT 1", {}, refused)
+
+        run.service.reconciler.reconcile = away
+        delivery = await run.driver.click("maya", card, CANCEL_ACTION)
+        assert [a.status for a in delivery.attempts] == [200]
+        await run.driver.wait_for(lambda: run.driver.ephemerals("maya"), what="a sentence")
+        assert run.driver.ephemerals("maya")[0].text == PUBLIC_STORAGE
+        assert not tracebacks(caplog)
+        assert any("database is unreachable" in r.message for r in caplog.records)
+
+
 async def test_two_cancel_clicks_at_once_cancel_once_and_answer_the_other(
     start: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -322,6 +346,10 @@ async def test_an_unknown_action_and_an_unreachable_response_url_get_no_404_and_
             body = click(action_id)
             status, answer = await post(url, body, headers_for(run, body, FORM))
             assert status == expected, (action_id[:10], status, answer)
+        view = {"id": "V1", "type": "modal", "callback_id": "not_flotillas", "state": {}}
+        body = form_post({"type": "view_submission", "user": {"id": maya.id}, "view": view})
+        status, answer = await post(url, body, headers_for(run, body, FORM))
+        assert status == 200, answer  # a view Flotilla did not open: acked, nothing done
         command = {"command": "/flotilla", "text": "plans", "user_id": maya.id,
                    "team_id": ws.state.team_id, "channel_id": channel, "api_app_id": app.app_id,
                    "response_url": closed, "trigger_id": "1.2.4"}  # fmt: skip

@@ -38,6 +38,7 @@ from agents.admission_policy import (
     with_overrides,
 )
 from agents.clock import Clock, woken
+from agents.failures import is_storage_error, storage_error
 from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
@@ -150,8 +151,11 @@ class AdmissionLoop:
             self._wake.clear()
             try:
                 await self.run_pass()
-            except Exception:  # the loop must survive a database hiccup
-                log.exception("admission pass failed; retrying")
+            except Exception as exc:  # the loop must survive a database hiccup
+                if is_storage_error(exc):  # an outage: one line a poll, not a traceback
+                    log.warning("admission waits for the database: %s", storage_error(exc))
+                else:
+                    log.exception("admission pass failed; retrying")
             await woken(self._wake, self.options.poll_seconds)  # cancellable (see `woken`)
 
     async def run_pass(self) -> int:

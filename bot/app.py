@@ -17,6 +17,7 @@ from bot.identities import make_client
 from bot.listeners.admin import register_admin
 from bot.listeners.feedback import register_feedback
 from bot.listeners.forms import register_forms
+from bot.listeners.guard import register_fallbacks
 from bot.listeners.inbox import register_inbox, replay
 from bot.listeners.messages import register_messages
 from bot.listeners.plan_card import register_plan_card
@@ -56,5 +57,6 @@ def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:
     register_plan_card(app, service)
     register_feedback(app, service)
     register_admin(app, service)
+    register_fallbacks(app)  # last: what no listener above claims is acked, not a 404
     service.recover_inbox_with(lambda: replay(app, service))
     return app

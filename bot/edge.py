@@ -18,7 +18,14 @@ from urllib.parse import parse_qsl
 from weakref import WeakKeyDictionary
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -152,14 +159,17 @@ class _Shape(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+SlackName = Annotated[str, StringConstraints(max_length=255)]  # Slack's limit for ids it echoes
+
+
 class _Action(_Shape):
-    action_id: str
-    block_id: str = ""
+    action_id: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    block_id: SlackName = ""
 
 
 class _View(_Shape):
     type: str
-    callback_id: str = ""
+    callback_id: SlackName = ""
 
 
 class _Event(_Shape):

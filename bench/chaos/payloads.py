@@ -11,6 +11,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 JSON_TYPE = "application/json"
@@ -176,6 +177,7 @@ def bad_requests(draw: st.DrawFn, ids: Ids) -> BadRequest:
         payload, paths = templates(ids, unique)[kind]
         wrong: object = draw(WRONG | st.just(MISSING))
         bad = broken(payload, draw(st.sampled_from(paths)), wrong)
+        assume(bad != payload)  # removing a field the template lacks is Slack's own payload
         if kind in ("mention", "message", "home"):
             body = json.dumps(bad).encode()
         else:

@@ -1,19 +1,24 @@
 """Every interactive listener answers: a payload that does not fit is acked with a sentence
 and one log line; a failure after the ack is logged once with its traceback and the person
-gets "Something went wrong…" ephemerally. Nothing escapes to Bolt, whose own error path
-answers the request with a 404 or a 500 (and can lose the ack it already had).
+gets "Something went wrong…" ephemerally (a database outage or an unreachable Slack is one
+warning line, without a traceback; for an outage the person reads the storage sentence).
+Nothing escapes to Bolt, whose own error path answers the request with a 404 or a 500 (and
+can lose the ack it already had).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from pydantic import TypeAdapter, ValidationError
-from slack_bolt.async_app import AsyncAck, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
+from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from bot.listeners.inbound import InvalidPayload, Url
 
 log = logging.getLogger(__name__)
@@ -48,9 +53,16 @@ def guarded(listener: Listener) -> Listener:
         except InvalidPayload as exc:
             log.warning("%s (%s)", exc, name)
             await answer(kwargs["ack"], kwargs["body"], kwargs["respond"], UNREADABLE)
-        except Exception:  # the operator gets the traceback once, the person a sentence
-            log.exception("%s failed", name)
-            await answer(kwargs["ack"], kwargs["body"], kwargs["respond"], TRY_AGAIN)
+        except Exception as exc:  # the operator gets the details once, the person a sentence
+            text = TRY_AGAIN
+            if is_storage_error(exc):  # an outage: one line, and the storage sentence
+                log.warning("%s: %s", name, storage_error(exc))
+                text = PUBLIC_STORAGE
+            elif isinstance(exc, aiohttp.ClientError):  # Slack (or its response_url) unreachable
+                log.warning("%s could not reach Slack: %s", name, exc)
+            else:
+                log.exception("%s failed", name)
+            await answer(kwargs["ack"], kwargs["body"], kwargs["respond"], text)
         done = kwargs["context"].get(INBOX_DONE)
         if done is not None:  # its stored inbox row: processed (see listeners/inbox.py)
             await done()
@@ -92,3 +104,23 @@ def _valid_url(value: Any) -> bool:
     except ValidationError:
         return False
     return True
+
+
+def register_fallbacks(app: AsyncApp) -> None:
+    """Clicks and submissions no listener of Flotilla's claims (an action or a view it did
+    not make): acked with nothing and one log line, never Bolt's unhandled-request 404.
+    Registered last – Bolt runs the first listener that matches."""
+
+    @app.action(re.compile(".*"))
+    async def unknown_action(ack: AsyncAck, action: dict[str, Any]) -> None:
+        await ack()
+        log.info(
+            "ignored a click on an action Flotilla does not know (%.80r)", action.get("action_id")
+        )
+
+    @app.view(re.compile(".*"))
+    async def unknown_view(ack: AsyncAck, view: dict[str, Any]) -> None:
+        await ack()
+        log.info(
+            "ignored a submission of a view Flotilla did not open (%.80r)", view.get("callback_id")
+        )

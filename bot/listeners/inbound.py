@@ -117,7 +117,7 @@ class MessageEvent(SlackMessage):
 class HomeOpened(_Inbound):
     type: Literal["app_home_opened"]
     user: UserId
-    tab: Annotated[str, StringConstraints(max_length=32)] = "home"
+    tab: Literal["home", "messages"]  # Slack always says which tab was opened
 
 
 def check_metadata(metadata: dict[str, Any] | None) -> None:

@@ -25,6 +25,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from agents.failures import is_storage_error, storage_error
 from agents.inbox import claim_cut_short, finish_inbound, store_inbound
 from bot.listeners.guard import INBOX_DONE, TRY_AGAIN, sentence_view
 from bot.listeners.inbound import (
@@ -111,8 +112,14 @@ def register_inbox(app: AsyncApp, service: SlackService) -> None:
                     service.db, service.clock(), key=key, kind=kind, body=body,
                     claim=timedelta(seconds=service.options.inbox_claim_seconds),
                 )  # fmt: skip
-            except Exception:
-                log.exception("could not store a %s before its ack (%s)", kind, key)
+            except Exception as exc:
+                if not is_storage_error(exc):
+                    log.exception("could not store a %s before its ack (%s)", kind, key)
+                else:  # an outage: one line, not a traceback per delivery
+                    log.warning(
+                        "could not store a %s before its ack (%s): %s", kind, key,
+                        storage_error(exc),
+                    )  # fmt: skip
                 return _not_stored(service, kind, context)
             if stored is None:
                 log.info("a %s was delivered again (%s); it is handled once", kind, key)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 
+from agents.failures import is_storage_error, storage_error
 from agents.inbox import retry_storage
 from bot import handlers
 from bot.listeners.inbound import RECORDED_EVENTS, InvalidPayload, check_event
@@ -50,10 +51,16 @@ def register_messages(app: AsyncApp, service: SlackService) -> None:
                     )
                 else:
                     await retry_storage(lambda: handlers.on_message(service, event))
-            except Exception:
-                log.exception(
-                    "could not record a %s event; Slack will send it again", event["type"]
-                )
+            except Exception as exc:
+                if not is_storage_error(exc):
+                    log.exception(
+                        "could not record a %s event; Slack will send it again", event["type"]
+                    )
+                else:  # an outage: one line, not a traceback per delivery
+                    log.warning(
+                        "could not record a %s event; Slack will send it again: %s",
+                        event["type"], storage_error(exc),
+                    )  # fmt: skip
                 return BoltResponse(status=500, body={"error": "not stored, please retry"})
         await next()
         return None

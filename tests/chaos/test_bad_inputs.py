@@ -40,12 +40,6 @@ def test_bad_input_stores_nothing_and_sends_nothing_to_slack(figures: Figures) -
     assert figures.number("secrets found in logs") == 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 15: signed but malformed interactions are acked and then raise in the "
-    "listener (a traceback, or Bolt's unhandled-request 404) until validation at the edge "
-    "covers every payload Flotilla reads",
-)
 def test_signed_bad_input_logs_no_traceback_and_gets_no_404(figures: Figures) -> None:
     assert figures.number("tracebacks logged for signed input") == 0
     assert "404:" not in figures.rows["HTTP statuses, signed"]

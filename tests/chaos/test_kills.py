@@ -33,11 +33,6 @@ def test_nothing_is_dispatched_or_answered_twice(figures: Figures) -> None:
     assert figures.number("duplicate notices") == 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 15: a mention acked by Bolt is stored afterwards, in a background job; a "
-    "kill between the ack and the write loses it until the durable inbox stores it first",
-)
 def test_no_request_is_lost(figures: Figures) -> None:
     assert figures.number("requests lost") == 0
     assert figures.number("plans completed (final answer posted)") == 5 + BURST

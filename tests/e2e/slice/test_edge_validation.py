@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -15,7 +16,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
+from agents.failures import PUBLIC_STORAGE
 from bot.views.admin import AGENT_CALLBACK
 from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION
 from bot.views.plan_card import CANCEL_ACTION
@@ -113,6 +116,10 @@ async def test_malformed_events_are_refused_and_nothing_is_stored_or_sent(
         home = json.loads(mention_body(run, ""))
         home["event"] = {"type": "app_home_opened", "tab": "home", "event_ts": "1.2"}
         bodies.append(json.dumps(home))
+        maya = run.driver.person("maya").id
+        for tab in ({}, {"tab": "nan"}, {"tab": ""}):  # Slack always says: home or messages
+            home["event"] = {"type": "app_home_opened", "user": maya, "event_ts": "1.2"} | tab
+            bodies.append(json.dumps(home))
         for body in bodies:
             status, answer = await post(url, body, headers_for(run, body))
             assert status == 400, (body[:200], status, answer)
@@ -218,6 +225,28 @@ async def test_a_listener_failing_after_the_ack_answers_with_a_sentence(
         assert len(failures) == 1 and "reconciler is broken" in str(failures[0].exc_info)
 
 
+async def test_a_listener_meeting_a_database_outage_says_the_storage_sentence(
+    start: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with start() as run:
+        root = run.ask(REQUEST)
+        await run.says(root, "needs your input")
+        card = next(m for m in run.messages(root) if "Plan (" in m.text)
+
+        async def away(*_args: Any, **_kwargs: Any) -> Any:
+            refused = ConnectionRefusedError(111, "Connect call failed")
+            raise OperationalError("SELECT 1", {}, refused)
+
+        run.service.reconciler.reconcile = away
+        delivery = await run.driver.click("maya", card, CANCEL_ACTION)
+        assert [a.status for a in delivery.attempts] == [200]
+        await run.driver.wait_for(lambda: run.driver.ephemerals("maya"), what="a sentence")
+        assert run.driver.ephemerals("maya")[0].text == PUBLIC_STORAGE
+        assert not tracebacks(caplog)
+        assert any("database is unreachable" in r.message for r in caplog.records)
+
+
 async def test_two_cancel_clicks_at_once_cancel_once_and_answer_the_other(
     start: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -286,3 +315,67 @@ async def test_two_submits_of_one_form_modal_at_once_record_one(
         step = (await run.plan(root)).steps[0]
         assert step.status == "done" and "10k" in (step.output_summary or "")
         assert not tracebacks(caplog)
+
+
+async def test_an_unknown_action_and_an_unreachable_response_url_get_no_404_and_no_traceback(
+    start: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the chaos suite (bench/chaos, experiment 5): a click on an action Flotilla
+    does not know got Bolt's unhandled-request 404 (an empty action_id is not Slack's shape:
+    400), and a slash command whose response_url cannot be reached logged a traceback."""
+    caplog.set_level(logging.INFO)
+    async with start() as run:
+        url = run.stack.commander.request_url or ""
+        ws, app, maya = run.driver.ws, run.stack.commander, run.driver.person("maya")
+        channel = next(iter(ws.state.channels))
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            closed = f"http://127.0.0.1:{probe.getsockname()[1]}/response"
+
+        def click(action_id: str) -> str:
+            return form_post({
+                "type": "block_actions", "user": {"id": maya.id}, "team": {"id": ws.state.team_id},
+                "api_app_id": app.app_id, "trigger_id": "1.2.3", "response_url": closed,
+                "container": {"type": "message", "message_ts": "1700000000.000002",
+                              "channel_id": channel, "thread_ts": "1700000000.000001"},
+                "actions": [{"type": "button", "action_id": action_id, "value": "1",
+                             "action_ts": "1.0"}],
+            })  # fmt: skip
+
+        for action_id, expected in (("", 400), ("x" * 256, 400), ("not_flotillas", 200)):
+            body = click(action_id)
+            status, answer = await post(url, body, headers_for(run, body, FORM))
+            assert status == expected, (action_id[:10], status, answer)
+        view = {"id": "V1", "type": "modal", "callback_id": "not_flotillas", "state": {}}
+        body = form_post({"type": "view_submission", "user": {"id": maya.id}, "view": view})
+        status, answer = await post(url, body, headers_for(run, body, FORM))
+        assert status == 200, answer  # a view Flotilla did not open: acked, nothing done
+        command = {"command": "/flotilla", "text": "plans", "user_id": maya.id,
+                   "team_id": ws.state.team_id, "channel_id": channel, "api_app_id": app.app_id,
+                   "response_url": closed, "trigger_id": "1.2.4"}  # fmt: skip
+        body = urllib.parse.urlencode(command)
+        warned = Heard("could not reach Slack")
+        guard_log = logging.getLogger("bot.listeners.guard")
+        guard_log.addHandler(warned)
+        try:
+            status, _ = await post(url, body, headers_for(run, body, FORM))
+            assert status == 200
+            async with asyncio.timeout(30):  # the answer is sent after the ack
+                await warned.event.wait()
+        finally:
+            guard_log.removeHandler(warned)
+        await run.quiesce()
+        assert not tracebacks(caplog)
+        assert await stored_rows(run) == 0
+
+
+class Heard(logging.Handler):
+    """Sets `event` when a record containing `words` is logged."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.INFO)
+        self.words, self.event = words, asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.event.set()

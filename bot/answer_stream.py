@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
+from agents.failures import is_storage_error
 from agents.plan import COMMANDER
 from agents.ports import StepTag
 from bot.identities import Identity
@@ -86,8 +87,20 @@ class SlackAnswerStream:
         return self.port.poster.client_for(self.identity)
 
     async def show(self, text: str) -> None:
+        """Show the answer so far. Best effort: nothing here may cut the model's answer short
+        (it would be paid again), so when the database is away streaming stops and the
+        answer is posted whole at the end."""
         if self.stopped:
             return
+        try:
+            await self._show(text)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            log.warning("streaming stopped (the database is away): the answer is posted whole")
+            self.stopped = True
+
+    async def _show(self, text: str) -> None:
         try:
             if self.ts is None:
                 await self._start(text[:STREAM_TEXT_MAX])

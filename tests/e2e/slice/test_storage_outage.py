@@ -16,6 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline
 from agents.failures import PUBLIC_STORAGE
 from agents.offline import first_prompt
+from agents.streamed_function import streamed
 from storage.db import Database
 from tests.e2e.slice.scripts import tools_of
 from tests.e2e.slice.test_inbox import mentions
@@ -34,8 +35,9 @@ async def server() -> AsyncIterator[ThrowawayPostgres]:
         pg.remove()
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["posted", "streamed"])
 async def test_an_outage_during_a_step_is_said_once_and_paid_once(
-    start: Callable[..., Any], server: ThrowawayPostgres
+    start: Callable[..., Any], server: ThrowawayPostgres, streaming: bool
 ) -> None:
     calls: dict[str, int] = {}
     stopped = False
@@ -52,7 +54,13 @@ async def test_an_outage_during_a_step_is_said_once_and_paid_once(
 
     db = Database(server.url)
     try:
-        async with start(db=db, model=FunctionModel(model)) as run:
+        # streamed: showing the answer as it comes must not cut the model's answer short
+        scripted = (
+            FunctionModel(model, stream_function=streamed(model))
+            if streaming
+            else FunctionModel(model)
+        )
+        async with start(db=db, model=scripted) as run:
             root = run.ask(REQUEST)
             await run.says(root, PUBLIC_STORAGE, from_="Flotilla")
             await server.start()  # back

@@ -34,9 +34,12 @@ def _free_port() -> int:
 
 
 class ThrowawayPostgres:
-    """One server: `start()`, `stop()` (fast shutdown: connections are cut), `remove()`."""
+    """One server: `start()`, `stop()` (fast shutdown: connections are cut; `immediate`: as if
+    it crashed), `remove()`. The chaos suite (`bench/chaos/`) uses it too."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_connections: int = 100) -> None:
+        self.max_connections = max_connections
+        self.running = False
         bin_dir = _bin_dir()
         if bin_dir is None:
             pytest.skip("PostgreSQL's initdb is not installed")
@@ -63,17 +66,24 @@ class ThrowawayPostgres:
             cwd=self.root,
         )
 
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
     async def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            f"-c max_connections={self.max_connections}"
+        )
         await asyncio.to_thread(
             self._run, "pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l",
-            str(self.root / "log"), "start",
+            str(self.log), "start",
         )  # fmt: skip
+        self.running = True
 
-    async def stop(self) -> None:
-        await asyncio.to_thread(
-            self._run, "pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"
-        )
+    async def stop(self, mode: str = "fast") -> None:
+        await asyncio.to_thread(self._run, "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+        self.running = False
 
     def remove(self) -> None:
         subprocess.run(

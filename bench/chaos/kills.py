@@ -14,9 +14,9 @@ from pathlib import Path
 
 from bench.chaos.drive import Window, pause, under_chaos
 from bench.chaos.measure import Figures, format_counts, plan_figures, resolved, seconds
-from bench.chaos.postgres import ThrowawayPostgres
 from bench.chaos.proxy import RoundRobinProxy
 from bench.chaos.stack import Stack
+from tests.throwaway_postgres import ThrowawayPostgres
 
 TAKEOVER_TIMEOUT = 60.0
 
@@ -31,8 +31,8 @@ async def replicas(
     folder: Path, window: Window, seed: int, kill_every: tuple[float, float]
 ) -> Figures:
     rng = random.Random(seed)
-    postgres = ThrowawayPostgres()
-    await postgres.create()
+    postgres = ThrowawayPostgres(max_connections=200)
+    await postgres.start()
     proxy = RoundRobinProxy()
     await proxy.start()
     stack = Stack(folder, postgres.url)
@@ -76,7 +76,7 @@ async def replicas(
     finally:
         await stack.stop()
         await proxy.close()
-        await postgres.destroy()
+        postgres.remove()
 
 
 async def sqlite_kills(

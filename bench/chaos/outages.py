@@ -11,8 +11,8 @@ from pathlib import Path
 
 from bench.chaos.drive import Window, pause, under_chaos
 from bench.chaos.measure import Figures, acked, plan_figures, resolved
-from bench.chaos.postgres import ThrowawayPostgres
 from bench.chaos.stack import Stack
+from tests.throwaway_postgres import ThrowawayPostgres
 
 OUTAGE = (2.0, 6.0)  # seconds the database stays down each time
 
@@ -21,8 +21,8 @@ async def postgres_outages(
     folder: Path, window: Window, seed: int, every: tuple[float, float]
 ) -> Figures:
     rng = random.Random(seed)
-    postgres = ThrowawayPostgres()
-    await postgres.create()
+    postgres = ThrowawayPostgres(max_connections=200)
+    await postgres.start()
     stack = Stack(folder, postgres.url)
     await stack.start()
     outages: list[tuple[float, float]] = []
@@ -63,7 +63,7 @@ async def postgres_outages(
         return figures
     finally:
         await stack.stop()
-        await postgres.destroy()
+        postgres.remove()
 
 
 async def _restart_exited(stack: Stack) -> int:

@@ -20,7 +20,7 @@ from agents import step_runs, telemetry
 from agents.admission import PARK
 from agents.effects import Effect
 from agents.errors import TransientError
-from agents.failures import PUBLIC_STORAGE, is_storage_error
+from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.preemption import PAUSE, Preempted
@@ -86,7 +86,12 @@ class JobRunner:
     async def _job(self, job: Job, run_key: str | None, work: Work) -> None:
         lease_key = run_key or f"turn:{job.key}"
         try:
-            if not await self._claim(lease_key, job.key):
+            try:
+                claimed = await self._claim(lease_key, job.key)
+            except Exception as exc:
+                self._unsettled(job, exc)
+                return
+            if not claimed:
                 log.info("%s runs in another process", lease_key)
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
@@ -101,7 +106,10 @@ class JobRunner:
                 heartbeat.cancel()
             # the heartbeat is over before the lease is let go: it cannot renew it after
             await asyncio.gather(heartbeat, return_exceptions=True)
-            await self._release(job, lease_key, ended)
+            try:
+                await self._release(job, lease_key, ended)
+            except Exception as exc:
+                self._unsettled(job, exc)
             if self.on_slot_freed is not None and not self.abandoned:
                 self.on_slot_freed(job, isinstance(ended, Preempted))
             if isinstance(ended, asyncio.CancelledError) and not isinstance(ended, Preempted):
@@ -109,6 +117,18 @@ class JobRunner:
         finally:
             self.jobs.pop(job.key, None)
             self.context.observer.jobs_running(len(self.jobs))
+
+    def _unsettled(self, job: Job, exc: Exception) -> None:
+        """Claiming or letting go of a job's lease failed: nothing is lost (the lease runs out
+        and the outbox row comes due again), so one line says so – never a task's traceback."""
+        if is_storage_error(exc):
+            log.warning(
+                "%s: the database is away (%s); taken again after its lease",
+                job.key,
+                storage_error(exc),
+            )
+        else:
+            log.error("%s could not be settled; taken again after its lease", job.key, exc_info=exc)
 
     async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> None:
         """Let go of a job's lease and row as its work ended (`ended`: why, None: done)."""

@@ -221,9 +221,11 @@ async def test_urgent_work_pauses_a_batch_run_at_a_turn_boundary_and_it_resumes(
     batch_run = ReadsTheThreadFirst("HOLD BATCHWORK")
     script = combine(plans({"BATCHPLAN": LONG, "HURRY": URGENT}), batch_run)
     model = model_with(script, gate, urgent_gate)
-    scheduler = SchedulerOptions(capacity=1, batch_steps=1, poll_seconds=0.05)
+    # a slower beat and poll than the other tests: 20 Hz of both kept SQLite's write lock so
+    # busy on a loaded machine that the batch step could miss its start
+    scheduler = SchedulerOptions(capacity=1, batch_steps=1, poll_seconds=0.2)
     before = telemetry.PREEMPTIONS._value.get()
-    async with start(model=model, scheduler=scheduler, heartbeat_seconds=0.05) as run:
+    async with start(model=model, scheduler=scheduler, heartbeat_seconds=0.2) as run:
         batch = run.ask("BATCHPLAN the archive")  # two steps: longer than batch_steps
         await gate.reached()
         assert "now urgent work" in await command(run, "alex", "urgent")  # the channel

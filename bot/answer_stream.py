@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -27,13 +27,11 @@ from agents.plan import COMMANDER
 from agents.ports import StepTag
 from bot.identities import Identity
 from bot.listeners.payloads import NOTICE_EVENT, RESULT_EVENT, step_metadata
+from bot.posting_port import PostingPort
 from bot.slack_features import STREAMING
 from bot.views.feedback import feedback_block
 from storage.conversations import update_message
 from storage.records import ConversationRecord
-
-if TYPE_CHECKING:
-    from bot.slack_port import SlackPort
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +56,7 @@ class SlackAnswerStream:
 
     def __init__(
         self,
-        port: SlackPort,
+        port: PostingPort,
         conversation: ConversationRecord,
         identity: Identity | None,
         tag: StepTag | None,

@@ -13,7 +13,7 @@ shows the plan; the card stays in any case, with its Cancel button.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -21,13 +21,11 @@ from slack_sdk.errors import SlackApiError
 from agents.lru import LRUCache
 from agents.plan import TERMINAL_PLAN, Plan
 from bot.listeners.payloads import NOTICE_EVENT
+from bot.posting_port import PostingPort
 from bot.slack_features import TASK_DISPLAY
 from bot.views.plan_tasks import plan_chunks, signature
 from storage.conversations import thread_messages, update_message
 from storage.records import ConversationRecord
-
-if TYPE_CHECKING:
-    from bot.slack_port import SlackPort
 
 log = logging.getLogger(__name__)
 PLANS_KEPT = 1000  # plans whose display is remembered in memory (the rest are looked up)
@@ -40,7 +38,7 @@ def display_key(plan_id: int) -> str:
 class PlanDisplay:
     """Keeps each plan's native display in step with the plan."""
 
-    def __init__(self, port: SlackPort) -> None:
+    def __init__(self, port: PostingPort) -> None:
         self.port = port
         self.enabled = True
         # plan id -> (message ts, task id -> what was sent); None: the display has ended

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
+from local_slack.host import Workspace
 from local_slack.state import Channel, InstalledApp, Json, WorkspaceState
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 
 class ApiError(Exception):
@@ -35,7 +33,7 @@ class Call:
     method: str
     app: InstalledApp
     args: dict[str, Any]
-    ws: LocalWorkspace
+    ws: Workspace
 
     @property
     def state(self) -> WorkspaceState:
@@ -94,7 +92,7 @@ def missing_arg(name: str) -> Json:
     return {"messages": [f"[ERROR] missing required field: {name}"]}
 
 
-WORKSPACE: web.AppKey[LocalWorkspace] = web.AppKey("workspace")
+WORKSPACE: web.AppKey[Workspace] = web.AppKey("workspace")
 Handler = Callable[[Call], Awaitable[Json]]
 METHODS: dict[str, Handler] = {}
 

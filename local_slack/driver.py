@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from local_slack.events import Delivery
-from local_slack.interactivity import SubmissionOutcome
+from local_slack.host import Workspace
+from local_slack.interactivity import SubmissionOutcome, interactivity_of
 from local_slack.shapes import message_json, rich_text_block
 from local_slack.state import Ephemeral, InstalledApp, Json, Message, Person, View
 from local_slack.transcript import render_thread
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 Who = Person | str
 Attachment = tuple[str, bytes, str | None]  # a file a person attaches: name, bytes, mimetype
@@ -23,7 +21,7 @@ Attachment = tuple[str, bytes, str | None]  # a file a person attaches: name, by
 class Driver:
     """People's side of the workspace, for tests and the terminal trial."""
 
-    def __init__(self, ws: LocalWorkspace, *, default_timeout: float = 10.0) -> None:
+    def __init__(self, ws: Workspace, *, default_timeout: float = 10.0) -> None:
         self.ws = ws
         self.state = ws.state
         self.default_timeout = default_timeout
@@ -125,7 +123,7 @@ class Driver:
         if app is None:
             raise ValueError("only messages posted by apps have interactive elements")
         element, block_id = _find_element(msg.blocks or [], action_id)
-        return await self.ws.interactivity.message_action(
+        return await interactivity_of(self.ws).message_action(
             self.person(who),
             app,
             msg,
@@ -138,7 +136,7 @@ class Driver:
         element, block_id = _find_element(view.spec.get("blocks", []), action_id)
         app = self.state.apps[view.app_id]
         action = block_action(element, block_id, value, self.state.ts_clock.next())
-        return await self.ws.interactivity.view_action(self.person(who), app, view, action)
+        return await interactivity_of(self.ws).view_action(self.person(who), app, view, action)
 
     def open_view(self, who: Who) -> View:
         view = self.state.top_modal(self.person(who).id)
@@ -188,20 +186,20 @@ class Driver:
                     label = block.get("label", {}).get("text", block["block_id"])
                     raise ValueError(f"'{label}' is required")
         person = self.person(who)
-        return await self.ws.interactivity.view_submission(
+        return await interactivity_of(self.ws).view_submission(
             person, self.state.apps[view.app_id], view
         )
 
     async def close_modal(self, who: Who) -> Delivery | None:
         view = self.open_view(who)
         app = self.state.apps[view.app_id]
-        return await self.ws.interactivity.view_closed(self.person(who), app, view)
+        return await interactivity_of(self.ws).view_closed(self.person(who), app, view)
 
     async def slash_command(self, who: Who, channel: str, command: str, text: str = "") -> Delivery:
         for app in self.state.apps.values():
             if command in app.commands:
                 person = self.person(who)
-                return await self.ws.interactivity.slash_command(
+                return await interactivity_of(self.ws).slash_command(
                     person, app, self._channel_id(channel), command, text
                 )
         raise LookupError(f"no app provides {command}")

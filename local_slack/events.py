@@ -14,15 +14,12 @@ import re
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from local_slack.shapes import message_json
 from local_slack.state import InstalledApp, Json, Message, WorkspaceState, new_id
-
-if TYPE_CHECKING:
-    from local_slack.socket_mode import SocketHub
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 SLACK_RETRY_DELAYS = (0.0, 60.0, 300.0)  # "nearly immediately, 1 minute, 5 minutes"
@@ -88,6 +85,20 @@ async def signed_post(
         return Attempt(None, retry_num, "connection_failed")
 
 
+class SocketSender(Protocol):
+    """Where Socket Mode apps get their envelopes (`socket_mode.SocketHub`)."""
+
+    async def send(
+        self,
+        app: InstalledApp,
+        kind: str,
+        payload: Json,
+        timeout: float,
+        retry_num: int = 0,
+        retry_reason: str | None = None,
+    ) -> Attempt: ...
+
+
 class EventDispatcher:
     """Decides which apps get which events and delivers them, with retries."""
 
@@ -104,7 +115,7 @@ class EventDispatcher:
         self.duplicates = 0  # extra identical copies of each event, for fault injection
         self.deliveries: list[Delivery] = []
         self.session: aiohttp.ClientSession | None = None
-        self.socket_hub: SocketHub | None = None  # set by the workspace
+        self.socket_hub: SocketSender | None = None  # set by the workspace
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ----- which apps get what -------------------------------------------------------------

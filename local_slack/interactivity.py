@@ -8,13 +8,14 @@ import json
 import secrets
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from local_slack.api import WORKSPACE
 from local_slack.blocks import check_blocks, check_view
 from local_slack.events import Delivery, signed_post
+from local_slack.host import Workspace
 from local_slack.shapes import message_json
 from local_slack.state import (
     Ephemeral,
@@ -25,9 +26,6 @@ from local_slack.state import (
     View,
 )
 from local_slack.web_views import assign_ids
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 RESPONSE_URL_TTL_SECONDS = 30 * 60
 RESPONSE_URL_MAX_USES = 5
@@ -55,7 +53,7 @@ class SubmissionOutcome:
     problems: list[str] | None = None  # why Slack would refuse the app's answer
 
 
-def _user(ws: LocalWorkspace, person: Person) -> Json:
+def _user(ws: Workspace, person: Person) -> Json:
     return {
         "id": person.id,
         "username": person.name,
@@ -64,10 +62,17 @@ def _user(ws: LocalWorkspace, person: Person) -> Json:
     }
 
 
+def interactivity_of(ws: Workspace) -> Interactivity:
+    """The workspace's interactivity, as its class."""
+    found = ws.interactivity
+    assert isinstance(found, Interactivity), found
+    return found
+
+
 class Interactivity:
     """Builds interactivity payloads as Slack does and applies the app's answers."""
 
-    def __init__(self, ws: LocalWorkspace, *, timeout: float = 3.0) -> None:
+    def __init__(self, ws: Workspace, *, timeout: float = 3.0) -> None:
         self.ws = ws
         self.timeout = timeout
         self.response_targets: dict[str, ResponseTarget] = {}
@@ -347,7 +352,7 @@ async def handle_response_url(request: web.Request) -> web.Response:
         body = await request.json()
     except ValueError:
         return web.json_response({"ok": False, "error": "invalid_payload"}, status=400)
-    error = ws.interactivity.respond(request.match_info["token"], body)
+    error = interactivity_of(ws).respond(request.match_info["token"], body)
     if error in ("expired_url", "used_url"):
         return web.json_response({"ok": False, "error": error}, status=404)
     if error is not None:

@@ -5,7 +5,7 @@ token in `Authorization: Bearer` (or a `token` argument). Errors are HTTP 200 wi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -19,14 +19,12 @@ import local_slack.web_files  # noqa: F401
 import local_slack.web_stream  # noqa: F401
 import local_slack.web_views  # noqa: F401
 from local_slack.api import METHODS, WORKSPACE, ApiError, Call
+from local_slack.host import Workspace
 from local_slack.interactivity import handle_response_url
 from local_slack.socket_mode import handle_socket
 from local_slack.state import Json
 from local_slack.web_files import add_file_routes
 from local_slack.web_page import add_page_routes
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 
 async def read_args(request: web.Request) -> dict[str, Any]:
@@ -61,7 +59,7 @@ def _answer(body: Json, status: int = 200, headers: dict[str, str] | None = None
 
 
 async def handle_api(request: web.Request) -> web.Response:
-    ws: LocalWorkspace = request.app[WORKSPACE]
+    ws: Workspace = request.app[WORKSPACE]
     name = request.match_info["method"]
     try:
         args = await read_args(request)
@@ -93,7 +91,7 @@ async def handle_api(request: web.Request) -> web.Response:
     return _answer({"ok": True, **result}, headers={"X-OAuth-Scopes": scopes})
 
 
-async def _app_token_call(ws: LocalWorkspace, name: str, token: str) -> web.Response:
+async def _app_token_call(ws: Workspace, name: str, token: str) -> web.Response:
     """App-level tokens may only open Socket Mode connections."""
     from local_slack.socket_mode import open_connection
 
@@ -112,7 +110,7 @@ def _channel_key(args: dict[str, Any]) -> str | None:
     return str(channel) if channel else None
 
 
-def build_app(ws: LocalWorkspace) -> web.Application:
+def build_app(ws: Workspace) -> web.Application:
     """The aiohttp application: Web API, response_url endpoint, Socket Mode, the browser page
     (/client/) and a health check."""
     app = web.Application()
@@ -127,5 +125,5 @@ def build_app(ws: LocalWorkspace) -> web.Application:
 
 
 async def _health(request: web.Request) -> web.Response:
-    ws: LocalWorkspace = request.app[WORKSPACE]
+    ws: Workspace = request.app[WORKSPACE]
     return web.json_response({"ok": True, "team_id": ws.state.team_id, "api_url": ws.api_url})

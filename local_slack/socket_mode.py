@@ -10,16 +10,13 @@ import json
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
 from local_slack.api import WORKSPACE, ApiError, Call, method
 from local_slack.events import Attempt
+from local_slack.host import Workspace
 from local_slack.state import InstalledApp, Json
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 
 @dataclass
@@ -81,12 +78,19 @@ async def connections_open(call: Call) -> Json:
     raise ApiError("not_allowed_token_type")  # reached only with a bot token
 
 
-async def open_connection(ws: LocalWorkspace, app: InstalledApp) -> Json:
+def hub_of(ws: Workspace) -> SocketHub:
+    """The workspace's Socket Mode hub, as its class."""
+    hub = hub_of(ws)
+    assert isinstance(hub, SocketHub), hub
+    return hub
+
+
+async def open_connection(ws: Workspace, app: InstalledApp) -> Json:
     """The apps.connections.open answer for an app-level token."""
     if not app.socket_mode:
         raise ApiError("not_allowed_token_type")
     ticket = secrets.token_urlsafe(16)
-    ws.socket_hub.tickets[ticket] = app.app_id
+    hub_of(ws).tickets[ticket] = app.app_id
     url = ws.base_url.replace("http://", "ws://") + f"link/?ticket={ticket}&app_id={app.app_id}"
     return {"url": url}
 
@@ -94,7 +98,7 @@ async def open_connection(ws: LocalWorkspace, app: InstalledApp) -> Json:
 async def handle_socket(request: web.Request) -> web.StreamResponse:
 
     ws = request.app[WORKSPACE]
-    hub = ws.socket_hub
+    hub = hub_of(ws)
     app_id = hub.tickets.pop(request.query.get("ticket", ""), None)
     if app_id is None:
         return web.Response(status=401, text="invalid ticket")

@@ -3,17 +3,15 @@ the private download URL they point at (served by this workspace, as Slack's fil
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from local_slack.api import WORKSPACE, ApiError, Call, method
 from local_slack.files import LocalFile
+from local_slack.host import Workspace
 from local_slack.state import Channel, Json, Message
 from local_slack.web_chat import persona, writable_channel
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 FILENAME_MAX = 255
 TITLE_MAX = 255
@@ -124,7 +122,7 @@ async def info(call: Call) -> Json:
 
 async def handle_upload(request: web.Request) -> web.Response:
     """The bytes of an external upload (Slack answers `OK - <length>`)."""
-    ws: LocalWorkspace = request.app[WORKSPACE]
+    ws: Workspace = request.app[WORKSPACE]
     store = ws.state.files
     file_id = store.uploads.get(request.match_info["token"])
     file = store.files.get(file_id or "")
@@ -140,7 +138,7 @@ async def handle_upload(request: web.Request) -> web.Response:
 
 async def handle_download(request: web.Request) -> web.Response:
     """A file's bytes for a bot token that may see it; people's sessions are not modelled."""
-    ws: LocalWorkspace = request.app[WORKSPACE]
+    ws: Workspace = request.app[WORKSPACE]
     header = request.headers.get("Authorization", "")
     token = header[7:].strip() if header.lower().startswith("bearer ") else ""
     app = ws.state.app_by_token(token) if token else None

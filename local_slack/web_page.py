@@ -15,18 +15,17 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from local_slack.api import WORKSPACE
 from local_slack.console import mentions_to_slack
 from local_slack.driver import Driver, block_action, input_value
+from local_slack.host import Workspace
+from local_slack.interactivity import interactivity_of
 from local_slack.state import Json, Message, Person, View, WorkspaceState
 from local_slack.web_snapshot import snapshot
-
-if TYPE_CHECKING:
-    from local_slack.workspace import LocalWorkspace
 
 PAGE_PATH = "/client/"
 STATIC = Path(__file__).parent / "static"
@@ -59,11 +58,11 @@ def add_page_routes(app: web.Application) -> None:
     app.on_shutdown.append(_close_streams)
 
 
-def _workspace(request: web.Request) -> LocalWorkspace:
+def _workspace(request: web.Request) -> Workspace:
     return request.app[WORKSPACE]
 
 
-def _viewer(ws: LocalWorkspace, who: str | None) -> Person:
+def _viewer(ws: Workspace, who: str | None) -> Person:
     """The person the page is for: by id or name; the first person when not given."""
     people = [p for p in ws.state.people.values() if not p.is_bot]
     for person in people:
@@ -152,7 +151,7 @@ def _sentence(exc: Exception) -> str:
 class PageAct:
     """One action from the page: who acts and its JSON arguments."""
 
-    ws: LocalWorkspace
+    ws: Workspace
     person: Person
     args: Json
 
@@ -192,7 +191,7 @@ async def _command(act: PageAct) -> Json:
     for app in act.ws.state.apps.values():
         if command in app.commands:
             channel = act.ws.state.channel_named(act.text("channel"))
-            delivery = await act.ws.interactivity.slash_command(
+            delivery = await interactivity_of(act.ws).slash_command(
                 act.person, app, channel.id, command, text
             )
             return {"acked": delivery.acked}
@@ -208,7 +207,7 @@ async def _message_action(act: PageAct) -> Json:
     action = block_action(
         element, act.text("block_id"), act.args.get("value"), act.ws.state.ts_clock.next()
     )
-    delivery = await act.ws.interactivity.message_action(act.person, app, msg, action)
+    delivery = await interactivity_of(act.ws).message_action(act.person, app, msg, action)
     return {"acked": delivery.acked}
 
 
@@ -234,7 +233,7 @@ async def _view_action(act: PageAct) -> Json:
     block_id, action_id = act.text("block_id"), act.text("action_id")
     element = find_element(view.spec.get("blocks", []), block_id, action_id)
     action = block_action(element, block_id, act.args.get("value"), act.ws.state.ts_clock.next())
-    delivery = await act.ws.interactivity.view_action(act.person, app, view, action)
+    delivery = await interactivity_of(act.ws).view_action(act.person, app, view, action)
     return {"acked": delivery.acked}
 
 
@@ -246,7 +245,7 @@ async def _submit(act: PageAct) -> Json:
         view.errors = {block_id: "Please complete this required field." for block_id in missing}
         act.ws.state.changed()
         return {"errors": view.errors}
-    outcome = await act.ws.interactivity.view_submission(
+    outcome = await interactivity_of(act.ws).view_submission(
         act.person, act.ws.state.apps[view.app_id], view
     )
     if outcome.problems or not outcome.delivery.acked:
@@ -270,7 +269,9 @@ async def _close(act: PageAct) -> Json:
     """The modal's Close button goes back one view; its X (`all`) closes the whole stack."""
     view = act.view()
     app = act.ws.state.apps[view.app_id]
-    await act.ws.interactivity.view_closed(act.person, app, view, clear=bool(act.args.get("all")))
+    await interactivity_of(act.ws).view_closed(
+        act.person, app, view, clear=bool(act.args.get("all"))
+    )
     return {}
 
 

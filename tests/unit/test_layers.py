@@ -129,11 +129,10 @@ def _resolve(name: str, known: dict[str, Path]) -> str:
 def cycles(found: list[Import]) -> list[str]:
     """One readable path per shortest cycle through each module that is in a cycle.
 
-    Lazy imports count; imports under `if TYPE_CHECKING:` do not (they never run)."""
+    Every import counts, lazy and type-only ones too: a type-only import is still two modules
+    that know each other (the shared type belongs in a module below both, e.g. a protocol)."""
     edges: dict[str, dict[str, Import]] = {}
     for each in found:
-        if each.how == "under TYPE_CHECKING":
-            continue  # never executed: a type-only import cannot close a cycle at run time
         edges.setdefault(each.source, {}).setdefault(each.target, each)
     paths: set[tuple[str, ...]] = set()
     for start in sorted(edges):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bot.views.forms import MODAL_CALLBACK
 from bot.views.plan_card import CANCEL_ACTION
+from local_slack.interactivity import interactivity_of
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_bad_input import mention_body, post, signed
 from tests.e2e.slice.test_edge_validation import (
@@ -54,7 +55,7 @@ def templates(run: Run) -> dict[str, tuple[Any, list[str]]]:
         "api_app_id": app.app_id, "trigger_id": "1.2.3",
         "container": {"type": "message", "message_ts": "1700000000.000200",
                       "channel_id": channel, "thread_ts": "1700000000.000100"},
-        "response_url": ws.interactivity.response_url(app, channel, maya.id),
+        "response_url": interactivity_of(ws).response_url(app, channel, maya.id),
         "actions": [{"type": "button", "action_id": CANCEL_ACTION, "value": "1",
                      "action_ts": "1.0"}],
     }  # fmt: skip

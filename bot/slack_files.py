@@ -12,6 +12,7 @@ half-way finds the upload again instead of uploading twice (`agents/file_uploads
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -74,15 +75,16 @@ async def fetch_capped(url: str, token: str | None, max_bytes: int) -> bytes:
         return bytes(received)
 
 
-class FileTransfers:
+class FileTransfers(ABC):
     """The file half of `SlackPort` (a mixin: it uses the port's client, poster, identities)."""
 
     file_origins: tuple[str, ...]
     client: AsyncWebClient
     poster: Poster
 
-    async def identity(self, name: str) -> Identity:  # SlackPort's
-        raise NotImplementedError
+    @abstractmethod
+    async def identity(self, name: str) -> Identity:
+        """The identity an agent posts under (`SlackPort.identity`)."""
 
     async def download_file(self, url: str, *, max_bytes: int) -> bytes:
         """An attachment's bytes, fetched with the bot token from an allowed origin only."""

@@ -80,7 +80,7 @@ async def connections_open(call: Call) -> Json:
 
 def hub_of(ws: Workspace) -> SocketHub:
     """The workspace's Socket Mode hub, as its class."""
-    hub = hub_of(ws)
+    hub = ws.socket_hub
     assert isinstance(hub, SocketHub), hub
     return hub
 

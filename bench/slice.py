@@ -7,9 +7,11 @@ file and the offline model – several times, and prints:
 - the Web API calls Flotilla made per plan and per step, by method;
 - the median wall time of a plan, from the mention to the synthesis (the offline model
   answers at once, so this is Flotilla's own overhead plus loopback HTTP);
-- the database statements per plan.
+- the database transactions and statements per step, by kind, counted on every SQLite
+  connection (the aiosqlite engine and the stdlib driver's worker-thread path);
+- with `--callers`, the statements attributed to the call sites that sent them.
 
-Usage: .venv/bin/python bench/slice.py [--runs N]
+Usage: .venv/bin/python bench/slice.py [--runs N] [--callers]
 """
 
 from __future__ import annotations
@@ -17,57 +19,61 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import event
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/
 
-from bot.local import start_local_stack
-from bot.views.forms import OPEN_ACTION
-from local_slack import Driver
+from bot.local import start_local_stack  # noqa: E402
+from bot.views.forms import OPEN_ACTION  # noqa: E402
+from local_slack import Driver  # noqa: E402
+from tests.db_counts import DbCounts, counting  # noqa: E402
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
 STEPS = 5
 
 
-async def one_plan(folder: Path, index: int) -> tuple[float, Counter[str], int]:
-    stack = await start_local_stack(f"sqlite+aiosqlite:///{folder / f'bench{index}.db'}")
-    statements = 0
-
-    def count(*_args: Any) -> None:
-        nonlocal statements
-        statements += 1
-
-    engines = [stack.service.db.engine.sync_engine]
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", count)
-    try:
-        driver = Driver(stack.workspace, default_timeout=60)
-        stack.workspace.api_log.clear()
-        statements = 0
-        began = time.perf_counter()
-        root = driver.mention("maya", "launch", stack.commander, REQUEST)
-        form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
-        await driver.click("maya", form, OPEN_ACTION)
-        await driver.wait_for(lambda: driver.state.top_modal(driver.person("maya").id))
-        await driver.submit("maya", {"field:tiers": "Pro"})
-        await driver.thread_has_message("launch", root.ts, containing="commander: Review")
-        await stack.service.settle()
-        elapsed = time.perf_counter() - began
-        calls = Counter(method for method, _result in stack.workspace.api_log)
-        return elapsed, calls, statements
-    finally:
-        await stack.stop()
+async def one_plan(folder: Path, index: int, callers: bool) -> tuple[float, Counter[str], DbCounts]:
+    with counting(callers=callers) as counts:
+        stack = await start_local_stack(f"sqlite+aiosqlite:///{folder / f'bench{index}.db'}")
+        try:
+            driver = Driver(stack.workspace, default_timeout=60)
+            stack.workspace.api_log.clear()
+            await stack.service.settle()
+            counts.reset()
+            began = time.perf_counter()
+            await walk_diamond(driver, stack.commander)
+            await stack.service.settle()
+            elapsed = time.perf_counter() - began
+            calls = Counter(method for method, _result in stack.workspace.api_log)
+            return elapsed, calls, counts
+        finally:
+            await stack.stop()
 
 
-async def main(runs: int) -> None:
+async def walk_diamond(driver: Driver, commander: str) -> None:
+    """The walkthrough's diamond: the request, the form opened and answered, the synthesis."""
+    root = driver.mention("maya", "launch", commander, REQUEST)
+    form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
+    await driver.click("maya", form, OPEN_ACTION)
+    await driver.wait_for(lambda: driver.state.top_modal(driver.person("maya").id))
+    await driver.submit("maya", {"field:tiers": "Pro"})
+    await driver.thread_has_message("launch", root.ts, containing="commander: Review")
+
+
+def _per_step(counter: Counter[str]) -> str:
+    return ", ".join(f"{kind} {n / STEPS:.1f}" for kind, n in counter.most_common())
+
+
+async def main(runs: int, callers: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        results = [await one_plan(Path(folder), i) for i in range(runs)]
+        results = [await one_plan(Path(folder), i, callers) for i in range(runs)]
     times = [r[0] for r in results]
     calls = results[-1][1]
+    counts = results[-1][2]
     total = sum(calls.values())
     print(f"diamond plan ({STEPS} steps) end to end on the local stack, {runs} runs")
     print(f"  median wall time per plan: {statistics.median(times) * 1000:,.0f} ms")
@@ -75,10 +81,24 @@ async def main(runs: int) -> None:
     print(f"  Slack Web API calls per plan: {total} ({total / STEPS:.1f} per step)")
     for method, count in calls.most_common():
         print(f"    {method:<28} {count:>3}")
-    print(f"  database statements per plan (aiosqlite engine): {results[-1][2]}")
+    txns, stmts = counts.transaction_total, counts.statement_total
+    print(
+        f"  database transactions per plan: {txns} ({txns / STEPS:.1f} per step); "
+        f"statements: {stmts} ({stmts / STEPS:.1f} per step)"
+    )
+    print(f"  transactions per step by kind: {_per_step(counts.transactions)}")
+    print("  statements per plan by kind:")
+    for kind, count in counts.statements.most_common():
+        print(f"    {kind:<28} {count:>3}")
+    if callers:
+        print("  statements per plan by call site (SQLAlchemy-sent only):")
+        for site, count in counts.callers.most_common():
+            print(f"    {count:>3}  {site}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    asyncio.run(main(parser.parse_args().runs))
+    parser.add_argument("--callers", action="store_true", help="statements by call site")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.runs, arguments.callers))

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 
 from bot.local import start_local_stack  # noqa: E402
 from bot.views.forms import OPEN_ACTION  # noqa: E402
-from local_slack import Driver  # noqa: E402
+from local_slack import Driver, InstalledApp  # noqa: E402
 from tests.db_counts import DbCounts, counting  # noqa: E402
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
@@ -54,7 +54,7 @@ async def one_plan(folder: Path, index: int, callers: bool) -> tuple[float, Coun
             await stack.stop()
 
 
-async def walk_diamond(driver: Driver, commander: str) -> None:
+async def walk_diamond(driver: Driver, commander: InstalledApp) -> None:
     """The walkthrough's diamond: the request, the form opened and answered, the synthesis."""
     root = driver.mention("maya", "launch", commander, REQUEST)
     form = await driver.thread_has_message("launch", root.ts, containing="needs your input")

@@ -98,7 +98,7 @@ def counting(*, callers: bool = False) -> Iterator[DbCounts]:
     original = sqlite3.connect
 
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = original(*args, **kwargs)
+        conn: sqlite3.Connection = original(*args, **kwargs)
         conn.set_trace_callback(counts._tracer("aiosqlite" if _in_aiosqlite() else "worker thread"))
         return conn
 
@@ -146,7 +146,7 @@ def _frames() -> Iterator[FrameType]:
         yield frame
         frame = frame.f_back
     try:
-        import greenlet
+        import greenlet  # type: ignore[import-untyped]
     except ImportError:  # pragma: no cover - SQLAlchemy's asyncio needs it
         return
     parent = greenlet.getcurrent().parent

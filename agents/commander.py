@@ -27,6 +27,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolRetu
 from pydantic_ai.models import Model
 from pydantic_ai.tools import Tool
 
+from agents.built_agents import BUILT_AGENTS
 from agents.clock import Clock, utcnow
 from agents.errors import PermanentError, PlanValidationError
 from agents.models import model_label
@@ -335,7 +336,12 @@ async def commander_turn(
         return turn_from_history(history)
     history = unsaved_history(job.run_key, history)  # what a storage outage kept back
     assignees = tuple(a.name for a in agents if a.enabled)
-    agent = build_commander(agents, woken=wake is not None, plan_retries=plan_retries)
+    woken = wake is not None
+    agent = BUILT_AGENTS.get(
+        COMMANDER,
+        (COMMANDER, tuple(agents), woken, plan_retries),
+        lambda: build_commander(agents, woken=woken, plan_retries=plan_retries),
+    )
     views = tuple(wake.steps) if wake else ()
     stored_steps = tuple(s for s in views if isinstance(s, Step))
     deps = CommanderDeps(

@@ -28,6 +28,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.toolsets import AbstractToolset
 
 from agents.answer_text import ShowText
+from agents.built_agents import BUILT_AGENTS
 from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
 from agents.failures import classify_error
@@ -112,9 +113,20 @@ def step_instructions(spec: AgentSpec) -> str:
     ).strip()
 
 
+StepAgent = Agent[RunDeps, StepReport | str | DeferredToolRequests]
+
+
+def step_agent(spec: AgentSpec, toolsets: Sequence[AbstractToolset[RunDeps]] = ()) -> StepAgent:
+    """The built agent of `spec` (see `agents.built_agents`); extra `toolsets` (tests only)
+    make a one-off agent, since they are not part of the configuration."""
+    if toolsets:
+        return build_step_agent(spec, toolsets)
+    return BUILT_AGENTS.get(spec.name, ("step", spec), lambda: build_step_agent(spec))
+
+
 def build_step_agent(
     spec: AgentSpec, toolsets: Sequence[AbstractToolset[RunDeps]] = ()
-) -> Agent[RunDeps, StepReport | str | DeferredToolRequests]:
+) -> StepAgent:
     """The pydantic-ai agent of a sub-agent: its instructions, built-in tools and toolsets."""
     tools: list[Tool[RunDeps]] = []
     if spec.has_tool(ASK_USER):
@@ -240,7 +252,7 @@ async def run_step(
         question = pending_question(history)
         if question is not None:
             return question
-    agent = build_step_agent(spec, toolsets)
+    agent = step_agent(spec, toolsets)
     prompt = None if history else attached.prompt(step_prompt(job, thread, plan))
     previous = stored if stored and history else None
     return await _drive_step(
@@ -273,7 +285,7 @@ async def resume_step(
         raise PermanentError("The suspended run has no open question.")
     deferred = DeferredToolResults(calls={question.tool_call_id: answer})
     deps = run_deps(job, thread, spec, fetch_policy, db=db, files=files, model=model, now=now)
-    agent = build_step_agent(spec, toolsets)
+    agent = step_agent(spec, toolsets)
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
         prompt=None, history=history, deferred=deferred, previous=stored, show=show,
@@ -284,7 +296,7 @@ async def _drive_step(
     db: Database,
     job: RunJob,
     spec: AgentSpec,
-    agent: Agent[RunDeps, StepReport | str | DeferredToolRequests],
+    agent: StepAgent,
     model: Model | str,
     deps: RunDeps,
     limits: RunLimits,

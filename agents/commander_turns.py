@@ -36,11 +36,10 @@ from agents.failures import is_storage_error
 from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
 from agents.plan_transitions import stalled
 from agents.reconciler import Decision
-from agents.registry import enabled_agents
+from agents.registry import spec_from_record
 from agents.runtime import RunJob
 from agents.session_status import activity, session_status
 from agents.step_runs import ids
-from storage.agents import list_agents
 from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord
 
@@ -147,8 +146,7 @@ def gave_up(plan: Plan, *, errored: bool) -> str:
 
 
 async def _addressees(ctx: Context) -> list[Addressee]:
-    async with ctx.db.read() as conn:
-        agents = await list_agents(conn, ctx.team_id, enabled_only=True)
+    agents = await ctx.agents.enabled()
     return [Addressee(a.name, a.display_name, a.bot_user_id) for a in agents]
 
 
@@ -254,8 +252,7 @@ async def _turn(
     wake: CommanderWake | None,
 ) -> Turn:
     """Run the turn and apply it (the plan's change, if any, is in the result)."""
-    async with ctx.db.read() as conn:
-        agents = await enabled_agents(conn, ctx.team_id)
+    agents = [spec_from_record(record) for record in await ctx.agents.enabled()]
     job = RunJob(
         run_key=commander_run_key(effect.key),
         team_id=ctx.team_id,

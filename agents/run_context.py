@@ -14,7 +14,7 @@ from agents.files import FilePolicy
 from agents.lru import LRUCache
 from agents.ports import ChooseModel, RunObserver, SlackPort
 from agents.reconciler import Reconciler
-from agents.registry import enabled_agent_names
+from agents.roster import Roster
 from storage.conversations import get_conversation
 from storage.db import Database
 from storage.records import ConversationRecord
@@ -71,6 +71,17 @@ class Context:
     conversations: LRUCache[int, ConversationRecord] = field(
         default_factory=lambda: LRUCache(CONVERSATION_CACHE_SIZE)
     )
+    # the workspace's agents, read once for many look-ups (see `agents.roster`)
+    roster: Roster | None = None
+
+    def __post_init__(self) -> None:
+        if self.roster is None:
+            self.roster = Roster(self.db, lambda: self.team_id)
+
+    @property
+    def agents(self) -> Roster:
+        assert self.roster is not None  # set in __post_init__
+        return self.roster
 
     async def conversation(self, conversation_id: int) -> ConversationRecord:
         """The conversation's record (its thread never changes: kept, least recently used
@@ -83,5 +94,4 @@ class Context:
         return known
 
     async def enabled_names(self) -> list[str]:
-        async with self.db.read() as conn:
-            return await enabled_agent_names(conn, self.team_id)
+        return await self.agents.enabled_names()

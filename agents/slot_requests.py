@@ -23,7 +23,6 @@ from agents.effects import (
     to_row,
 )
 from agents.plan import COMMANDER, StepFailed
-from storage.agents import get_agent
 from storage.outbox import finish_effect
 from storage.records import ConversationRecord, RunRequestRecord
 from storage.run_requests import finish_request
@@ -63,12 +62,11 @@ async def request_slot(
     agent = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     plan_id = getattr(effect, "plan_id", None)
     tools: list[str] = []
+    record = await ctx.agents.agent(agent) if agent != COMMANDER else None
+    if record is not None:
+        tools = [*record.tools, *(_server(s) for s in record.mcp_servers)]
     async with ctx.db.read() as conn:
         settings = await workspace_settings(conn, conversation.team_id)
-        if agent != COMMANDER:
-            record = await get_agent(conn, conversation.team_id, agent)
-            if record is not None:
-                tools = [*record.tools, *(_server(s) for s in record.mcp_servers)]
         estimate = await typical_run_tokens(conn, agent)
     plan_steps = 0
     if plan_id is not None:

@@ -40,7 +40,6 @@ from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
-from storage.agents import get_agent
 from storage.plans import load_plan
 from storage.records import ConversationRecord
 
@@ -132,8 +131,7 @@ async def run(
 async def _assignee(ctx: Context, name: str) -> AgentSpec | None:
     if name == COMMANDER:
         return commander_step_spec()
-    async with ctx.db.read() as conn:
-        record = await get_agent(conn, ctx.team_id, name)
+    record = await ctx.agents.agent(name)
     if record is None or not record.enabled:
         return None
     return spec_from_record(record)

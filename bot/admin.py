@@ -110,6 +110,7 @@ async def save_agent(
             details=details,
             now=service.clock(),
         )
+    service.roster.forget()  # after the commit: the next look-up reads the change
     return {}
 
 
@@ -229,6 +230,7 @@ async def set_enabled(service: SlackService, user: str, name: str, enabled: bool
             target=name,
             now=service.clock(),
         )
+    service.roster.forget()
     answer = f"*{name}* is {verb}."
     if not enabled:
         answer += await _fail_pending(service, name, f"the agent {name} was disabled by <@{user}>")
@@ -248,6 +250,7 @@ async def remove_agent(service: SlackService, user: str, name: str) -> str:
             target=name,
             now=service.clock(),
         )
+    service.roster.forget()
     reason = f"the agent {name} was removed by <@{user}>"
     return f"*{name}* is removed." + await _fail_pending(service, name, reason)
 

@@ -165,5 +165,6 @@ async def give_own_app(stack: LocalStack, name: str) -> InstalledApp | None:
             bot_id=installed.bot_id,
             app_id=installed.app_id,
         )
+    service.roster.forget()
     stack.agent_apps[name] = installed
     return installed

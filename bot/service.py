@@ -30,14 +30,15 @@ from agents.files import FilePolicy
 from agents.lru import LRUCache
 from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
 from agents.reconciler import Reconciler
-from agents.registry import enabled_agent_names, seed_default_agents
+from agents.registry import seed_default_agents
+from agents.roster import Roster
 from agents.run_context import Context, ExecutorOptions
 from bot.channel_pacing import ChannelPacer
 from bot.identities import Identity, Poster
 from bot.metrics import Metrics, meter
 from bot.secrets import TokenCipher
 from bot.slack_port import SlackPort
-from storage.agents import get_agent, list_agents
+from storage.agents import get_agent
 from storage.conversations import find_conversation
 from storage.db import Database
 from storage.locks import ConversationLocks
@@ -184,6 +185,7 @@ class SlackService:
                 scheduler=self.options.scheduler,
             ),
             observer=MetricsObserver(self.metrics),
+            roster=self.port.roster,
         )
         self.executor = Executor(self.context, owner=self.owner)
         self.events = EventTasks()
@@ -283,14 +285,17 @@ class SlackService:
         async with self.db.read() as conn:
             return await get_agent(conn, self.team_id, name)
 
+    @property
+    def roster(self) -> Roster:
+        """The agents as last read (see `agents.roster`); admins' changes `forget` it."""
+        return self.context.agents
+
     async def enabled_names(self) -> list[str]:
-        async with self.db.read() as conn:
-            return await enabled_agent_names(conn, self.team_id)
+        return await self.roster.enabled_names()
 
     async def agent_bot_ids(self) -> dict[str, str]:
         """bot id -> agent name, for agents with their own Slack app."""
-        async with self.db.read() as conn:
-            agents = await list_agents(conn, self.team_id)
+        agents = (await self.roster.agents()).values()
         return {a.bot_id: a.name for a in agents if a.identity == "app" and a.bot_id}
 
     async def identity(self, name: str) -> Identity:

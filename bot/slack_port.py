@@ -23,6 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
+from agents.roster import Roster
 from agents.session_status import SessionStatus, activity, session_status
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster
@@ -42,7 +43,6 @@ from bot.slack_features import SlackFeatures
 from bot.slack_files import FileTransfers
 from bot.views.forms import FormKey, form_message
 from bot.views.plan_card import plan_card
-from storage.agents import get_agent, list_agents
 from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
 from storage.plans import claim_plan_card, plan_card_ts
@@ -99,6 +99,7 @@ class SlackPort(FileTransfers):
         self.team_id = ""
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
+        self.roster = Roster(db, lambda: self.team_id)  # the service's Context shares it
         self.features = SlackFeatures(db, clock)
         self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
         self.plan_display = PlanDisplay(self)
@@ -108,15 +109,13 @@ class SlackPort(FileTransfers):
 
     async def identity(self, name: str) -> Identity:
         """How to post as (and mention) an agent; a removed agent still gets a persona."""
-        async with self.db.read() as conn:
-            agent = await get_agent(conn, self.team_id, name)
+        agent = await self.roster.agent(name)
         return identity_of(agent, self.cipher) if agent else Identity(name=name, display_name=name)
 
     async def identities(self) -> dict[str, Identity]:
-        """Every agent's identity, in one query (for the plan card)."""
-        async with self.db.read() as conn:
-            agents = await list_agents(conn, self.team_id)
-        return {agent.name: identity_of(agent, self.cipher) for agent in agents}
+        """Every agent's identity (for the plan card)."""
+        agents = await self.roster.agents()
+        return {name: identity_of(agent, self.cipher) for name, agent in agents.items()}
 
     # --- posting ------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ def counting(*, callers: bool = False) -> Iterator[DbCounts]:
         return conn
 
     def attribute(_conn: Any, _cursor: Any, sql: str, *_rest: Any) -> None:
-        if sql.lstrip()[:5].upper() in ("BEGIN", "PRAGM"):
+        if sql.lstrip()[:6].upper() == "PRAGMA":
             return
         with counts._lock:
             counts.callers[f"{statement_kind(sql):<28} {call_site()}"] += 1

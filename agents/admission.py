@@ -49,7 +49,6 @@ from storage.run_requests import (
     enqueue_request,
     expire_grants,
     grant_request,
-    has_waiting,
     lock_admission,
     prune_requests,
     queued_requests,
@@ -161,11 +160,13 @@ class AdmissionLoop:
     async def run_pass(self) -> int:
         """One admission pass, then start what it granted; how many runs were granted."""
         async with self._passing:
-            self.asked = False
+            asked, self.asked = self.asked, False
             self.passes += 1
-            async with self.db.read() as conn:
-                if not await has_waiting(conn):
-                    await self._expire_only()
+            if not asked:  # woken by a timer or a freed slot: look before locking
+                async with self.db.read() as conn:
+                    queue = await queued_requests(conn)
+                if not any(_waits(r) for r in queue):
+                    await self._expire_only(queue)
                     return 0
             async with self.db.write() as conn:
                 result = await self._decide(conn)
@@ -173,11 +174,9 @@ class AdmissionLoop:
         await self._after(result)
         return len(result.granted)
 
-    async def _expire_only(self) -> None:
+    async def _expire_only(self, queue: list[RunRequestRecord]) -> None:
         """No one waits: still free the slots of a killed process (cheap when none)."""
         now = self.clock()
-        async with self.db.read() as conn:
-            queue = await queued_requests(conn)
         if any(r.state == "granted" and r.lease_until and r.lease_until <= now for r in queue):
             async with self.db.write() as conn:
                 await lock_admission(conn)
@@ -285,6 +284,13 @@ class AdmissionLoop:
         if self._pruned_at is None or now - self._pruned_at > window:
             self._pruned_at = now
             await prune_requests(conn, now - window)
+
+
+def _waits(record: RunRequestRecord) -> bool:
+    """Whether a queued request wants an admission pass (as `has_waiting` asks)."""
+    return record.state in ("waiting", "preempted") or (
+        record.state == "granted" and record.preempt
+    )
 
 
 def _plan_of(record: RunRequestRecord) -> set[tuple[int, int]]:

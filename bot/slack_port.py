@@ -21,6 +21,7 @@ from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlo
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
+from agents.lru import LRUCache
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
 from agents.roster import Roster
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 # Slack keeps a message's text up to 40,000 characters; stay clear of it.
 MESSAGE_TEXT_MAX = 39_000
+CARD_CACHE_SIZE = 1000  # plans whose card message this process knows
 
 
 def fit_text(text: str, limit: int = MESSAGE_TEXT_MAX) -> str:
@@ -100,6 +102,7 @@ class SlackPort(FileTransfers):
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self.roster = Roster(db, lambda: self.team_id)  # the service's Context shares it
+        self._cards: LRUCache[int, str] = LRUCache(CARD_CACHE_SIZE)  # plan id -> card's ts
         self.features = SlackFeatures(db, clock)
         self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
         self.plan_display = PlanDisplay(self)
@@ -280,8 +283,7 @@ class SlackPort(FileTransfers):
 
     async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
         """Post the card once (the first poster wins), then edit it in place."""
-        async with self.db.read() as conn:
-            card_ts = await plan_card_ts(conn, plan.id)
+        card_ts = await self._card_ts(plan.id)
         if card_ts is not None and first:
             return
         key = card_message_key(plan.id)
@@ -291,6 +293,8 @@ class SlackPort(FileTransfers):
                 async with self.db.write() as conn:
                     await claim_plan_card(conn, plan.id, card_ts)
                     card_ts = await plan_card_ts(conn, plan.id)
+                if card_ts is not None:
+                    self._cards.put(plan.id, card_ts)
         now = self.clock()
         await self.show_status(conversation, session_status(plan, now), activity(plan, now))
         # the native display shows progress; then the card shows only its start and end
@@ -309,11 +313,23 @@ class SlackPort(FileTransfers):
         ts = await self.say(conversation, text, blocks=rendered, metadata=metadata)
         async with self.db.write() as conn:
             won = await claim_plan_card(conn, plan.id, ts)
+        if won:
+            self._cards.put(plan.id, ts)
         if not won:  # another sender posted the card first: keep one card
             with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
             return
         await self.plan_display.show(conversation, plan)  # under the card
+
+    async def _card_ts(self, plan_id: int) -> str | None:
+        """The plan card's message, once posted (it never changes then: kept in memory)."""
+        known = self._cards.get(plan_id)
+        if known is None:
+            async with self.db.read() as conn:
+                known = await plan_card_ts(conn, plan_id)
+            if known is not None:
+                self._cards.put(plan_id, known)
+        return known
 
     async def show_status(
         self, conversation: ConversationRecord, status: SessionStatus, words: str = ""

@@ -28,12 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/
 
 from bot.local import start_local_stack  # noqa: E402
-from bot.views.forms import OPEN_ACTION  # noqa: E402
-from local_slack import Driver, InstalledApp  # noqa: E402
+from local_slack import Driver  # noqa: E402
 from tests.db_counts import DbCounts, counting  # noqa: E402
-
-REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
-STEPS = 5
+from tests.e2e.slice.diamond import STEPS, walk_diamond  # noqa: E402
 
 
 async def one_plan(folder: Path, index: int, callers: bool) -> tuple[float, Counter[str], DbCounts]:
@@ -52,16 +49,6 @@ async def one_plan(folder: Path, index: int, callers: bool) -> tuple[float, Coun
             return elapsed, calls, counts
         finally:
             await stack.stop()
-
-
-async def walk_diamond(driver: Driver, commander: InstalledApp) -> None:
-    """The walkthrough's diamond: the request, the form opened and answered, the synthesis."""
-    root = driver.mention("maya", "launch", commander, REQUEST)
-    form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
-    await driver.click("maya", form, OPEN_ACTION)
-    await driver.wait_for(lambda: driver.state.top_modal(driver.person("maya").id))
-    await driver.submit("maya", {"field:tiers": "Pro"})
-    await driver.thread_has_message("launch", root.ts, containing="commander: Review")
 
 
 def _per_step(counter: Counter[str]) -> str:
@@ -86,6 +73,8 @@ async def main(runs: int, callers: bool) -> None:
         f"  database transactions per plan: {txns} ({txns / STEPS:.1f} per step); "
         f"statements: {stmts} ({stmts / STEPS:.1f} per step)"
     )
+    spread = [(r[2].transaction_total, r[2].statement_total) for r in results]
+    print(f"  (transactions, statements) per plan in each run: {spread}")
     print(f"  transactions per step by kind: {_per_step(counts.transactions)}")
     print("  statements per plan by kind:")
     for kind, count in counts.statements.most_common():

@@ -1,0 +1,35 @@
+"""The Slack path's database budget: transactions and statements per plan step, counted on
+every SQLite connection (`tests/db_counts.py`) while the walkthrough's diamond runs through
+the real Bolt app and the local workspace (as `bench/slice.py` prints them).
+
+The figures are counted, so they do not depend on the machine's speed; the limits are the
+figures reached (bench/README.md, "slice.py") with a little headroom. A change that adds
+round trips to the path fails here; one that removes some should lower the limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tests.db_counts import counting
+from tests.e2e.slice.diamond import STEPS, walk_diamond
+
+# reached: 187 transactions and 336 statements per plan (37.4 and 67.2 per step); the
+# tree before issue 17 made 246 and 398 (49.2 and 79.6 per step)
+TRANSACTIONS_PER_STEP = 39.0
+STATEMENTS_PER_STEP = 70.0
+
+
+async def test_a_plan_step_stays_within_its_database_budget(start: Callable[..., Any]) -> None:
+    with counting() as counts:
+        async with start() as run:
+            await run.service.settle()
+            counts.reset()  # the plan only: not the stack's start-up
+            await walk_diamond(run.driver, run.stack.commander)
+            await run.quiesce()
+            transactions, statements = counts.transaction_total, counts.statement_total
+    report = f"{counts.transactions} {counts.statements.most_common(8)}"
+    assert transactions / STEPS <= TRANSACTIONS_PER_STEP, report
+    assert statements / STEPS <= STATEMENTS_PER_STEP, report
+    print(f"per step: {transactions / STEPS} transactions, {statements / STEPS} statements")

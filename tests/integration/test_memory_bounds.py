@@ -17,9 +17,11 @@ from bot.identities import Identity, Poster, make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher
 from bot.service import Options, SlackService
+from bot.slack_port import CARD_CACHE_SIZE, SlackPort
 from local_slack import LocalWorkspace
 from storage.conversations import open_conversation
 from storage.db import Database
+from storage.plans import claim_plan_card
 from storage.records import ConversationRecord
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -117,3 +119,28 @@ async def test_the_service_remembers_a_bounded_number_of_admin_checks(
         assert await service.is_admin(person.id) == (i % 2 == 0)
         assert len(service._admins) <= 2
     assert list(service._admins) == [people[3].id, people[4].id]
+
+
+async def test_the_port_keeps_a_bounded_number_of_plan_card_messages(db: Database) -> None:
+    convs = await conversations(db, 5)
+    reconciler = Reconciler(db, clock=lambda: NOW)
+    url = "http://127.0.0.1:1/api/"
+    client = make_client("xoxb-commander", url)
+    port = SlackPort(
+        db, client, Poster(client, url), TokenCipher(TokenCipher.new_key()), lambda: NOW
+    )
+    assert port._cards.max_size == CARD_CACHE_SIZE
+    port._cards = LRUCache(2)
+    plan_ids = []
+    for conv in convs:
+        await reconciler.start_steps(conv.id, [Step(index=1, title="s", assignee="researcher")])
+        plan = await reconciler.plan(conv.id)
+        assert plan is not None
+        plan_ids.append(plan.id)
+        assert await port._card_ts(plan.id) is None  # not posted yet: not kept
+        async with db.write() as conn:
+            await claim_plan_card(conn, plan.id, f"100.{plan.id}")
+    for plan_id in plan_ids:
+        assert await port._card_ts(plan_id) == f"100.{plan_id}"
+        assert len(port._cards) <= 2
+    assert list(port._cards) == plan_ids[-2:]

@@ -115,11 +115,21 @@ class AdmissionLoop:
 
     # --- asking for a slot --------------------------------------------------------------
 
-    async def enqueue(self, *, run_key: str, effect_key: str, **values: Any) -> str:
+    async def enqueue(
+        self,
+        *,
+        run_key: str,
+        effect_key: str,
+        read: Callable[[AsyncConnection], Awaitable[dict[str, Any]]] | None = None,
+        **values: Any,
+    ) -> str:
         """Ask for a slot for a run (idempotent) and park its outbox row until granted;
-        the request's state ("granted": another process runs it now)."""
+        the request's state ("granted": another process runs it now). `read(conn)` gives
+        more of the request's values, read in the same transaction."""
         now = self.clock()
         async with self.db.write() as conn:
+            if read is not None:
+                values |= await read(conn)
             state = await enqueue_request(
                 conn, run_key=run_key, effect_key=effect_key, now=now, **values
             )

@@ -46,12 +46,12 @@ from agents.effects import (
 from agents.failures import is_storage_error
 from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
+from agents.plan import Plan
 from agents.ports import RunObserver
 from agents.run_context import Context, Job
 from agents.slot_requests import SCHEDULED, fail_refused, let_go_unrun, request_slot
 from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
-from storage.run_requests import plan_wait_reasons
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -242,14 +242,16 @@ class Executor:
         if isinstance(effect, StepFailureNotice):
             await self._failure(conversation, effect, redelivered=redelivered)
             return False
+        plan = None
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
-            if not await step_runs.still_current(ctx, effect):
+            plan = await step_runs.current_plan(ctx, effect)
+            if plan is None:
                 return False  # cancelled or aborted before it ran: nothing to post or run
         if isinstance(effect, PostDispatch):
             await self._post_dispatch(conversation, effect, redelivered=redelivered)
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
-        return await self._start_long(claimed, conversation)
+        return await self._start_long(claimed, conversation, plan)
 
     async def _post_form(
         self, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
@@ -279,12 +281,15 @@ class Executor:
                 "step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect)
             )
 
-    async def _start_long(self, claimed: Claimed, conversation: ConversationRecord) -> bool:
+    async def _start_long(
+        self, claimed: Claimed, conversation: ConversationRecord, plan: Plan | None = None
+    ) -> bool:
         """Ask the scheduler for a slot for a step run or a commander turn (it starts when
-        granted); the other long work starts at once. True: the row is held."""
+        granted); the other long work starts at once. True: the row is held. `plan`: the
+        step's plan as just read, if it was."""
         effect = claimed.effect
         if isinstance(effect, SCHEDULED):
-            await request_slot(self.context, self.admission, effect, conversation)
+            await request_slot(self.context, self.admission, effect, conversation, plan)
             return True
         run_key, work = self._work_of(effect, conversation, claimed.delivery > 1)
         self.runner.hold(effect, run_key, work)
@@ -353,12 +358,8 @@ class Executor:
     async def _show_card(
         self, conversation: ConversationRecord, plan_id: int, *, first: bool
     ) -> None:
-        plan = await step_runs.load(self.context, conversation.id, plan_id)
+        plan = await step_runs.load(self.context, conversation.id, plan_id, with_waits=True)
         if plan is not None:
-            async with self.context.db.read() as conn:
-                waits = await plan_wait_reasons(conn, plan_id)
-            if waits:
-                plan = plan.model_copy(update={"waits": waits})
             await self.context.port.show_card(conversation, plan, first=first)
 
     async def _stopped(

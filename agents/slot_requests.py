@@ -7,8 +7,10 @@ estimate of its tokens (the agent's recent runs) for the budgets.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import step_runs
 from agents.admission_policy import marks_of, priority_of
@@ -22,7 +24,7 @@ from agents.effects import (
     step_key,
     to_row,
 )
-from agents.plan import COMMANDER, StepFailed
+from agents.plan import COMMANDER, Plan, StepFailed
 from storage.outbox import finish_effect
 from storage.records import ConversationRecord, RunRequestRecord
 from storage.run_requests import finish_request
@@ -56,32 +58,44 @@ def lease_key_of(effect: Scheduled) -> str:
 
 
 async def request_slot(
-    ctx: Context, admission: AdmissionLoop, effect: Scheduled, conversation: ConversationRecord
+    ctx: Context,
+    admission: AdmissionLoop,
+    effect: Scheduled,
+    conversation: ConversationRecord,
+    plan: Plan | None = None,
 ) -> str:
-    """Enqueue the effect's run (idempotent); the request's state."""
+    """Enqueue the effect's run (idempotent); the request's state. `plan`: the effect's
+    plan if the caller has just read it (else it is read here)."""
     agent = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     plan_id = getattr(effect, "plan_id", None)
     tools: list[str] = []
     record = await ctx.agents.agent(agent) if agent != COMMANDER else None
     if record is not None:
         tools = [*record.tools, *(_server(s) for s in record.mcp_servers)]
-    async with ctx.db.read() as conn:
-        settings = await workspace_settings(conn, conversation.team_id)
-        estimate = await typical_run_tokens(conn, agent)
     plan_steps = 0
     if plan_id is not None:
-        plan = await ctx.reconciler.plan(conversation.id)
+        if plan is None or plan.id != plan_id:
+            plan = await ctx.reconciler.plan(conversation.id)
         plan_steps = len(plan.steps) if plan is not None and plan.id == plan_id else 0
-    priority = priority_of(
-        effect.kind,
-        channel_id=conversation.channel_id,
-        plan_id=plan_id,
-        plan_steps=plan_steps,
-        marks=marks_of(settings),
-        batch_steps=ctx.options.scheduler.batch_steps,
-    )
+
+    async def read(conn: AsyncConnection) -> dict[str, Any]:
+        """The request's priority and token estimate, read in its enqueue transaction."""
+        settings = await workspace_settings(conn, conversation.team_id)
+        estimate = await typical_run_tokens(conn, agent)
+        priority = priority_of(
+            effect.kind,
+            channel_id=conversation.channel_id,
+            plan_id=plan_id,
+            plan_steps=plan_steps,
+            marks=marks_of(settings),
+            batch_steps=ctx.options.scheduler.batch_steps,
+        )
+        default = ctx.options.scheduler.default_estimate
+        return {"priority": priority, "estimate_tokens": estimate or default}
+
     row = to_row(effect)
     return await admission.enqueue(
+        read=read,
         run_key=lease_key_of(effect),
         effect_key=effect.key,
         effect_kind=effect.kind,
@@ -93,8 +107,6 @@ async def request_slot(
         plan_id=plan_id,
         step_index=getattr(effect, "step", None),
         attempt=getattr(effect, "attempt", None),
-        priority=priority,
-        estimate_tokens=estimate or ctx.options.scheduler.default_estimate,
         tools=tools,
     )
 

@@ -14,6 +14,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from sqlalchemy.engine import Connection
+
 from agents.commander import commander_step_spec
 from agents.effects import (
     AskUser,
@@ -40,8 +42,9 @@ from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
-from storage.plans import load_plan
+from storage.plans import LoadedPlan, load_plan
 from storage.records import ConversationRecord
+from storage.run_requests import wait_reasons
 
 if TYPE_CHECKING:
     from agents.run_context import Context, Job
@@ -70,26 +73,41 @@ def ids(conversation: ConversationRecord, effect: Effect | None = None) -> dict[
     return out
 
 
-async def load(ctx: Context, conversation_id: int, plan_id: int) -> Plan | None:
+async def load(
+    ctx: Context, conversation_id: int, plan_id: int, *, with_waits: bool = False
+) -> Plan | None:
     """A plan as stored now, read under its conversation's lock (so a change being
-    committed is seen whole)."""
-    loaded = await ctx.reconciler.locks.run(
-        ctx.db, conversation_id, lambda conn: load_plan(conn, plan_id)
-    )
-    return plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+    committed is seen whole); `with_waits`: with why its steps wait for a slot (for the
+    card), read in the same transaction."""
+
+    def work(conn: Connection) -> tuple[LoadedPlan | None, dict[int, str]]:
+        loaded = load_plan(conn, plan_id)
+        return loaded, (wait_reasons(conn, plan_id) if with_waits and loaded else {})
+
+    loaded, waits = await ctx.reconciler.locks.run(ctx.db, conversation_id, work)
+    if loaded is None:
+        return None
+    plan = plan_from_rows(loaded.plan, loaded.steps or [])
+    return plan.model_copy(update={"waits": waits}) if waits else plan
 
 
 async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> bool:
     """Whether the effect's step attempt is still in flight in a plan at work."""
+    return await current_plan(ctx, effect) is not None
+
+
+async def current_plan(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> Plan | None:
+    """The stored plan, if the effect's step attempt is still in flight in it."""
     plan = await ctx.reconciler.plan(effect.conversation_id)
     if plan is None or plan.id != effect.plan_id or plan.status in TERMINAL_PLAN:
-        return False
+        return None
     step = plan.step(effect.step)
-    return (
+    current = (
         step is not None
         and step.attempts == effect.attempt
         and step.status in ("in_progress", "blocked")
     )
+    return plan if current else None
 
 
 async def job_still_wanted(ctx: Context, job: Job) -> bool:

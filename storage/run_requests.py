@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, bindparam, delete, func, select, text, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.records import RunRequestRecord
@@ -252,7 +253,12 @@ async def prune_requests(conn: AsyncConnection, before: datetime) -> int:
 
 async def plan_wait_reasons(conn: AsyncConnection, plan_id: int) -> dict[int, str]:
     """Why each of a plan's steps still waits for a slot (step index → sentence)."""
-    rows = await conn.execute(
+    return await conn.run_sync(wait_reasons, plan_id)
+
+
+def wait_reasons(conn: Connection, plan_id: int) -> dict[int, str]:
+    """`plan_wait_reasons` inside a synchronous unit of work (e.g. with the plan's load)."""
+    rows = conn.execute(
         select(requests_t.c.step_index, requests_t.c.wait_reason).where(
             requests_t.c.plan_id == plan_id,
             requests_t.c.state.in_(("waiting", "preempted")),

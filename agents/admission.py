@@ -107,6 +107,7 @@ class AdmissionLoop:
         self._loop: asyncio.Task[None] | None = None
         self._pruned_at: datetime | None = None
         self.asked = False  # a run asked for a slot since the last pass here
+        self._wanted = False  # woken since the last pass here began
         self.passes = 0  # passes this process ran (whole or cut short: no one waited)
 
     async def options_now(self, conn: AsyncConnection) -> SchedulerOptions:
@@ -153,24 +154,37 @@ class AdmissionLoop:
 
     def wake(self) -> None:
         """Run a pass now (a request was enqueued, a slot was freed)."""
+        self._wanted = True
         self._wake.set()
 
     async def _forever(self) -> None:
+        woke = False
         while True:
             self._wake.clear()
             try:
-                await self.run_pass()
+                # a wake a pass began after (e.g. the executor's own) is answered already
+                if self._wanted or not woke:
+                    await self.run_pass()
             except Exception as exc:  # the loop must survive a database hiccup
                 if is_storage_error(exc):  # an outage: one line a poll, not a traceback
                     log.warning("admission waits for the database: %s", storage_error(exc))
                 else:
                     log.exception("admission pass failed; retrying")
-            await woken(self._wake, self.options.poll_seconds)  # cancellable (see `woken`)
+            woke = await woken(self._wake, self.options.poll_seconds)  # cancellable (`woken`)
+
+    async def pass_for_asked(self) -> None:
+        """A pass if a run asked for a slot since the last one began here; else only the
+        pass under way (if any) is awaited – it began after the ask and answers it."""
+        if self.asked:
+            await self.run_pass()
+            return
+        async with self._passing:
+            pass
 
     async def run_pass(self) -> int:
         """One admission pass, then start what it granted; how many runs were granted."""
         async with self._passing:
-            asked, self.asked = self.asked, False
+            asked, self.asked, self._wanted = self.asked, False, False
             self.passes += 1
             if not asked:  # woken by a timer or a freed slot: look before locking
                 async with self.db.read() as conn:

@@ -175,7 +175,7 @@ class Executor:
                 await self.outbox.flush()  # a stopping process marks what it delivered
             if (total or self.admission.asked) and not self._stopping:
                 # the runs just asked for may start at once (a pass under way is awaited)
-                await self.admission.run_pass()
+                await self.admission.pass_for_asked()
             return total
 
     async def settle(self) -> None:

@@ -1,11 +1,13 @@
-"""The workspace's agents as this process last read them: one read serves many look-ups.
+"""The workspace's agents (and its default model) as this process last read them: one
+read serves many look-ups.
 
 Every step used to read the agents table several times – its assignee, the enabled
-names for the reconcile, each identity it posts as, the roster of the plan card. The
-roster reads the whole (small) table once and answers from memory until it is forgotten:
-at once when an admin changes an agent in this process (`bot/admin.py` calls `forget`),
-and after `max_age_s` in any case, so a change made through another replica is seen
-within that time.
+names for the reconcile, each identity it posts as, the roster of the plan card – and the
+workspace's default model for each run. The roster reads the whole (small) table and the
+model once and answers from memory until it is forgotten: at once when an admin changes
+an agent or the model in this process (`bot/admin.py` calls `forget`), and after
+`max_age_s` in any case, so a change made through another replica is seen within that
+time.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from storage.agents import list_agents
 from storage.db import Database
 from storage.records import AgentRecord
+from storage.workspaces import workspace_default_model
 
 ROSTER_MAX_AGE_S = 2.0
 
@@ -32,7 +35,8 @@ class Roster:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db, self.team_id, self.max_age_s, self.monotonic = db, team_id, max_age_s, monotonic
-        self._read: tuple[str, float, dict[str, AgentRecord]] | None = None  # team, at, agents
+        # team, read at, agents by name, the workspace's default model
+        self._read: tuple[str, float, dict[str, AgentRecord], str | None] | None = None
         self._generation = 0  # a read begun before a `forget` is not kept
         self.reads = 0
 
@@ -43,18 +47,26 @@ class Roster:
 
     async def agents(self) -> dict[str, AgentRecord]:
         """Every agent of the team by name (enabled or not), in name order."""
+        return (await self._current())[2]
+
+    async def default_model(self) -> str | None:
+        """The workspace's default model (an admin's choice), if one is set."""
+        return (await self._current())[3]
+
+    async def _current(self) -> tuple[str, float, dict[str, AgentRecord], str | None]:
         team, now = self.team_id(), self.monotonic()
         kept = self._read
         if kept is not None and kept[0] == team and now - kept[1] < self.max_age_s:
-            return kept[2]
+            return kept
         generation = self._generation
         async with self.db.read() as conn:
             records = await list_agents(conn, team)
+            model = await workspace_default_model(conn, team)
         self.reads += 1
-        agents = {record.name: record for record in records}
+        read = (team, now, {record.name: record for record in records}, model)
         if generation == self._generation:
-            self._read = (team, now, agents)
-        return agents
+            self._read = read
+        return read
 
     async def agent(self, name: str) -> AgentRecord | None:
         return (await self.agents()).get(name)

@@ -206,6 +206,7 @@ async def set_workspace_model(service: SlackService, user: str, spec: str) -> st
             target=chosen or service.options.default_model,
             now=service.clock(),
         )
+    service.roster.forget()  # the next run reads the new model
     log.info("workspace default model set to %s", chosen or "the server's default",
              extra={"team": service.team_id})  # fmt: skip
     return await workspace_model(service)

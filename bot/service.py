@@ -43,7 +43,7 @@ from storage.conversations import find_conversation
 from storage.db import Database
 from storage.locks import ConversationLocks
 from storage.records import AgentRecord, ConversationRecord
-from storage.workspaces import ensure_workspace, workspace_default_model
+from storage.workspaces import ensure_workspace
 
 log = logging.getLogger(__name__)
 
@@ -304,8 +304,7 @@ class SlackService:
     async def model_for(self, agent_model: str | None) -> Model:
         if self.model is not None:
             return self.model
-        async with self.db.read() as conn:
-            workspace_default = await workspace_default_model(conn, self.team_id)
+        workspace_default = await self.roster.default_model()
         return resolve_model(
             choose_model(agent_model, workspace_default, self.options.default_model),
             self.options.provider_keys,

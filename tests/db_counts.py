@@ -36,14 +36,21 @@ _TABLE = re.compile(
     r"^\s*(?:SELECT\b.*?\bFROM|INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)",
     re.IGNORECASE | re.DOTALL,
 )
+_PARENTHESES = re.compile(r"\([^()]*\)")
 _PROJECT = ("/agents/", "/bot/", "/storage/", "/local_slack/")
 
 
 def statement_kind(sql: str) -> str:
     """`SELECT agents`, `UPDATE agent_runs`, … – the verb and the first table named."""
     verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else "?"
-    found = _TABLE.match(sql)
-    return f"{verb} {found.group(1)}" if found else verb
+    outer = sql
+    while (inner := _PARENTHESES.sub("", outer)) != outer:  # subqueries name no table here
+        outer = inner
+    found = _TABLE.match(outer)
+    if found is None:
+        return verb
+    table = found.group(1)
+    return f"{verb} {'(subquery)' if table.upper() == 'AS' else table}"
 
 
 @dataclass

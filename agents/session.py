@@ -35,7 +35,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolResults
 from pydantic_ai.usage import RunUsage, UsageLimits
-from pydantic_graph import GraphRunContext
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import telemetry
@@ -166,7 +165,7 @@ class RunSession:
                     self.messages, self.usage = messages, run.usage
                     if journaled:
                         saved = len(messages)
-                    elif len(messages) > saved and not _final_answer(node, run.ctx):
+                    elif len(messages) > saved:
                         await self.save("running", messages)
                         saved = len(messages)
                     if Agent.is_model_request_node(node):
@@ -282,21 +281,6 @@ def _compact_part(part: ModelRequestPart) -> ModelRequestPart:
     short = f"{text[:COMPACT_KEEP_CHARS]} … [compacted: {elided} characters elided]"
     compacted: ToolReturnPart[Any] = part
     return replace(compacted, content=short)
-
-
-def _final_answer(node: Any, ctx: GraphRunContext[Any, Any]) -> bool:
-    """Whether `node` handles a response that only answers (text or output tools, no tool
-    to run): nothing happens before the run ends – or asks the model again, which stores
-    it – so its save is left to `close` (one write fewer per run, none lost but in a
-    crash between two lines of pure code)."""
-    if not Agent.is_call_tools_node(node):
-        return False
-    tools = ctx.deps.tool_manager
-    for call in node.model_response.tool_calls:
-        tool = tools.get_tool_def(call.tool_name) if tools.tools is not None else None
-        if tool is None or tool.kind != "output":
-            return False
-    return True
 
 
 def _all_journaled(request: ModelRequest, journal: dict[str, ToolReturnPart]) -> bool:

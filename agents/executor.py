@@ -327,7 +327,8 @@ class Executor:
                 return
         conversation = await self.context.conversation(effect.conversation_id)
         run_key, work = self._work_of(effect, conversation, record.grants > 0)
-        self.runner.hold(effect, run_key, work)
+        # the grant took the run's lease and held its row until the same instant
+        self.runner.hold(effect, run_key, work, leased=True)
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:
         """A granted run whose step moved on: its slot, lease and row are let go unrun."""

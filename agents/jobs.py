@@ -66,8 +66,11 @@ class JobRunner:
         self.told_of_storage: LRUCache[int, bool] = LRUCache(10_000)
         self.outages: LRUCache[str, int] = LRUCache(10_000)
 
-    def hold(self, effect: Effect, run_key: str | None, work: Work) -> None:
-        """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease)."""
+    def hold(
+        self, effect: Effect, run_key: str | None, work: Work, *, leased: bool = False
+    ) -> None:
+        """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease);
+        `leased`: the scheduler's grant took both already, in its own transaction."""
         if effect.key in self.jobs:
             return  # already running here
         plan_id = getattr(effect, "plan_id", None)
@@ -80,14 +83,14 @@ class JobRunner:
             conversation_id=effect.conversation_id,
         )
         self.jobs[effect.key] = job
-        job.task = asyncio.create_task(self._job(job, run_key, work), name=effect.key)
+        job.task = asyncio.create_task(self._job(job, run_key, work, leased), name=effect.key)
         self.context.observer.jobs_running(len(self.jobs))
 
-    async def _job(self, job: Job, run_key: str | None, work: Work) -> None:
+    async def _job(self, job: Job, run_key: str | None, work: Work, leased: bool) -> None:
         lease_key = run_key or f"turn:{job.key}"
         try:
             try:
-                claimed = await self._claim(lease_key, job.key)
+                claimed = leased or await self._claim(lease_key, job.key)
             except Exception as exc:
                 self._unsettled(job, exc)
                 return

@@ -278,8 +278,6 @@ async def _turn(
     result = "plan" if turn.plan else "operations" if turn.operations else "reply"
     ctx.observer.commander_turn(result)
     names = [a.name for a in agents]
-    if turn.reply and turn.plan is not None:
-        await ctx.port.say(conversation, turn.reply)  # says what the plan is, before its card
     changed: Decision | None = None
     try:
         if turn.plan is not None:
@@ -289,6 +287,7 @@ async def _turn(
                 assignees=names,
                 max_parallel=ctx.options.max_parallel,
                 max_transient_failures=ctx.options.max_transient_failures,
+                intro=turn.reply or "",  # what the plan is: the card opens with it
             )
             log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
         if turn.operations:

@@ -230,8 +230,10 @@ class Reconciler:
         disabled: Collection[str] = (),
         max_parallel: int = 1,
         max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
+        intro: str = "",
     ) -> Decision:
         """Validate and store a new plan, and dispatch its first step(s), in one transaction.
+        `intro`: the commander's words about the plan, which its card opens with.
 
         Raises `PlanValidationError` (nothing stored) or `OperationRejected` when the
         conversation already has a plan that is not finished.
@@ -242,6 +244,7 @@ class Reconciler:
             new_steps(checked),
             max_parallel=max_parallel,
             max_transient_failures=max_transient_failures,
+            intro=intro,
         )
 
     async def start_steps(
@@ -251,6 +254,7 @@ class Reconciler:
         *,
         max_parallel: int = 1,
         max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
+        intro: str = "",
     ) -> Decision:
         """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
@@ -268,6 +272,7 @@ class Reconciler:
                 max_parallel=max_parallel,
                 max_transient_failures=max_transient_failures,
                 now=now,
+                intro=intro,
             )
             plan = Plan(
                 id=plan_id,

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import SecretStr
-from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
@@ -40,12 +39,13 @@ from bot.session_statuses import SessionStatuses
 from bot.slack_errors import slack_call
 from bot.slack_features import SlackFeatures
 from bot.slack_files import FileTransfers
-from bot.views.forms import FormKey, form_message
+from bot.views.forms import FormKey, closed_form_message, form_message
 from bot.views.plan_card import plan_card
 from storage.agents import get_agent, list_agents
 from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
-from storage.plans import claim_plan_card, plan_card_ts
+from storage.plans import claim_plan_card, take_card_post
+from storage.plans import plan_card as plan_card_of
 from storage.records import AgentRecord, ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
@@ -280,18 +280,23 @@ class SlackPort(FileTransfers):
         )
 
     async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
-        """Post the card once (the first poster wins), then edit it in place."""
+        """Post the card once (the first poster wins), then edit it in place. The card opens
+        with the commander's words about the plan (stored with it), not a message before it."""
         async with self.db.read() as conn:
-            card_ts = await plan_card_ts(conn, plan.id)
+            card = await plan_card_of(conn, plan.id)
+        card_ts = card.posted
         if card_ts is not None and first:
             return
-        key = card_message_key(plan.id)
-        if card_ts is None:  # posted before, its answer lost (or the process stopped)?
-            card_ts = await self._posted(conversation, key, {self.bot_id})
+        fresh = False  # this sender took the first post: nothing can be in the thread yet
+        if card.ts is None:
+            async with self.db.write() as conn:
+                fresh = await take_card_post(conn, plan.id)
+        if card_ts is None and not fresh:  # posted before, its answer lost (or a stop)?
+            card_ts = await self._posted(conversation, card_message_key(plan.id), {self.bot_id})
             if card_ts is not None:
                 async with self.db.write() as conn:
                     await claim_plan_card(conn, plan.id, card_ts)
-                    card_ts = await plan_card_ts(conn, plan.id)
+                    card_ts = (await plan_card_of(conn, plan.id)).posted
         now = self.clock()
         await self.show_status(conversation, session_status(plan, now), activity(plan, now))
         # the native display shows progress; then the card shows only its start and end
@@ -300,12 +305,14 @@ class SlackPort(FileTransfers):
             return
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(
-            plan, mentions=mentions, requester=conversation.requested_by, now=now
-        )
+            plan, mentions=mentions, requester=conversation.requested_by, now=now,
+            intro=card.intro,
+        )  # fmt: skip
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)
             return
+        key = card_message_key(plan.id)
         metadata = {"event_type": NOTICE_EVENT, "event_payload": {"plan_id": plan.id, "key": key}}
         ts = await self.say(conversation, text, blocks=rendered, metadata=metadata)
         async with self.db.write() as conn:
@@ -351,13 +358,9 @@ class SlackPort(FileTransfers):
                 continue
             if step.assignee != USER and not str(meta.get("key", "")).count(":question:"):
                 continue  # a dispatch message, not a form
-            text = f"Step {step.index}: {step.title} – {note} This form is closed."
-            blocks = [
-                SectionBlock(text=MarkdownTextObject(text=f"~{_escape(step.title)}~")).to_dict(),
-                ContextBlock(elements=[MarkdownTextObject(text=text[:3000])]).to_dict(),
-            ]
+            text, blocks = closed_form_message(step_index=step.index, title=step.title, note=note)
             try:
-                await self.update(conversation, message.ts, text, blocks)
+                await self.update(conversation, message.ts, text, [b.to_dict() for b in blocks])
             except PostingRefused as exc:
                 log.warning("could not close the form %s: %s", message.ts, exc)
 
@@ -400,7 +403,3 @@ def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[s
         return None
     payload = metadata.get("event_payload")
     return dict(payload) if isinstance(payload, Mapping) else None
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -137,6 +137,8 @@ class Plan(Base):
     # the cap on a step's transient failures (`Plan.max_transient_failures`)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     card_ts: Mapped[str | None] = mapped_column(String(32))
+    # the commander's words that opened the plan: the card's intro (one message, not two)
+    intro: Mapped[str | None] = mapped_column(Text)
     # bumped on every change, so readers (the plan card) can coalesce updates
     version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(Timestamp)

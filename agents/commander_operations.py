@@ -6,7 +6,8 @@ done or failed: only outcomes (what really happened) do that. Pure: no I/O, no c
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import re
+from collections.abc import Collection, Sequence
 
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -22,10 +23,12 @@ from agents.plan import (
     RetryStep,
     SkipStep,
     Step,
+    StepProposal,
+    dependencies,
     new_steps,
 )
 from agents.plan_transitions import abort_plan, cancel_plan, replace_step, with_status
-from agents.plan_validation import input_problems, problems_of
+from agents.plan_validation import STEP_REF, TEMPLATE, input_problems, problems_of
 
 
 def apply_operation(
@@ -48,10 +51,11 @@ def apply_operation(
     if isinstance(op, CancelPlan):
         return cancel_plan(plan, op.reason)
     if isinstance(op, AddSteps):
-        problems = problems_of(op.steps, assignees, disabled, existing=plan.steps)
+        proposed = numbered_after(op.steps, len(plan.steps))
+        problems = problems_of(proposed, assignees, disabled, existing=plan.steps)
         if problems:
             raise PlanValidationError(problems)
-        added = plan.model_copy(update={"steps": plan.steps + new_steps(op.steps)})
+        added = plan.model_copy(update={"steps": plan.steps + new_steps(proposed)})
         return with_status(added)
     step = _step(plan, op.index)
     if isinstance(op, RetryStep):
@@ -59,6 +63,46 @@ def apply_operation(
     if isinstance(op, SkipStep):
         return _skip(plan, step, op)
     return _edit(plan, step, op)
+
+
+def numbered_after(steps: Sequence[StepProposal], existing: int) -> list[StepProposal]:
+    """New steps numbered to follow the plan's `existing` steps.
+
+    A commander turn numbers the steps it adds after the plan it was shown; when another
+    change added steps meanwhile (two people addressed agents at the same instant), its
+    steps are moved to the end: their indexes, the waits among them and the template
+    references to them shift together, while references to the steps it was shown stay.
+    A default wait (the previous step) is kept as that step, never the step that now happens
+    to precede. Steps that are not one run of indexes from at most `existing` + 1 are left
+    as written (validation explains what is wrong).
+    """
+    if not steps:
+        return list(steps)
+    first = steps[0].index
+    runs_on = all(s.index == first + i for i, s in enumerate(steps))
+    shift = existing + 1 - first
+    if not runs_on or shift <= 0 or first < 1:
+        return list(steps)
+
+    def moved(index: int) -> int:
+        return index + shift if index >= first else index
+
+    def retarget(match: re.Match[str]) -> str:
+        ref = STEP_REF.match(match.group(1).strip())
+        if ref is None:
+            return match.group(0)
+        return "{{" + f"step_{moved(int(ref.group(1)))}.{ref.group(2)}" + "}}"
+
+    return [
+        s.model_copy(
+            update={
+                "index": moved(s.index),
+                "wait_for": [moved(d) for d in dependencies(s)],
+                "input": TEMPLATE.sub(retarget, s.input),
+            }
+        )
+        for s in steps
+    ]
 
 
 def _step(plan: Plan, index: int) -> Step:

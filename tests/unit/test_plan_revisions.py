@@ -97,12 +97,36 @@ def test_add_steps_continue_the_numbering_and_may_wait_for_any_step() -> None:
     assert plan.steps[3].wait_for == (2, 3)
     plan, _ = dispatch(plan, T0)
     assert in_progress(plan) == [3]
-    wrong = StepProposal(index=3, title="x", assignee="writer")
+    gap = StepProposal(index=7, title="x", assignee="writer")  # not after the plan: refused
     with pytest.raises(PlanValidationError, match="expected 5"):
-        apply_operation(plan, AddSteps(steps=[wrong]), assignees=AGENTS)
+        apply_operation(plan, AddSteps(steps=[gap]), assignees=AGENTS)
     ghost = StepProposal(index=5, title="x", assignee="ghost")
     with pytest.raises(PlanValidationError, match="no agent named 'ghost'"):
         apply_operation(plan, AddSteps(steps=[ghost]), assignees=AGENTS)
+
+
+def test_steps_added_after_a_plan_that_grew_meanwhile_move_to_its_end() -> None:
+    """Two turns shown the same 2-step plan both add a step 3: the second one's steps are
+    renumbered after the first one's, their own waits and references moving with them."""
+    plan = chain(2)
+    first = StepProposal(index=3, title="check Initech", assignee="researcher", wait_for=[])
+    plan = apply_operation(plan, AddSteps(steps=[first]), assignees=AGENTS)
+    stale = [
+        StepProposal(index=3, title="compare", assignee="writer"),  # default: after step 2
+        StepProposal(
+            index=4, title="sum up", assignee="writer", wait_for=[1, 3],
+            input="{{step_3.output_summary}} and {{ step_1.output_summary }}, {{request}}",
+        ),
+    ]  # fmt: skip
+    plan = apply_operation(plan, AddSteps(steps=stale), assignees=AGENTS)
+    assert [(s.index, s.title) for s in plan.steps[2:]] == [
+        (3, "check Initech"), (4, "compare"), (5, "sum up")
+    ]  # fmt: skip
+    assert plan.steps[3].wait_for == (2,)  # the step it was shown, not the one added meanwhile
+    assert plan.steps[4].wait_for == (1, 4)
+    assert plan.steps[4].input == (
+        "{{step_4.output_summary}} and {{step_1.output_summary}}, {{request}}"
+    )
 
 
 def test_edit_only_a_pending_step() -> None:

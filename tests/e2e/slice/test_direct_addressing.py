@@ -60,3 +60,30 @@ def test_who_a_message_is_addressed_to() -> None:
     assert addressed_agent("<@U0OTHER> hello", agents) is None
     assert without_address("<@U0RES> also check Initech") == "also check Initech"
     assert without_address("@analyst: compare with Globex") == "compare with Globex"
+
+
+async def test_two_agents_addressed_at_the_same_instant_both_get_a_step(
+    start: Callable[..., Any],
+) -> None:
+    """Both commander turns see the same plan; the second one's new step is numbered after
+    the first one's instead of being refused ("I could not change the plan as asked")."""
+    writer = Gate("Write up")
+    async with start(model=gated(writer)) as run:
+        root = run.ask(CHAIN)
+        await writer.reached()  # the plan is at work
+        steps = len((await run.plan(root)).steps)
+        researcher = run.stack.agent_apps["researcher"]
+        run.driver.post(
+            "maya", "launch", f"<@{researcher.bot_user_id}> also check Initech", thread_ts=root.ts
+        )
+        run.driver.post("dev", "launch", "@analyst: compare with Globex", thread_ts=root.ts)
+        await run.says(root, f"Plan ({steps + 2} steps)")
+        writer.release.set()
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        added = {s.assignee: s for s in plan.steps if s.title == "As asked in the thread"}
+        assert set(added) == {"researcher", "analyst"}, run.transcript(root)
+        assert {s.index for s in added.values()} == {steps + 1, steps + 2}
+        assert all(s.status == "done" for s in added.values()), run.transcript(root)
+        assert "could not change the plan" not in run.transcript(root)

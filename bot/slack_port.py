@@ -23,6 +23,7 @@ from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
 from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
 from agents.session_status import SessionStatus, activity, session_status
+from bot.answer_ratings import own_app_ratings
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster
 from bot.listeners.payloads import (
@@ -188,9 +189,11 @@ class SlackPort(FileTransfers):
             ),
             None,
         )
+        # the commander's answer rates the own-app agents' answers it is built on
+        rated = await own_app_ratings(self, plan_id, result_of) if identity is None else []
         return SlackAnswerStream(
             self, conversation, identity, result_of, key,
-            plan_id=plan_id, interval=self.stream_interval, left_ts=left,
+            plan_id=plan_id, interval=self.stream_interval, left_ts=left, rated=rated,
         )  # fmt: skip
 
     @contextmanager

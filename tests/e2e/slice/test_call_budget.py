@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.views.forms import OPEN_ACTION
+from storage.db import Database
 from tests.e2e.slice.call_budget import counted_calls, per_step
 from tests.e2e.slice.conftest import REQUEST
 from tests.e2e.slice.faults import card_of
@@ -23,9 +24,9 @@ BUDGET = 3.0  # 15 calls: card 2, plan display 1, dispatches 3, answers 4, form 
 
 
 async def test_the_walkthrough_diamond_costs_at_most_three_calls_a_step(
-    start: Callable[..., Any],
+    start: Callable[..., Any], empty_db: Database
 ) -> None:
-    async with start(native_plan_display=True) as run:
+    async with start(db=empty_db, native_plan_display=True) as run:
         run.stack.workspace.api_log.clear()
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")

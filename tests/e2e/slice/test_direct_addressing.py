@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.addressing import Addressee, addressed_agent, without_address
+from storage.db import Database
 from tests.e2e.slice.faults import Gate, gated
 
 CHAIN = "research the history of our launch emails and write a short report"
@@ -63,12 +64,12 @@ def test_who_a_message_is_addressed_to() -> None:
 
 
 async def test_two_agents_addressed_at_the_same_instant_both_get_a_step(
-    start: Callable[..., Any],
+    start: Callable[..., Any], empty_db: Database
 ) -> None:
     """Both commander turns see the same plan; the second one's new step is numbered after
     the first one's instead of being refused ("I could not change the plan as asked")."""
     writer = Gate("Write up")
-    async with start(model=gated(writer)) as run:
+    async with start(db=empty_db, model=gated(writer)) as run:
         root = run.ask(CHAIN)
         await writer.reached()  # the plan is at work
         steps = len((await run.plan(root)).steps)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
+from typing import Protocol
 
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -165,13 +166,46 @@ def _edit(plan: Plan, step: Step, op: EditStep) -> Plan:
         raise OperationRejected("edit_step needs a new input or a new title")
     changes: dict[str, object] = {}
     if op.input is not None:
-        _check_input(plan, step, op.input)
-        changes["input"] = op.input
+        new_input = rebased_input(op.input, shown=op.shown_input, now=step.input)
+        _check_input(plan, step, new_input)
+        changes["input"] = new_input
     if op.title is not None:
         if not op.title.strip() or len(op.title) > MAX_TITLE:
             raise OperationRejected(f"a title must be 1..{MAX_TITLE} characters")
         changes["title"] = op.title
     return replace_step(plan, step.model_copy(update=changes))
+
+
+def rebased_input(edited: str, *, shown: str | None, now: str) -> str:
+    """The input an edit gives a step whose input may have changed since the commander was
+    shown it (`shown`; `now` is the stored one). Two people asking for more at the same
+    instant wake two turns shown the same input; each adds its request to it. The second
+    must not undo the first: what an edit added to the input it was shown is added to the
+    input as it is now. An edit that rewrote the input (not an addition) replaces it."""
+    if shown is None or shown == now or not edited.startswith(shown):
+        return edited
+    return now + edited[len(shown) :]
+
+
+class ShownStep(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def input(self) -> str: ...
+
+
+def with_shown_inputs(
+    operations: Sequence[CommanderOperation], shown: Sequence[ShownStep]
+) -> list[CommanderOperation]:
+    """The operations with each edit's `shown_input` – the step's input in the plan the
+    commander was shown – so that `rebased_input` can tell what the edit added."""
+    inputs = {s.index: s.input for s in shown}
+    return [
+        op.model_copy(update={"shown_input": inputs[op.index]})
+        if isinstance(op, EditStep) and op.input is not None and op.index in inputs
+        else op
+        for op in operations
+    ]
 
 
 def _check_input(plan: Plan, step: Step, template: str) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from agents.addressing import Addressee, addressed_agent, without_address
 from agents.commander import CommanderWake, commander_turn
+from agents.commander_operations import with_shown_inputs
 from agents.effects import (
     AskCommander,
     MessageForCommander,
@@ -291,9 +292,11 @@ async def _turn(
             )
             log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
         if turn.operations:
+            shown = wake.steps if wake is not None else ()  # the plan the turn was shown
             decision = await ctx.reconciler.reconcile(
-                conversation.id, operations=turn.operations, assignees=names
-            )
+                conversation.id, operations=with_shown_inputs(turn.operations, shown),
+                assignees=names,
+            )  # fmt: skip
             if decision is not None and decision.changed:
                 changed = decision
     except (PlanValidationError, OperationRejected) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.commander_operations import apply_operation
+from agents.commander_operations import apply_operation, with_shown_inputs
 from agents.effects import PostDispatch
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -12,6 +12,7 @@ from agents.plan import (
     AbortPlan,
     AddSteps,
     CancelPlan,
+    CommanderOperation,
     EditStep,
     Plan,
     RetryStep,
@@ -127,6 +128,21 @@ def test_steps_added_after_a_plan_that_grew_meanwhile_move_to_its_end() -> None:
     assert plan.steps[4].input == (
         "{{step_4.output_summary}} and {{step_1.output_summary}}, {{request}}"
     )
+
+
+def test_an_edit_shown_an_older_input_adds_to_the_input_as_it_is_now() -> None:
+    plan, _ = dispatch(chain(2), T0)
+    plan = apply_operation(plan, EditStep(index=2, input="Write it up."))
+    shown = plan.steps[1].input
+    first = EditStep(index=2, input=f"{shown}\nalso A", shown_input=shown)
+    second = EditStep(index=2, input=f"{shown}\nalso B", shown_input=shown)
+    plan = apply_operation(apply_operation(plan, first), second)
+    assert plan.steps[1].input == f"{shown}\nalso A\nalso B"  # neither request lost
+    rewrite = EditStep(index=2, input="start over", shown_input=shown)  # not an addition
+    assert apply_operation(plan, rewrite).steps[1].input == "start over"
+    ops: list[CommanderOperation] = [EditStep(index=2, input="x"), SkipStep(index=1, reason="r")]
+    marked = with_shown_inputs(ops, plan.steps)
+    assert marked == [EditStep(index=2, input="x", shown_input=plan.steps[1].input), ops[1]]
 
 
 def test_edit_only_a_pending_step() -> None:

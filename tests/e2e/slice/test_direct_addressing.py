@@ -88,3 +88,26 @@ async def test_two_agents_addressed_at_the_same_instant_both_get_a_step(
         assert {s.index for s in added.values()} == {steps + 1, steps + 2}
         assert all(s.status == "done" for s in added.values()), run.transcript(root)
         assert "could not change the plan" not in run.transcript(root)
+
+
+async def test_two_additions_to_a_step_at_the_same_instant_are_both_kept(
+    start: Callable[..., Any], empty_db: Database
+) -> None:
+    """Two people ask for more at once: both commander turns are shown the writer's input
+    and each adds its request to it – the second edit is re-applied to the input as the
+    first left it, instead of putting back the input it was shown (which lost the first)."""
+    research = Gate("Research")
+    async with start(db=empty_db, model=gated(research)) as run:
+        root = run.ask(CHAIN)
+        await research.reached()  # the writer's step is pending
+        run.driver.post("maya", "launch", "also mention the free trial", thread_ts=root.ts)
+        run.driver.post("dev", "launch", "also include the annual discount", thread_ts=root.ts)
+        await run.driver.wait_for(
+            lambda: sum("Noted" in m.text for m in run.messages(root)) == 2, what="two replies"
+        )
+        research.release.set()
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        writer = next(s for s in plan.steps if s.assignee == "writer")
+        assert "free trial" in writer.input and "annual discount" in writer.input, writer.input

@@ -22,6 +22,8 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agents.lru import LRUCache
 from bot.channel_pacing import ChannelPacer
+from bot.secrets import TokenCipher
+from storage.records import AgentRecord
 
 COMMANDER_NAME = "Flotilla"
 CLIENT_CACHE_SIZE = 256  # Web API clients kept, one per agent app token
@@ -158,3 +160,19 @@ class Poster:
         await self.commander.chat_update(
             channel=channel, ts=ts, text=text, blocks=blocks, metadata=metadata
         )
+
+
+def identity_of(agent: AgentRecord, cipher: TokenCipher) -> Identity:
+    """How to post as (and mention) an agent: its own app, or a persona of ours."""
+    token = None
+    if agent.identity == "app" and agent.bot_token_encrypted:
+        token = SecretStr(cipher.decrypt(agent.bot_token_encrypted))
+    return Identity(
+        name=agent.name,
+        display_name=agent.display_name,
+        icon=agent.icon,
+        kind="app" if token is not None else "persona",
+        bot_user_id=agent.bot_user_id,
+        bot_id=agent.bot_id,
+        token=token,
+    )

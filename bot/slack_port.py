@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
@@ -25,7 +24,7 @@ from agents.ports import PostingRefused, StepTag
 from agents.session_status import SessionStatus, activity, session_status
 from bot.answer_ratings import own_app_ratings
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
-from bot.identities import COMMANDER_NAME, Identity, Poster
+from bot.identities import COMMANDER_NAME, Identity, Poster, identity_of
 from bot.listeners.payloads import (
     DISPATCH_EVENT,
     FLOTILLA_EVENTS,
@@ -47,7 +46,7 @@ from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
 from storage.plans import claim_plan_card, take_card_post
 from storage.plans import plan_card as plan_card_of
-from storage.records import AgentRecord, ConversationRecord, MessageRecord
+from storage.records import ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 
@@ -60,22 +59,6 @@ def fit_text(text: str, limit: int = MESSAGE_TEXT_MAX) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 40].rstrip() + "\n… (cut: the full text was too long)"
-
-
-def identity_of(agent: AgentRecord, cipher: TokenCipher) -> Identity:
-    """How to post as (and mention) an agent: its own app, or a persona of ours."""
-    token = None
-    if agent.identity == "app" and agent.bot_token_encrypted:
-        token = SecretStr(cipher.decrypt(agent.bot_token_encrypted))
-    return Identity(
-        name=agent.name,
-        display_name=agent.display_name,
-        icon=agent.icon,
-        kind="app" if token is not None else "persona",
-        bot_user_id=agent.bot_user_id,
-        bot_id=agent.bot_id,
-        token=token,
-    )
 
 
 class SlackPort(FileTransfers):

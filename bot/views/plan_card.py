@@ -169,7 +169,7 @@ def plan_card(
     text = f"{title} – {stop.line}, {progress(plan)}"
     blocks: list[Block] = []
     if intro.strip():
-        text = f"{text}\n{intro.strip()}"
+        text = f"{text}\n{intro.strip()[:SECTION_TEXT_MAX]}"  # as much as the card shows
         said = _escape(intro.strip())
         if len(said) > SECTION_TEXT_MAX:
             said = said[: SECTION_TEXT_MAX - 1] + "…"

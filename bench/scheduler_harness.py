@@ -22,7 +22,8 @@ from agents.scheduler import Admission, Limits, Running, RunRequest, Wait, admit
 from storage.db import Database
 from storage.migrate import upgrade
 from storage.records import RunRequestRecord
-from storage.run_requests import finish_request, renew_request, requeue_request
+from storage.run_request_leases import finish_request, renew_request
+from storage.run_requests import requeue_request
 from storage.runs import release_run
 
 LEASE = timedelta(seconds=30)

@@ -12,7 +12,8 @@ from agents.scheduler import in_line
 from storage.conversations import open_conversation
 from storage.db import Database
 from storage.records import RunRequestRecord
-from storage.run_requests import finish_request, queued_requests
+from storage.run_request_leases import finish_request
+from storage.run_requests import queued_requests
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PLANS = 30  # one waiting step each, in one channel

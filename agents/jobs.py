@@ -78,7 +78,8 @@ class JobRunner:
         A scheduled run asks for its `slot` as it claims its work (granted at once, or it
         waits in line and this job ends); one an admission pass `granted` here holds its
         request as its lease already."""
-        if effect.key in self.jobs:
+        if (held := self.jobs.get(effect.key)) is not None:
+            held.take_grant |= granted  # still claiming: it runs under this grant
             return  # already running here
         plan_id = getattr(effect, "plan_id", None)
         job = Job(
@@ -103,6 +104,8 @@ class JobRunner:
             except Exception as exc:
                 self._unsettled(job, exc)
                 return
+            if claimed == "granted_here" and job.take_grant:
+                claimed = "mine"  # a pass here granted it as the row was delivered again
             if claimed == "waiting" and self.on_queued is not None:
                 self.on_queued()  # an admission pass grants it (here or elsewhere)
             if claimed != "mine":

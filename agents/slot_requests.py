@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from agents.admission import AdmissionLoop
     from agents.run_context import Context
 
-Claim = Literal["mine", "waiting", "elsewhere"]
+# granted_here: a pass of this process granted it a moment ago and starts it
+Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]
 
 SCHEDULED = (
     PostDispatch,
@@ -156,9 +157,11 @@ async def claim_slot(
             if granted:
                 await hold_effect(conn, row_key, until)
                 return "mine"
-        state = await enqueue_request(conn, run_key=slot.run_key, now=now, **slot.values)
-        if state == "granted":
-            return "elsewhere"
+        state = await enqueue_request(
+            conn, run_key=slot.run_key, now=now, owner=owner, **slot.values
+        )
+        if state in ("granted", "granted_here"):
+            return "granted_here" if state == "granted_here" else "elsewhere"
         await hold_effect(conn, row_key, now + PARK)
         return "waiting"
 

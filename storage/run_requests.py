@@ -48,9 +48,11 @@ async def enqueue_request(
     *,
     run_key: str,
     now: datetime,
+    owner: str | None = None,
     **values: Any,
 ) -> str:
-    """Ask for a slot for `run_key` (idempotent); the request's state afterwards.
+    """Ask for a slot for `run_key` (idempotent); the request's state afterwards
+    ("granted_here": granted to `owner` already, by a pass a moment ago).
 
     A request already there keeps its place in line. One granted to a holder whose lease
     expired (the process died), or one that ended but whose work is asked for again,
@@ -83,8 +85,12 @@ async def enqueue_request(
         )
         .values(**again)
     )
-    state = await conn.scalar(select(requests_t.c.state).where(requests_t.c.run_key == run_key))
-    return str(state)
+    state, holder = (
+        await conn.execute(
+            select(requests_t.c.state, requests_t.c.holder).where(requests_t.c.run_key == run_key)
+        )
+    ).one()
+    return "granted_here" if state == "granted" and owner and holder == owner else str(state)
 
 
 async def queued_requests(conn: AsyncConnection) -> list[RunRequestRecord]:

@@ -10,12 +10,33 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, literal, select, type_coerce, update
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.run_requests import requests_t
 from storage.tables import Json
+
+_others = requests_t.alias("others")
+# a request's own columns, as `agents/slot_requests.py` fills them
+COLUMNS = (
+    "effect_key", "effect_kind", "effect", "conversation_id", "team_id", "channel_id",
+    "agent_name", "plan_id", "step_index", "attempt", "priority", "estimate_tokens", "tools",
+)  # fmt: skip
+_GRANTED = ("run_key", "state", "holder", "lease_until", "preempt", "grants", "enqueued_at",
+            "granted_at")  # fmt: skip
 
 
 async def grant_at_once(
@@ -35,79 +56,83 @@ async def grant_at_once(
     process's and the agent's quota have room; True when granted. A new request is one
     statement; one already there (a crashed holder's expired grant, a run asked again)
     one more. Otherwise nothing is written: the caller enqueues and an admission pass
-    decides. Serialised with the passes by `lock_admission`."""
-    room = _room(run_key, now, owner, capacity, process_capacity, agent_cap, values)
-    row: dict[str, Any] = dict(
-        values,
-        run_key=run_key,
-        state="granted",
-        holder=owner,
-        lease_until=until,
-        preempt=False,
-        grants=1,
-        enqueued_at=now,
-        granted_at=now,
-    )
-    columns = list(row)
-    chosen = select(
-        *(
-            type_coerce(row[c], Json)
-            if c in ("effect", "tools")
-            else literal(row[c], requests_t.c[c].type)
-            for c in columns
-        )
-    ).where(room)
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(requests_t).from_select(columns, chosen).on_conflict_do_nothing()
-    if (await conn.execute(stmt)).rowcount:
+    decides. Serialised with the passes by `lock_admission`. (Both statements are built
+    once: a run's claim pays no statement construction.)"""
+    params = {f"v_{name}": values[name] for name in COLUMNS} | dict(
+        b_run_key=run_key, b_owner=owner, b_now=now, b_until=until, b_capacity=capacity,
+        b_process_capacity=process_capacity, b_agent_cap=agent_cap,
+    )  # fmt: skip
+    insert, regrant = _STATEMENTS["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
+    if (await conn.execute(insert, params)).rowcount:
         return True
-    c = requests_t.c
-    again = (c.state == "done") | ((c.state == "granted") & (c.lease_until <= now))
-    result = await conn.execute(
-        update(requests_t)
-        .where(c.run_key == run_key, again | c.state.in_(("waiting", "preempted")), room)
-        .values(
-            **values,  # a run asked again may be new work of the same run (a resumed step)
-            enqueued_at=case((c.state == "done", now), else_=c.enqueued_at),
-            state="granted",
-            holder=owner,
-            lease_until=until,
-            preempt=False,
-            grants=c.grants + 1,
-            granted_at=now,
-            wait_reason=None,
-            wait_kind=None,
-            finished_at=None,
-        )
-    )
-    return bool(result.rowcount)
+    return bool((await conn.execute(regrant, params)).rowcount)
 
 
-_others = requests_t.alias("others")
-
-
-def _room(
-    run_key: str,
-    now: datetime,
-    owner: str,
-    capacity: int,
-    process_capacity: int,
-    agent_cap: int | None,
-    values: dict[str, Any],
-) -> Any:
+def _room() -> Any:
     """No other run waits, and the caps have room for one more (a grant at once)."""
     o = _others.c
-    live = (o.state == "granted") & (o.lease_until > now) & (o.run_key != run_key)
+    key = bindparam("b_run_key", type_=String)
+    now = bindparam("b_now", type_=requests_t.c.enqueued_at.type)
+    live = (o.state == "granted") & (o.lease_until > now) & (o.run_key != key)
     held = select(func.count()).select_from(_others)
-    room = [
-        ~exists().where(o.state.in_(("waiting", "preempted")), o.run_key != run_key),
-        held.where(live).scalar_subquery() < capacity,
-        held.where(live, o.holder == owner).scalar_subquery() < process_capacity,
-    ]
-    if agent_cap is not None:
-        agent = values["agent_name"]
-        room.append(held.where(live, o.agent_name == agent).scalar_subquery() < agent_cap)
-    return and_(*room)
+    agent_cap = bindparam("b_agent_cap", type_=Integer)
+    return and_(
+        ~exists().where(o.state.in_(("waiting", "preempted")), o.run_key != key),
+        held.where(live).scalar_subquery() < bindparam("b_capacity"),
+        held.where(live, o.holder == bindparam("b_owner")).scalar_subquery()
+        < bindparam("b_process_capacity"),
+        agent_cap.is_(None)
+        | (
+            held.where(live, o.agent_name == bindparam("v_agent_name")).scalar_subquery()
+            < agent_cap
+        ),
+    )
+
+
+def _value(name: str) -> Any:
+    """A request's own column as a parameter (`v_<name>`: apart from the columns's)."""
+    column = requests_t.c[name]
+    if name in ("effect", "tools"):
+        return type_coerce(bindparam(f"v_{name}"), Json)
+    return bindparam(f"v_{name}", type_=column.type)
+
+
+def _statements(dialect: Any) -> tuple[Any, Any]:
+    c = requests_t.c
+    room = _room()
+    now = bindparam("b_now", type_=c.enqueued_at.type)
+    granted: tuple[Any, ...] = (
+        bindparam("b_run_key"), literal("granted"), bindparam("b_owner"),
+        bindparam("b_until", type_=c.lease_until.type), literal(False), literal(1), now, now,
+    )  # fmt: skip
+    chosen = select(*granted, *(_value(n) for n in COLUMNS)).where(room)
+    insert = dialect.insert(requests_t).from_select([*_GRANTED, *COLUMNS], chosen)
+    again = (c.state == "done") | ((c.state == "granted") & (c.lease_until <= now))
+    regrant = (
+        update(requests_t)
+        .where(
+            c.run_key == bindparam("b_run_key"), again | c.state.in_(("waiting", "preempted")), room
+        )
+        .values(
+            {
+                **{c[n]: _value(n) for n in COLUMNS},  # asked again: maybe new work
+                c.enqueued_at: case((c.state == "done", now), else_=c.enqueued_at),
+                c.state: "granted",
+                c.holder: bindparam("b_owner"),
+                c.lease_until: bindparam("b_until", type_=c.lease_until.type),
+                c.preempt: False,
+                c.grants: c.grants + 1,
+                c.granted_at: now,
+                c.wait_reason: None,
+                c.wait_kind: None,
+                c.finished_at: None,
+            }
+        )
+    )  # fmt: skip
+    return insert.on_conflict_do_nothing(), regrant
+
+
+_STATEMENTS = {"postgresql": _statements(postgresql), "sqlite": _statements(sqlite)}
 
 
 async def renew_request(

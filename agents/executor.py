@@ -92,7 +92,11 @@ class Executor:
             pause_here=self._pause_here,
         )
         self.runner = JobRunner(
-            context, owner=owner, on_slot_freed=self._slot_freed, on_queued=self.admission.wake
+            context,
+            owner=owner,
+            on_slot_freed=self._slot_freed,
+            on_queued=self.admission.wake,
+            start_passed=self._start_granted,
         )
         self._wake = asyncio.Event()
         self._draining = asyncio.Lock()

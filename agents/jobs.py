@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from agents import step_runs, telemetry
@@ -25,6 +25,7 @@ from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.preemption import PAUSE, Preempted
 from agents.run_context import Context, Job, Work
+from agents.scheduler import URGENT
 from agents.slot_requests import SlotRequest, claim_slot
 from storage.outbox import (
     fail_held_effect,
@@ -32,8 +33,14 @@ from storage.outbox import (
     give_up_held_effect,
     hold_effect,
 )
-from storage.run_request_leases import finish_request, renew_request
-from storage.run_requests import drop_request, requeue_request, requeue_requests_of
+from storage.records import RunRequestRecord
+from storage.run_request_leases import finish_request, pass_slot, renew_request
+from storage.run_requests import (
+    drop_request,
+    get_request,
+    requeue_request,
+    requeue_requests_of,
+)
 from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
@@ -52,12 +59,14 @@ class JobRunner:
         owner: str,
         on_slot_freed: Callable[[Job, bool], None] | None = None,
         on_queued: Callable[[], None] | None = None,
+        start_passed: Callable[[RunRequestRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.context = context
         self.owner = owner
         # told when a job let its run slot go to waiting runs (True: paused for urgent work)
         self.on_slot_freed = on_slot_freed
         self.on_queued = on_queued  # told when a job's run waits in line for a slot
+        self.start_passed = start_passed  # starts the urgent run a paused one's slot went to
         self.jobs: dict[str, Job] = {}
         self.abandoned = False  # a killed process releases nothing (see Executor.abandon)
         # plans whose thread was told of a storage outage (once each); outages in a row by job
@@ -307,12 +316,24 @@ class JobRunner:
         return others_wait
 
     async def _pause(self, job: Job, lease_key: str) -> None:
-        """Paused for urgent work at a model-turn boundary: the slot is given back and the
-        run waits again in its place, its history stored (it resumes without re-paying)."""
+        """Paused for urgent work at a model-turn boundary: the run waits again in its
+        place, its history stored (it resumes without re-paying), and its slot goes to the
+        urgent run in the same transaction, started here at once (`start_passed`)."""
         now = self.context.clock()
+        until = now + self.context.options.lease
+        passed: RunRequestRecord | None = None
         async with self.context.db.write() as conn:
             await requeue_request(conn, lease_key, self.owner, preempted=True)
             await hold_effect(conn, job.key, now + PARK)
+            if self.start_passed is not None:
+                key = await pass_slot(
+                    conn, self.owner, now=now, until=until, priority_at_most=URGENT
+                )
+                passed = await get_request(conn, key) if key is not None else None
+                if passed is not None:
+                    await hold_effect(conn, passed.effect_key, until)
+        if passed is not None and self.start_passed is not None:
+            await self.start_passed(passed)
         telemetry.preempted()
         log.info("%s paused for urgent work", lease_key)
 

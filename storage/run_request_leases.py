@@ -179,3 +179,41 @@ async def holders(conn: AsyncConnection) -> dict[str, tuple[str, datetime]]:
         )
     )
     return {str(key): (str(holder), until) for key, holder, until in rows}
+
+
+async def asked_to_pause(conn: AsyncConnection, run_key: str) -> bool:
+    """Whether a granted run was asked to pause for urgent work (read at its turn boundary,
+    in the transaction that stores the turn: a run elsewhere notices within one turn)."""
+    return bool(
+        await conn.scalar(select(requests_t.c.preempt).where(requests_t.c.run_key == run_key))
+    )
+
+
+async def pass_slot(
+    conn: AsyncConnection, owner: str, *, now: datetime, until: datetime, priority_at_most: int
+) -> str | None:
+    """A paused run's slot handed straight to the most urgent run waiting only for a slot
+    (its priority at most `priority_at_most`), granted to `owner` in the pause's own
+    transaction – no wait for the next admission pass. Its run key, or None."""
+    c = requests_t.c
+    key = await conn.scalar(
+        select(c.run_key)
+        .where(
+            c.state.in_(("waiting", "preempted")),
+            c.priority <= priority_at_most,
+            c.wait_kind.is_(None) | (c.wait_kind == "capacity"),
+        )
+        .order_by(c.priority, c.enqueued_at, c.id)
+        .limit(1)
+    )
+    if key is None:
+        return None
+    await conn.execute(
+        update(requests_t)
+        .where(c.run_key == key, c.state.in_(("waiting", "preempted")))
+        .values(
+            state="granted", holder=owner, lease_until=until, granted_at=now,
+            grants=c.grants + 1, wait_reason=None, wait_kind=None, preempt=False,
+        )
+    )  # fmt: skip
+    return str(key)

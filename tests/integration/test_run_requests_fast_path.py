@@ -8,13 +8,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from storage.db import Database
-from storage.run_request_leases import finish_request, grant_at_once, holders, renew_request
+from storage.run_request_leases import (
+    asked_to_pause,
+    finish_request,
+    grant_at_once,
+    holders,
+    pass_slot,
+    renew_request,
+)
 from storage.run_requests import (
     ask_to_preempt,
     enqueue_request,
     get_request,
     grant_request,
     lock_admission,
+    set_wait_reasons,
 )
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -72,3 +80,23 @@ async def test_a_grant_is_the_runs_lease(db: Database) -> None:
         assert await renew_request(conn, "r1", "p1", LATER) is True
         await finish_request(conn, "r1", NOW)
         assert await renew_request(conn, "r1", "p1", LATER) is None  # ended
+
+
+async def test_a_paused_runs_slot_goes_to_the_most_urgent_run_waiting_for_a_slot(
+    db: Database,
+) -> None:
+    async with db.write() as conn:
+        for key, priority in (("batch", 5), ("normal", 3), ("urgent", 1), ("urgent-later", 1)):
+            await enqueue_request(
+                conn, run_key=key, now=NOW, **values(key) | {"priority": priority}
+            )
+        await set_wait_reasons(conn, [("urgent", "agent", "waiting: researcher busy (2/2)")])
+        assert not await asked_to_pause(conn, "normal")
+        # "urgent" waits for its agent, not for a slot: the later urgent run is given it
+        assert await pass_slot(conn, "p1", now=NOW, until=LATER, priority_at_most=1) == (
+            "urgent-later"
+        )
+        record = await get_request(conn, "urgent-later")
+        assert record is not None and (record.state, record.holder) == ("granted", "p1")
+        # no other urgent run waits only for a slot: a pass decides
+        assert await pass_slot(conn, "p1", now=NOW, until=LATER, priority_at_most=1) is None

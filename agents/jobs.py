@@ -332,6 +332,7 @@ class JobRunner:
                 passed = await get_request(conn, key) if key is not None else None
                 if passed is not None:
                     await hold_effect(conn, passed.effect_key, until)
+                    telemetry.admitted(now - passed.enqueued_at)
         if passed is not None and self.start_passed is not None:
             await self.start_passed(passed)
         telemetry.preempted()

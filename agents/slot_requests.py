@@ -13,10 +13,10 @@ waits in line and an admission pass decides. A granted request is the run's leas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from agents import step_runs
+from agents import step_runs, telemetry
 from agents.admission import PARK
 from agents.admission_policy import SchedulerOptions, marks_of, priority_of
 from agents.effects import (
@@ -156,6 +156,7 @@ async def claim_slot(
             )
             if granted:
                 await hold_effect(conn, row_key, until)
+                telemetry.admitted(timedelta(0))  # no time in the queue
                 return "mine"
         state = await enqueue_request(
             conn, run_key=slot.run_key, now=now, owner=owner, **slot.values

@@ -22,15 +22,16 @@ side of a pause through the Bolt app).
   its short lease expires and another process resumes each run from its last stored
   turn): every run's stored turns against an uninterrupted run's, turns paid against the
   uninterrupted total.
-- Idle cost: one process, one tenant, no contention: the statements, transactions and
-  time the scheduler adds per run (the request, the passes, the grant, the request
-  settled), beside `bench/reconcile.py`'s per-step reconcile measured in the same run.
+- Idle cost (`bench/scheduler_idle.py`): one process, one workspace, no contention, the
+  executor's real jobs with and without a slot request: the round trips, transactions and
+  time the scheduler adds per run, beside `bench/reconcile.py`'s per-step reconcile.
 
 An earlier version "sometimes stalled with an idle event loop": that was the product's
 admission loop swallowing its own cancellation on Python 3.11 (see
 `tests/integration/test_admission_stop.py`), fixed.
 
-Run: `python bench/scheduler.py` (a few minutes), `--quick` (smaller sizes, about a minute).
+Run: `python bench/scheduler.py` (a few minutes), `--quick` (smaller sizes, about a minute),
+`--only fairness|priority|fidelity|idle` (one scenario).
 """
 
 from __future__ import annotations

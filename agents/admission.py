@@ -1,14 +1,16 @@
 """The admission loop: grants run slots in the database, in fair order, across processes.
 
-A step run or a commander turn asks for a slot with a run request row (`enqueue`); its
-outbox row is parked meanwhile. An admission pass – one at a time across the deployment
-(`lock_admission`) – reads the queue, lets the pure core (`agents/scheduler.py`) decide,
-and in the same transaction grants slots to this process (the run's lease is claimed and
-the outbox row held until the lease ends, so the job's heartbeat renews all three
-together), writes why the others wait, and asks batch runs to pause for urgent work.
-After commit the granted runs start here; plans whose waiting reasons changed get their
-card updated (and only those). Passes run on a wake-up (a request enqueued, a slot freed)
-and every `poll_seconds` (other processes' work, expired leases).
+A step run or a commander turn asks for a slot with a run request row as its job claims
+its work (`agents/slot_requests.py`): granted there at once when nobody waits and the caps
+have room, otherwise it waits in line and its outbox row is parked. An admission pass –
+one at a time across the deployment (`lock_admission`) – reads the queue, lets the pure
+core (`agents/scheduler.py`) decide, and in the same transaction grants slots to this
+process (a granted request is the run's lease; the outbox row is held until the lease
+ends, so the job's heartbeat renews both together), writes why the others wait, and asks
+batch runs to pause for urgent work. After commit the granted runs start here; plans
+whose waiting reasons changed get their card updated (and only those). Passes run on a
+wake-up (a run put in line, a slot freed while others wait) and every `poll_seconds`
+(other processes' work, expired leases).
 
 Caps hold across processes: the deployment's granted rows with live leases are counted,
 and this process's own. A killed process's granted rows wait again once its lease expired

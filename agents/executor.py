@@ -10,8 +10,9 @@ cancelled or aborted, in this process or another) and stops the job at once.
 
 Every job ends by reporting: an outcome (or commander operations) to the reconciler. A job
 that dies of a bug reports the step failed with a sentence (its `on_failure` applies);
-nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; what they
-share: `agents/run_context.py`.
+nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; a run's slot
+(the scheduler's side of a job): `agents/slot_requests.py`; the effects that close a plan:
+`agents/closing_effects.py`; what they share: `agents/run_context.py`.
 """
 
 from __future__ import annotations

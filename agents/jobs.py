@@ -6,6 +6,9 @@ soon as that one lease expired. The heartbeat also notices when the step is no l
 job's to finish (the plan was cancelled or aborted, in this process or another) and stops
 the job at once. A job that dies of a bug fails its step with a sentence; a transient
 failure hands the work over to be tried again shortly.
+
+A scheduled run (a step or a commander turn) has no lease of its own: its granted run
+request is its lease (`agents/slot_requests.py`), asked for as the job claims its work.
 """
 
 from __future__ import annotations

@@ -35,13 +35,13 @@ from pathlib import Path
 from sqlalchemy import make_url, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.chaos.stack import lease_owners
 from bot.manifest import commander_manifest
 from local_slack import Driver, InstalledApp, LocalWorkspace
 from storage.agents import update_agent
 from storage.db import Database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's test helpers
+from bench.chaos.stack import lease_owners  # noqa: E402
 from tests.e2e.flotilla_process import FlotillaProcess  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, text_message  # noqa: E402
 

@@ -10,8 +10,9 @@ cancelled or aborted, in this process or another) and stops the job at once.
 
 Every job ends by reporting: an outcome (or commander operations) to the reconciler. A job
 that dies of a bug reports the step failed with a sentence (its `on_failure` applies);
-nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; what they
-share: `agents/run_context.py`.
+nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; a run's slot
+(the scheduler's side of a job): `agents/slot_requests.py`; the effects that close a plan:
+`agents/closing_effects.py`; what they share: `agents/run_context.py`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from agents import commander_turns, plan_endings, step_runs
+from agents import closing_effects, commander_turns, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
@@ -40,7 +42,6 @@ from agents.effects import (
     ShowForm,
     StepFailureNotice,
     UpdatePlanCard,
-    final_answer_key,
     from_row,
 )
 from agents.failures import is_storage_error
@@ -48,7 +49,13 @@ from agents.jobs import JobRunner
 from agents.outbox import Claimed, OutboxSender
 from agents.ports import RunObserver
 from agents.run_context import Context, Job
-from agents.slot_requests import SCHEDULED, fail_refused, let_go_unrun, request_slot
+from agents.slot_requests import (
+    SCHEDULED,
+    claim_slot,
+    fail_refused,
+    let_go_unrun,
+    slot_request,
+)
 from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
 from storage.run_requests import plan_wait_reasons
@@ -73,7 +80,6 @@ class Executor:
             lease=options.lease,
             on_give_up=self._given_up,
         )
-        self.runner = JobRunner(context, owner=owner, on_slot_freed=self._slot_freed)
         self.admission = AdmissionLoop(
             context.db,
             owner=owner,
@@ -84,6 +90,14 @@ class Executor:
             start=self._start_granted,
             show_waits=self._show_waits,
             refuse=self._refused,
+            pause_here=self._pause_here,
+        )
+        self.runner = JobRunner(
+            context,
+            owner=owner,
+            on_slot_freed=self._slot_freed,
+            on_queued=self.admission.wake,
+            start_passed=self._start_granted,
         )
         self._wake = asyncio.Event()
         self._draining = asyncio.Lock()
@@ -173,10 +187,7 @@ class Executor:
                     total += claimed
             finally:
                 await self.outbox.flush()  # a stopping process marks what it delivered
-            if (total or self.admission.asked) and not self._stopping:
-                # the runs just asked for may start at once (a pass under way is awaited)
-                await self.admission.run_pass()
-            return total
+            return total  # runs ask for their slots as their jobs claim them
 
     async def settle(self) -> None:
         """Deliver everything due, grant what may start, and wait for every job (the demo
@@ -235,12 +246,12 @@ class Executor:
             await self._post_form(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
-            await self._stopped(conversation, effect, redelivered=redelivered)
+            await closing_effects.stopped(self.runner, conversation, effect, redelivered)
             return False
         if isinstance(effect, PlanFinished):
-            return await self._finished(conversation, effect, redelivered=redelivered)
+            return await closing_effects.finished(self.runner, conversation, effect, redelivered)
         if isinstance(effect, StepFailureNotice):
-            await self._failure(conversation, effect, redelivered=redelivered)
+            await closing_effects.failure(self.context, conversation, effect, redelivered)
             return False
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
             if not await step_runs.still_current(ctx, effect):
@@ -283,10 +294,17 @@ class Executor:
         """Ask the scheduler for a slot for a step run or a commander turn (it starts when
         granted); the other long work starts at once. True: the row is held."""
         effect = claimed.effect
-        if isinstance(effect, SCHEDULED):
-            await request_slot(self.context, self.admission, effect, conversation)
-            return True
         run_key, work = self._work_of(effect, conversation, claimed.delivery > 1)
+        if isinstance(effect, SCHEDULED):
+            slot = await slot_request(self.context, self.admission, effect, conversation)
+            if self._stopping:  # it waits in line: a running process grants it
+                now = self.context.clock()
+                queued = replace(slot, fast=None)
+                until = now + self.context.options.lease
+                await claim_slot(self.context.db, queued, self.owner, now=now, until=until)
+                return True
+            self.runner.hold(effect, slot.run_key, work, slot=slot)
+            return True
         self.runner.hold(effect, run_key, work)
         return True
 
@@ -295,12 +313,17 @@ class Executor:
     ) -> tuple[str | None, Work]:
         """The run's lease key (None: a commander turn's own) and the work of an effect."""
         ctx = self.context
-        if isinstance(effect, PostDispatch | RunCommanderStep):
-            if isinstance(effect, RunCommanderStep):
+        if isinstance(effect, RunCommanderStep):
+
+            async def commander_step() -> None:  # when its slot is granted
                 self.observer.dispatched("commander")
                 log.info(
                     "step dispatched to the commander", extra=step_runs.ids(conversation, effect)
                 )
+                await step_runs.run(ctx, conversation, effect, redelivered)
+
+            return effect.key, commander_step
+        if isinstance(effect, PostDispatch):
             return effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
         if isinstance(effect, ResumeStep):
             return step_runs.run_key_of(effect), lambda: step_runs.run(
@@ -321,13 +344,20 @@ class Executor:
                 await self._not_wanted(record)  # cancelled or aborted while it waited
                 return
         conversation = await self.context.conversation(effect.conversation_id)
-        run_key, work = self._work_of(effect, conversation, record.grants > 0)
-        self.runner.hold(effect, run_key, work)
+        _, work = self._work_of(effect, conversation, record.grants > 0)
+        self.runner.hold(effect, record.run_key, work, granted=True)
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:
         """A granted run whose step moved on: its slot, lease and row are let go unrun."""
         await let_go_unrun(self.context, record, self.owner)
         self.admission.wake()
+
+    def _pause_here(self, run_key: str) -> None:
+        """Urgent work waits: a run of this process asked to pause stops at its next
+        model-turn boundary (a run elsewhere reads the request at its heartbeat)."""
+        for job in self.jobs.values():
+            if job.run_key == run_key and job.scheduled:
+                job.pause.set()
 
     def _slot_freed(self, job: Job, preempted: bool) -> None:
         """A job let its slot go: another run may start now (and a paused one says so)."""
@@ -360,60 +390,6 @@ class Executor:
             if waits:
                 plan = plan.model_copy(update={"waits": waits})
             await self.context.port.show_card(conversation, plan, first=first)
-
-    async def _stopped(
-        self, conversation: ConversationRecord, effect: PlanStopped, *, redelivered: bool
-    ) -> None:
-        """A cancelled plan: stop its runs here, close its forms, say so once."""
-        await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-        plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
-        if plan is not None:
-            await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return  # said already (Slack's answer was lost, or this process stopped)
-        log.info("plan finished: cancelled", extra=step_runs.ids(conversation, effect))
-        who = f" by <@{effect.by}>" if effect.by else ""
-        note = f"Plan cancelled{who}; nothing else will run."
-        if plan is not None:
-            note = plan_endings.closing_sentence(plan, by=effect.by)
-        await self.context.port.say(conversation, note, key=effect.key)
-
-    async def _finished(
-        self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
-    ) -> bool:
-        """A completed plan gets its final answer (a job: the commander's run), an aborted
-        one a sentence; True when a job now holds the row."""
-        log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
-        if effect.status == "aborted":
-            await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-        plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
-        if plan is None:
-            return False
-        if effect.status == "aborted":
-            await self.context.port.close_forms(conversation, plan, "The plan was stopped.")
-        if plan_endings.needs_final_answer(plan):
-            ctx, write = self.context, plan_endings.write_final_answer
-            self.runner.hold(
-                effect,
-                final_answer_key(plan.id),
-                lambda: write(ctx, conversation, effect, plan, redelivered),
-            )
-            return True
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return False
-        if plan.status in ("aborted", "cancelled"):
-            note = plan_endings.closing_sentence(plan, effect.reason)
-            await self.context.port.say(conversation, note, key=effect.key)
-        return False
-
-    async def _failure(
-        self, conversation: ConversationRecord, effect: StepFailureNotice, *, redelivered: bool
-    ) -> None:
-        """A step really failed: said once, in words, with what happens next."""
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return
-        sentence = plan_endings.failure_sentence(effect)
-        await self.context.port.say(conversation, sentence, key=effect.key)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

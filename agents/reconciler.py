@@ -373,6 +373,10 @@ class Reconciler:
             loaded = await conn.run_sync(store.load_latest_plan, conversation_id)
         return plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
 
+    def remembered(self, conversation_id: int) -> Plan | None:
+        """The conversation's plan as last written in this process (no read), if any."""
+        return self._cache.get(conversation_id)
+
     def _remember(self, plan: Plan) -> None:
         """Keep the plan just committed for the next load of its conversation."""
         self._cache.pop(plan.conversation_id, None)

@@ -72,10 +72,33 @@ class OutboxSender:
         self.batch = batch
         self.on_give_up = on_give_up
         self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
+        # rows a reconcile claimed for this sender in its own transaction (`hand_over`)
+        self._handed: list[tuple[OutboxRecord, Effect]] = []
+        self.exhausted = False  # the last claim found fewer rows than a batch
+
+    def take_sent(self) -> list[int]:
+        """The rows delivered since the last transaction, for a transaction that marks
+        them sent (the reconcile's, `agents/reconcile_units.py`); `restore_sent` puts them
+        back when it did not commit."""
+        sent, self._sent = self._sent, []
+        return sent
+
+    def restore_sent(self, sent: list[int]) -> None:
+        self._sent = sent + self._sent
+
+    def hand_over(self, claimed: list[OutboxRecord], effects: list[Effect]) -> None:
+        """Rows a committed transaction inserted already claimed for this sender, with
+        the effects they hold: delivered by the next `deliver_due`, before it claims."""
+        by_key = {e.key: e for e in effects}
+        self._handed.extend((r, by_key[r.idempotency_key]) for r in claimed)
 
     async def deliver_due(self) -> int:
-        """Mark what was delivered, claim one batch of due rows and deliver them; how many
-        were claimed."""
+        """Deliver the rows handed over, then mark what was delivered, claim one batch of
+        due rows and deliver them; how many were delivered (`exhausted`: no more are due
+        beyond this batch)."""
+        handed, self._handed = self._handed, []
+        for record, effect in handed:
+            await self._deliver(record, effect)
         now = self.clock()
         sent, self._sent = self._sent, []
         try:
@@ -88,15 +111,24 @@ class OutboxSender:
         except BaseException:
             self._sent = sent + self._sent  # marked with the next claim, or redelivered
             raise
+        self.exhausted = len(records) < self.batch
         for record in records:
             await self._deliver(record)
-        return len(records)
+        return len(handed) + len(records)
 
-    async def drain(self) -> int:
-        """Deliver until nothing is due; how many rows were claimed in all."""
+    async def drain(self, *, until_empty: bool = True) -> int:
+        """Deliver until nothing is due; how many rows were delivered in all. The rows
+        delivered last are marked sent by the next transaction (`flush` for none).
+
+        `until_empty`: claim until a claim finds nothing (a delivery may have made more
+        rows due, e.g. a timer's reconcile); False: stop once a claim found less than a
+        batch and nothing was handed over meanwhile – one claim fewer, as the executor's
+        loop does (it looks again when woken, or when the next row comes due)."""
         total = 0
-        while claimed := await self.deliver_due():
-            total += claimed
+        while delivered := await self.deliver_due():
+            total += delivered
+            if not until_empty and self.exhausted and not self._handed:
+                break
         return total
 
     async def flush(self) -> None:
@@ -114,11 +146,12 @@ class OutboxSender:
             self._sent = sent + self._sent
             raise
 
-    async def _deliver(self, record: OutboxRecord) -> None:
+    async def _deliver(self, record: OutboxRecord, effect: Effect | None = None) -> None:
         try:
-            effect = from_row(
-                record.idempotency_key, record.kind, record.conversation_id or 0, record.payload
-            )
+            if effect is None:
+                effect = from_row(
+                    record.idempotency_key, record.kind, record.conversation_id or 0, record.payload
+                )
         except ValidationError as exc:  # a row no performer can read: never retried
             log.error("outbox %s is malformed; giving it up: %s", record.idempotency_key, exc)
             async with self.db.write() as conn:

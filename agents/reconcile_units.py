@@ -14,8 +14,9 @@ Both write the rows `plan_write` computes from the decision.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -26,9 +27,31 @@ from agents.plan_store import plan_from_rows, step_row
 from storage import plans as store
 from storage.events import record_event
 from storage.optimistic import PlanWrite, load_versioned, write_versioned
-from storage.outbox import enqueue_effects
+from storage.outbox import enqueue_claimed, enqueue_effects, mark_sent
+from storage.records import OutboxRecord
 
-Unit = Callable[[Connection], Decision | None]
+
+@dataclass(frozen=True, slots=True)
+class PreClaim:
+    """Hand the effects just decided to this process's outbox sender: rows of `kinds` due
+    now are inserted already claimed until `lease_until` (no claim transaction of their
+    own), and the rows the sender delivered since (`sent`) are marked in the same
+    transaction."""
+
+    lease_until: datetime
+    kinds: frozenset[str]
+    sent: Sequence[int] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A committed decision, and the outbox rows it claimed for this process's sender."""
+
+    decision: Decision
+    claimed: list[OutboxRecord] = field(default_factory=list)
+
+
+Unit = Callable[[Connection], Stored | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +67,7 @@ class ReconcileCall:
     disabled: Collection[str] = ()
     actor: str | None = None
     held: Plan | None = None  # the plan last written by this process (its steps are skipped)
+    preclaim: PreClaim | None = None  # the locked path only
 
     @property
     def known(self) -> tuple[int, int] | None:
@@ -69,16 +93,20 @@ class ReconcileCall:
 def locked_reconcile(call: ReconcileCall) -> Unit:
     """The reconcile as one transaction under the conversation's lock."""
 
-    def work(conn: Connection) -> Decision | None:
+    def work(conn: Connection) -> Stored | None:
         fresh = call.event_key is None or record_event(conn, call.event_key, call.now)
         loaded = store.load_latest_plan(conn, call.conversation_id, known=call.known)
         if loaded is None:
             return None
         decision = call.decide(loaded, apply=fresh)
-        if decision.changed:
-            write = plan_write(decision, call.now, card_waiting=loaded.card_waiting)
-            store_write(conn, write, call.now)
-        return decision
+        if not decision.changed:
+            if call.preclaim is not None:
+                mark_sent(conn, call.preclaim.sent, call.now)
+            return Stored(decision)
+        write = plan_write(
+            decision, call.now, card_waiting=loaded.card_waiting, preclaim=call.preclaim
+        )
+        return Stored(decision, store_write(conn, write, call.now, preclaim=call.preclaim))
 
     return work
 
@@ -87,7 +115,7 @@ def optimistic_reconcile(call: ReconcileCall) -> Unit:
     """The reconcile as a read and one version-checked write (PostgreSQL, autocommit);
     raises `storage.optimistic.VersionConflict` when the conversation moved on."""
 
-    def work(conn: Connection) -> Decision | None:
+    def work(conn: Connection) -> Stored | None:
         read = load_versioned(
             conn, call.conversation_id, known=call.known, event_key=call.event_key
         )
@@ -100,19 +128,29 @@ def optimistic_reconcile(call: ReconcileCall) -> Unit:
         elif record is not None:  # nothing changed, but the event is applied: remember it
             write = PlanWrite(plan_id=decision.plan.id)
         else:
-            return decision
+            return Stored(decision)
         write_versioned(
             conn, call.conversation_id, read.lock_version, write, event_key=record, now=call.now
         )
-        return decision
+        return Stored(decision)
 
     return work
 
 
-def plan_write(decision: Decision, now: datetime, *, card_waiting: bool) -> PlanWrite:
+def plan_write(
+    decision: Decision, now: datetime, *, card_waiting: bool, preclaim: PreClaim | None = None
+) -> PlanWrite:
     """The rows a changed decision writes. A plan-card refresh is left out while one is
-    waiting, unclaimed, in the outbox (it renders the plan as it is when delivered)."""
+    waiting, unclaimed, in the outbox (it renders the plan as it is when delivered).
+    With `preclaim`, the effects of its kinds that are due now go to `claimed`."""
     plan = decision.plan
+    rows = [
+        to_row(e) for e in decision.effects if not (card_waiting and e.kind == "update_plan_card")
+    ]
+    claimed = []
+    if preclaim is not None:
+        claimed = [r for r in rows if _claimable(r, preclaim, now)]
+        rows = [r for r in rows if not _claimable(r, preclaim, now)]
     before = decision.before
     old = before.steps if before is not None else ()
     changed = decision.changed_steps()
@@ -127,16 +165,23 @@ def plan_write(decision: Decision, now: datetime, *, card_waiting: bool) -> Plan
         status=plan.status,
         version=plan.version,
         was_version=before.version if before is not None else 0,
-        effects=[
-            to_row(e)
-            for e in decision.effects
-            if not (card_waiting and e.kind == "update_plan_card")
-        ],
+        effects=rows,
+        claimed=claimed,
+        sent=preclaim.sent if preclaim is not None else (),
     )
 
 
-def store_write(conn: Connection, write: PlanWrite, now: datetime) -> None:
-    """`write` statement by statement, in the caller's (locked) transaction."""
+def _claimable(row: dict[str, Any], preclaim: PreClaim, now: datetime) -> bool:
+    due = row.get("available_at")
+    return row["kind"] in preclaim.kinds and (due is None or due <= now)
+
+
+def store_write(
+    conn: Connection, write: PlanWrite, now: datetime, *, preclaim: PreClaim | None = None
+) -> list[OutboxRecord]:
+    """`write` statement by statement, in the caller's (locked) transaction; the rows it
+    inserted claimed (`preclaim`)."""
+    mark_sent(conn, write.sent, now)
     store.update_steps(conn, write.plan_id, write.changed)
     store.insert_steps(conn, write.plan_id, write.added)
     if write.status is not None:
@@ -149,3 +194,6 @@ def store_write(conn: Connection, write: PlanWrite, now: datetime) -> None:
             now=now,
         )
     enqueue_effects(conn, write.effects, now)
+    if preclaim is None or not write.claimed:
+        return []
+    return enqueue_claimed(conn, write.claimed, now, lease_until=preclaim.lease_until)

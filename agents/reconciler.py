@@ -12,6 +12,7 @@ another writer changed the conversation in between (`agents/reconcile_units.py`)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
@@ -19,6 +20,7 @@ from agents.clock import Clock, utcnow
 from agents.decisions import Decision, decide_agent_gone, start
 from agents.effects import Effect
 from agents.errors import OperationRejected
+from agents.outbox import OutboxSender
 from agents.plan import (
     DEFAULT_MAX_TRANSIENT_FAILURES,
     TERMINAL_PLAN,
@@ -32,7 +34,9 @@ from agents.plan import (
 from agents.plan_store import plan_from_rows
 from agents.plan_validation import validate_plan
 from agents.reconcile_units import (
+    PreClaim,
     ReconcileCall,
+    Stored,
     locked_reconcile,
     optimistic_reconcile,
     plan_write,
@@ -46,6 +50,23 @@ from storage.locks import ConversationLocks
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 
 AfterCommit = Callable[[list[Effect]], Awaitable[None]]
+# what a reconcile hands its process's outbox sender at once: everything but the plan card's
+# refresh, which waits unclaimed in the outbox so that refreshes coalesce (one per plan)
+HANDED_OVER_KINDS = frozenset(
+    {
+        "post_dispatch",
+        "show_form",
+        "run_commander_step",
+        "ask_commander",
+        "ask_user",
+        "resume_step",
+        "step_failure_notice",
+        "retry_due",
+        "plan_finished",
+        "plan_stopped",
+        "plan_stalled",
+    }
+)
 
 
 class Reconciler:
@@ -58,6 +79,11 @@ class Reconciler:
     The plans this process last wrote are kept in memory by version: the load then
     skips the step rows when the stored version is still the one held (every change of
     a plan bumps its version, under the lock).
+
+    With `outbox` (this process's sender; SQLite's path), the effects of `handed_over`
+    kinds that are due now are inserted already claimed for it in the reconcile's own
+    transaction and handed to it after commit, and the rows it delivered since are marked
+    sent in that same transaction: no claim transaction of their own.
     """
 
     def __init__(
@@ -68,6 +94,8 @@ class Reconciler:
         clock: Clock = utcnow,
         after_commit: AfterCommit | None = None,
         cache_size: int = 1000,
+        outbox: OutboxSender | None = None,
+        handed_over: frozenset[str] = HANDED_OVER_KINDS,
     ) -> None:
         self.db = db
         self.locks = locks or ConversationLocks()
@@ -75,6 +103,8 @@ class Reconciler:
         self.after_commit = after_commit
         self.cache_size = cache_size
         self._cache: dict[int, Plan] = {}  # conversation id -> last plan written here
+        self.outbox = outbox
+        self.handed_over = handed_over
 
     async def start_plan(
         self,
@@ -109,8 +139,9 @@ class Reconciler:
     ) -> Decision:
         """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
+        preclaim = self._preclaim(now)
 
-        def work(conn: Connection) -> Decision:
+        def work(conn: Connection) -> Stored:
             current = store.load_latest_plan(conn, conversation_id)
             if current is not None and current.plan["status"] not in TERMINAL_PLAN:
                 raise OperationRejected(
@@ -133,10 +164,10 @@ class Reconciler:
                 steps=tuple(steps),
             )
             decision = start(plan, now)
-            store_write(conn, plan_write(decision, now, card_waiting=False), now)
-            return decision
+            write = plan_write(decision, now, card_waiting=False, preclaim=preclaim)
+            return Stored(decision, store_write(conn, write, now, preclaim=preclaim))
 
-        decision = await self._locked(conversation_id, work)
+        decision = await self._locked(conversation_id, work, preclaim)
         assert decision is not None  # a started plan always has a decision
         return decision
 
@@ -158,9 +189,11 @@ class Reconciler:
         Raises `OperationRejected`/`PlanValidationError` for a commander operation that
         is not allowed (then nothing of this call is stored).
         """
+        now = self.clock()
+        preclaim = self._preclaim(now)
         call = ReconcileCall(
             conversation_id,
-            self.clock(),
+            now,
             event_key=event_key,
             outcomes=outcomes,
             operations=operations,
@@ -168,19 +201,20 @@ class Reconciler:
             disabled=disabled,
             actor=actor,
             held=self._cache.get(conversation_id),
+            preclaim=preclaim,
         )
         if self.db.is_sqlite:
-            decision = await self.locks.run(self.db, conversation_id, locked_reconcile(call))
-        else:
-            unit = optimistic_reconcile(call)
-            decision = await self.locks.run_optimistic(self.db, conversation_id, unit)
-        return await self._committed(decision)
+            return await self._locked(conversation_id, locked_reconcile(call), preclaim)
+        unit = optimistic_reconcile(call)
+        return await self._committed(
+            await self.locks.run_optimistic(self.db, conversation_id, unit)
+        )
 
     async def fail_steps_of(self, conversation_id: int, agent: str, reason: str) -> Decision | None:
         """`decide_agent_gone` under the conversation's lock, stored like `reconcile`."""
         now = self.clock()
 
-        def work(conn: Connection) -> Decision | None:
+        def work(conn: Connection) -> Stored | None:
             loaded = store.load_latest_plan(conn, conversation_id)
             if loaded is None or loaded.plan["status"] in TERMINAL_PLAN:
                 return None
@@ -188,20 +222,37 @@ class Reconciler:
             decision = decide_agent_gone(before, now, agent, reason)
             if decision.changed:
                 store_write(conn, plan_write(decision, now, card_waiting=loaded.card_waiting), now)
-            return decision
+            return Stored(decision)
 
         return await self._locked(conversation_id, work)
 
+    def _preclaim(self, now: datetime) -> PreClaim | None:
+        if self.outbox is None or not self.db.is_sqlite:
+            return None  # PostgreSQL's optimistic write leaves the claim to the sender
+        return PreClaim(now + self.outbox.lease, self.handed_over, self.outbox.take_sent())
+
     async def _locked(
-        self, conversation_id: int, work: Callable[[Connection], Decision | None]
+        self,
+        conversation_id: int,
+        work: Callable[[Connection], Stored | None],
+        preclaim: PreClaim | None = None,
     ) -> Decision | None:
         """Run `work` in one transaction under the conversation's lock; remember and
         announce what it committed."""
-        return await self._committed(await self.locks.run(self.db, conversation_id, work))
+        try:
+            stored = await self.locks.run(self.db, conversation_id, work)
+        except BaseException:
+            if preclaim is not None and self.outbox is not None:
+                self.outbox.restore_sent(list(preclaim.sent))  # marked by a later one
+            raise
+        return await self._committed(stored)
 
-    async def _committed(self, decision: Decision | None) -> Decision | None:
-        if decision is None:
+    async def _committed(self, stored: Stored | None) -> Decision | None:
+        if stored is None:
             return None
+        decision = stored.decision
+        if stored.claimed and self.outbox is not None:
+            self.outbox.hand_over(stored.claimed, decision.effects)
         self._remember(decision.plan)
         await self._after(decision)
         return decision

@@ -71,12 +71,12 @@ async def flotilla_per_step(folder: Path, steps: list[Step], mode: Sync, tag: st
     db = Database(f"sqlite+aiosqlite:///{folder / f'flotilla-{tag}.db'}")
     _set_synchronous(db, mode)
     await upgrade(db)
-    reconciler = Reconciler(db, clock=lambda: NOW)
     sender = OutboxSender(db, RecordingPort(), clock=lambda: NOW)
+    reconciler = Reconciler(db, clock=lambda: NOW, outbox=sender)  # as the executor wires it
     cid = await conversation(db, tag)
     t0 = time.perf_counter()
     decision = await reconciler.start_steps(cid, steps)
-    await sender.drain()
+    await sender.drain(until_empty=False)
     plan = decision.plan
     while plan.status == "running":
         running = [s for s in plan.steps if s.status == "in_progress"]
@@ -86,7 +86,7 @@ async def flotilla_per_step(folder: Path, steps: list[Step], mode: Sync, tag: st
         )
         assert result is not None
         plan = result.plan
-        await sender.drain()
+        await sender.drain(until_empty=False)
     elapsed = time.perf_counter() - t0
     assert plan.status == "completed", plan.status
     await db.dispose()

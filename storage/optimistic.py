@@ -189,7 +189,9 @@ _WRITE = text(_WRITE_SQL)
 class PlanWrite:
     """What one reconcile writes: the changed steps (each with the status and attempts it
     was read with), the added steps, the plan's new status and version (None: the plan row
-    is unchanged) and the outbox rows."""
+    is unchanged) and the outbox rows – `claimed`: rows inserted already claimed for this
+    process's sender, `sent`: rows its sender delivered since its last transaction (the
+    locked path writes both; this module's statement does not)."""
 
     plan_id: int
     changed: Sequence[tuple[dict[str, Any], str, int]] = ()
@@ -198,6 +200,8 @@ class PlanWrite:
     version: int = 0
     was_version: int = 0
     effects: Sequence[dict[str, Any]] = ()
+    claimed: Sequence[dict[str, Any]] = ()
+    sent: Sequence[int] = ()
 
 
 def write_versioned(
@@ -212,6 +216,7 @@ def write_versioned(
     """Everything one reconcile decided, in one statement, if the conversation is still at
     `lock_version`. Raises `VersionConflict` (nothing written) when it is not, and
     `ConcurrentPlanChange` when a step or the plan row is not as read."""
+    assert not write.claimed and not write.sent, "pre-claimed rows go through the locked path"
     changed = [
         {name: row.get(name) for name in _CHANGED} | {"was_status": was, "was_attempts": n}
         for row, was, n in write.changed

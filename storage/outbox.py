@@ -58,6 +58,44 @@ def enqueue_effects(
     return inserted
 
 
+def enqueue_claimed(
+    conn: Connection, rows: Sequence[dict[str, Any]], now: datetime, *, lease_until: datetime
+) -> list[OutboxRecord]:
+    """Outbox rows inserted already claimed by the calling process until `lease_until`
+    (attempts 1), in the caller's transaction – what `settle_and_claim` would return for
+    them, without a transaction of its own. A duplicate key rolls the transaction back."""
+    if not rows:
+        return []
+    values: list[dict[str, Any]] = [
+        {"state": "pending", "created_at": now}
+        | dict(r)
+        | {"attempts": 1, "failures": 0, "available_at": lease_until}
+        for r in rows
+    ]
+    returned = conn.execute(
+        insert(outbox_t).returning(outbox_t.c.id, sort_by_parameter_order=True), values
+    ).all()
+    return [
+        OutboxRecord(
+            id=row.id,
+            idempotency_key=value["idempotency_key"],
+            conversation_id=value["conversation_id"],
+            kind=value["kind"],
+            payload=value["payload"],
+            attempts=1,
+            failures=0,
+            created_at=now,
+        )
+        for row, value in zip(returned, values, strict=True)
+    ]
+
+
+def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:
+    """Mark delivered rows sent (a row given up or settled meanwhile is left as it is)."""
+    if sent:
+        conn.execute(_MARK_SENT, [{"row_id": i, "sent_at": now} for i in sent])
+
+
 def settle_and_claim(
     conn: Connection,
     *,
@@ -74,8 +112,7 @@ def settle_and_claim(
     on SQLite the write transaction already serialises claimers. Synchronous: the sender
     runs it on a worker thread (SQLite) or through `run_sync` (PostgreSQL).
     """
-    if sent:
-        conn.execute(_MARK_SENT, [{"row_id": i, "sent_at": now} for i in sent])
+    mark_sent(conn, sent, now)
     if limit <= 0:
         return []
     due = (

@@ -109,6 +109,9 @@ class Executor:
     def start(self) -> None:
         """Start delivering (work a dead process left is claimed once its lease expired)."""
         self._stopping = False
+        # while this loop delivers, the reconciler hands its sender the effects it decides
+        # (claimed in its own transaction; plan-card refreshes stay in the outbox to coalesce)
+        self.context.reconciler.outbox = self.outbox
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
         self.admission.start()
 
@@ -119,6 +122,7 @@ class Executor:
         finish; the rest is handed over (their leases released, so any process takes
         them at once). Returns the keys handed over."""
         self._stopping = True
+        self._no_more_handed()
         await self.admission.stop()  # grants nothing more here
         if self._loop is not None:
             began = asyncio.get_running_loop().time()
@@ -129,6 +133,7 @@ class Executor:
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None
+        await self.outbox.release_handed()  # any process may deliver them at once
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if tasks and grace > 0:
             await asyncio.wait(tasks, timeout=grace)
@@ -150,6 +155,7 @@ class Executor:
         lease expired. A seam for the tests (bench/resume.py kills real processes); a
         service never calls it."""
         self.runner.abandoned = True
+        self._no_more_handed()
         await self.admission.stop()
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if self._loop is not None:
@@ -158,6 +164,11 @@ class Executor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _no_more_handed(self) -> None:
+        """Effects decided from now on wait in the outbox for any process's sender."""
+        if self.context.reconciler.outbox is self.outbox:
+            self.context.reconciler.outbox = None
 
     def wake(self) -> None:
         """Look at the outbox now (after a commit, or when a timer may have come due)."""
@@ -169,8 +180,10 @@ class Executor:
         async with self._draining:
             total = 0
             try:
-                while not self._stopping and (claimed := await self.outbox.deliver_due()):
-                    total += claimed
+                while not self._stopping and (delivered := await self.outbox.deliver_due()):
+                    total += delivered
+                    if self.outbox.exhausted and not self.outbox.handed:
+                        break  # what comes due next wakes the loop (or its poll finds it)
             finally:
                 await self.outbox.flush()  # a stopping process marks what it delivered
             if (total or self.admission.asked) and not self._stopping:

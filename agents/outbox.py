@@ -92,6 +92,22 @@ class OutboxSender:
         by_key = {e.key: e for e in effects}
         self._handed.extend((r, by_key[r.idempotency_key]) for r in claimed)
 
+    @property
+    def handed(self) -> int:
+        """Rows handed over and not delivered yet."""
+        return len(self._handed)
+
+    async def release_handed(self) -> None:
+        """A stopping process lets go of the rows handed to it and not delivered: due at
+        once for any sender (a crash leaves them to the lease instead)."""
+        handed, self._handed = self._handed, []
+        if not handed:
+            return
+        now = self.clock()
+        async with self.db.write() as conn:
+            for record, _effect in handed:
+                await hold_effect(conn, record.idempotency_key, now)
+
     async def deliver_due(self) -> int:
         """Deliver the rows handed over, then mark what was delivered, claim one batch of
         due rows and deliver them; how many were delivered (`exhausted`: no more are due
@@ -127,7 +143,7 @@ class OutboxSender:
         total = 0
         while delivered := await self.deliver_due():
             total += delivered
-            if not until_empty and self.exhausted and not self._handed:
+            if not until_empty and self.exhausted and not self.handed:
                 break
         return total
 

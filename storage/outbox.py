@@ -72,9 +72,7 @@ def enqueue_claimed(
         | {"attempts": 1, "failures": 0, "available_at": lease_until}
         for r in rows
     ]
-    returned = conn.execute(
-        insert(outbox_t).returning(outbox_t.c.id, sort_by_parameter_order=True), values
-    ).all()
+    returned = conn.execute(_INSERT_CLAIMED, values).all()
     return [
         OutboxRecord(
             id=row.id,
@@ -115,20 +113,9 @@ def settle_and_claim(
     mark_sent(conn, sent, now)
     if limit <= 0:
         return []
-    due = (
-        select(outbox_t.c.id)
-        .where(outbox_t.c.state == "pending", outbox_t.c.available_at <= now)
-        .order_by(outbox_t.c.id)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    rows = conn.execute(
-        update(outbox_t)
-        .where(outbox_t.c.id.in_(due.scalar_subquery()))
-        .values(available_at=lease_until, attempts=outbox_t.c.attempts + 1)
-        .returning(*_CLAIMED)
-    ).all()
+    claim = _CLAIM_PG if conn.dialect.name == "postgresql" else _CLAIM
+    params = {"claim_now": now, "claim_lease_until": lease_until, "claim_limit": limit}
+    rows = conn.execute(claim, params).all()
     return sorted(
         (
             OutboxRecord(
@@ -157,11 +144,36 @@ _CLAIMED = (
     outbox_t.c.failures,
     outbox_t.c.created_at,
 )
+_INSERT_CLAIMED = insert(outbox_t).returning(outbox_t.c.id, sort_by_parameter_order=True)
+
+
+def _claim(*, skip_locked: bool) -> Any:
+    """The claim statement (built once): the oldest due rows, leased to the caller."""
+    due = (
+        select(outbox_t.c.id)
+        .where(outbox_t.c.state == "pending", outbox_t.c.available_at <= bindparam("claim_now"))
+        .order_by(outbox_t.c.id)
+        .limit(bindparam("claim_limit"))
+    )
+    if skip_locked:
+        due = due.with_for_update(skip_locked=True)
+    return (
+        update(outbox_t)
+        .where(outbox_t.c.id.in_(due.scalar_subquery()))
+        .values(available_at=bindparam("claim_lease_until"), attempts=outbox_t.c.attempts + 1)
+        .returning(*_CLAIMED)
+    )
+
+
 _MARK_SENT = (
     update(outbox_t)
     .where(outbox_t.c.id == bindparam("row_id"), outbox_t.c.state == "pending")
     .values(state="sent", sent_at=bindparam("sent_at"))
 )
+
+
+_CLAIM = _claim(skip_locked=False)
+_CLAIM_PG = _claim(skip_locked=True)
 
 
 async def claim_effects(

@@ -5,20 +5,23 @@ S-step chain (one step in flight), and P worker processes (`python bench/reconci
 worker …`) that start together. A worker reports the result of each in-flight step of
 its conversations – `Reconciler.reconcile` with the outcome and an event key, which
 records the result and the next dispatch – until every plan completed, with
-`--concurrency` conversations in flight at once per process (an executor's runs finish
-concurrently). Conversation i belongs to worker i mod P; with `--race` every worker
-reports every result (as when the message event and the process that ran the step both
+`--in-flight` conversations in flight at once in all, split evenly between the processes
+(a fixed offered load, as a fixed number of clients would be; an executor's runs finish
+concurrently), or `--per-process N` in flight in each process. Conversation i belongs to
+worker i mod P; with `--race` every worker reports every result (as when the message event and the process that ran the step both
 report it): the conflicts then go through the optimistic retry and the event de-duplication.
 
 A step transition is a reconcile that changed the plan. Printed per run: transitions,
 wall time from the start signal to the last worker's end, transitions/s, the ratio to
 1 process, the double dispatches found in the outbox (dispatch rows of the same step
 and attempt, or of the same step more than once: must be 0), the workers' CPU time per
-transition and how busy the whole machine was meanwhile (/proc/stat: the database and
-anything else running count too).
+transition, the local PostgreSQL server's CPU per transition (/proc, all its processes:
+it counts only when the server runs on this machine and nothing else uses it much) and how
+busy the whole machine was meanwhile (/proc/stat: anything else running counts too).
 
-    .venv/bin/python bench/reconcile_pg.py                      # 1, 2, 4 processes
+    .venv/bin/python bench/reconcile_pg.py                    # 1, 2, 4 processes, 8 in flight
     .venv/bin/python bench/reconcile_pg.py --race --repeats 2
+    .venv/bin/python bench/reconcile_pg.py --per-process 8    # the load grows with processes
     .venv/bin/python bench/reconcile_pg.py --url postgresql+asyncpg://postgres@host/db
 """
 
@@ -52,8 +55,12 @@ DEFAULT_URL = os.environ.get(
 )
 
 
+EXTRA = os.environ.get("BENCH_PG_SETTINGS", "").split(",")
+
+
 def database(url: str, schema: str) -> Database:
-    return Database(url, connect_args={"server_settings": {"search_path": schema}})
+    settings = {"search_path": schema} | dict(s.split("=", 1) for s in EXTRA if s)
+    return Database(url, connect_args={"server_settings": settings})
 
 
 # --- a worker process --------------------------------------------------------------------
@@ -97,6 +104,23 @@ async def worker(url: str, schema: str, ids: list[int], concurrency: int, race: 
     print(json.dumps(dict(counts) | {"elapsed": elapsed, "cpu": cpu}), flush=True)
 
 
+def postgres_cpu() -> float:
+    """CPU seconds used so far by the local PostgreSQL server's processes (0 if not local),
+    from /proc: the database's share of a transition."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text_ = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = text_[text_.index("(") + 1 : text_.rindex(")")]
+        if name.startswith("postgres"):
+            fields = text_[text_.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    return total
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) jiffies of the whole machine so far (/proc/stat)."""
     fields = [float(f) for f in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
@@ -132,7 +156,7 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
                     args.url,
                     schema,
                     ",".join(map(str, mine)),
-                    str(args.concurrency),
+                    str(args.per_process or max(1, args.in_flight // processes)),
                     "race" if args.race else "own",
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
@@ -141,7 +165,7 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
         for proc in procs:
             assert proc.stdout is not None
             assert (await proc.stdout.readline()).decode().strip() == "ready"
-        t0, (busy0, total0) = time.perf_counter(), machine_cpu()
+        t0, (busy0, total0), pg0 = time.perf_counter(), machine_cpu(), postgres_cpu()
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
@@ -152,6 +176,7 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
             reports.append(json.loads(await proc.stdout.readline()))
         wall = time.perf_counter() - t0
         busy1, total1 = machine_cpu()
+        pg_cpu = postgres_cpu() - pg0
         for proc in procs:
             assert await proc.wait() == 0
         async with db.read() as conn:
@@ -176,6 +201,7 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
             "doubles": doubles,
             "cpu_ms": 1000 * sum(r["cpu"] for r in reports) / max(transitions, 1),
             "machine_busy": (busy1 - busy0) / max(total1 - total0, 1),
+            "pg_ms": 1000 * pg_cpu / max(transitions, 1),
         }
     finally:
         await db.dispose()
@@ -188,8 +214,12 @@ async def main(args: argparse.Namespace) -> None:
     counts = [int(p) for p in args.processes.split(",")]
     print(
         f"PostgreSQL, {args.conversations} conversations × {args.steps}-step chains, "
-        f"{args.concurrency} conversations in flight per process, "
-        f"{'every process reports every result (race)' if args.race else 'partitioned'}; "
+        + (
+            f"{args.per_process} conversations in flight per process, "
+            if args.per_process
+            else f"{args.in_flight} conversations in flight in all, "
+        )
+        + f"{'every process reports every result (race)' if args.race else 'partitioned'}; "
         f"{args.repeats} repeats, interleaved"
     )
     rates: dict[int, list[float]] = {}
@@ -200,8 +230,9 @@ async def main(args: argparse.Namespace) -> None:
             print(
                 f"repeat {repeat + 1} processes {processes}: {r['transitions']:.0f} transitions "
                 f"in {r['wall']:.2f} s = {r['rate']:.0f}/s; {r['reconciles']:.0f} reconciles, "
-                f"double dispatches {r['doubles']:.0f}; workers' CPU {r['cpu_ms']:.2f} ms per "
-                f"transition, machine busy {100 * r['machine_busy']:.0f} %",
+                f"double dispatches {r['doubles']:.0f}; CPU per transition: workers "
+                f"{r['cpu_ms']:.2f} ms, PostgreSQL {r['pg_ms']:.2f} ms; machine busy "
+                f"{100 * r['machine_busy']:.0f} %",
                 flush=True,
             )
     base = statistics.median(rates[counts[0]])
@@ -226,7 +257,8 @@ if __name__ == "__main__":
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--conversations", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--in-flight", type=int, default=8)
+    parser.add_argument("--per-process", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--race", action="store_true")
     asyncio.run(main(parser.parse_args()))

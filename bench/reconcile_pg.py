@@ -8,8 +8,9 @@ records the result and the next dispatch – until every plan completed, with
 `--in-flight` conversations in flight at once in all, split evenly between the processes
 (a fixed offered load, as a fixed number of clients would be; an executor's runs finish
 concurrently), or `--per-process N` in flight in each process. Conversation i belongs to
-worker i mod P; with `--race` every worker reports every result (as when the message event and the process that ran the step both
-report it): the conflicts then go through the optimistic retry and the event de-duplication.
+worker i mod P; with `--race` every worker reports every result (as when the message
+event and the process that ran the step both report it): the conflicts then go through
+the optimistic retry and the event de-duplication.
 
 A step transition is a reconcile that changed the plan. Printed per run: transitions,
 wall time from the start signal to the last worker's end, transitions/s, the ratio to

@@ -86,6 +86,7 @@ class Executor:
             refuse=self._refused,
         )
         self._wake = asyncio.Event()
+        self._claim = True  # woken for something a claim must find (not a handover)
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False  # see `stop`
@@ -112,6 +113,7 @@ class Executor:
         # while this loop delivers, the reconciler hands its sender the effects it decides
         # (claimed in its own transaction; plan-card refreshes stay in the outbox to coalesce)
         self.context.reconciler.outbox = self.outbox
+        self.outbox.on_handed = self._wake.set  # delivered without a claim (see `drain`)
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
         self.admission.start()
 
@@ -172,15 +174,22 @@ class Executor:
 
     def wake(self) -> None:
         """Look at the outbox now (after a commit, or when a timer may have come due)."""
+        self._claim = True
         self._wake.set()
 
-    async def drain(self) -> int:
+    async def drain(self, *, claim: bool = True) -> int:
         """Deliver what is due now; waits for a delivery already under way here. Once
-        stopping, no further batch is claimed."""
+        stopping, no further batch is claimed. `claim=False`: only the rows a reconcile
+        handed over (woken by nothing else, the outbox holds nothing new for this process
+        but timers and other processes' rows, which the next claim or poll finds)."""
         async with self._draining:
             total = 0
             try:
-                while not self._stopping and (delivered := await self.outbox.deliver_due()):
+                if not claim:
+                    total = await self.outbox.deliver_handed()
+                while (
+                    claim and not self._stopping and (delivered := await self.outbox.deliver_due())
+                ):
                     total += delivered
                     if self.outbox.exhausted and not self.outbox.handed:
                         break  # what comes due next wakes the loop (or its poll finds it)
@@ -210,14 +219,18 @@ class Executor:
         return due is not None and due <= self.context.clock()
 
     async def _deliver_forever(self) -> None:
+        due: datetime | None = None
+        claim = True
         while True:
             self._wake.clear()
-            due: datetime | None = None
+            claim, self._claim = claim or self._claim, False
             try:
-                await self.drain()
-                async with self.context.db.read() as conn:
-                    due = await next_effect_due(conn)
+                await self.drain(claim=claim)
+                if claim:  # handed rows alone change nothing in what is due next
+                    async with self.context.db.read() as conn:
+                        due = await next_effect_due(conn)
             except Exception as exc:  # the loop must survive a database hiccup
+                self._claim = True  # the next pass looks at the outbox again
                 if is_storage_error(exc):  # an outage: one line a poll, not a traceback
                     log.warning("outbox delivery waits for the database: %s", exc)
                 else:
@@ -226,7 +239,8 @@ class Executor:
             if due is not None:
                 wait = (due - self.context.clock()).total_seconds()
                 timeout = min(timeout, max(0.0, wait))
-            await woken(self._wake, timeout)  # or a timer came due: look again
+            # woken by a handover only: deliver it without a claim; a timer or poll claims
+            claim = not await woken(self._wake, timeout)
 
     # --- performing effects -------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from agents.clock import Clock, backoff
-from agents.effects import Effect, from_row
+from agents.effects import Effect, UpdatePlanCard, from_row
 from agents.errors import RunError
 from agents.failures import is_storage_error
 from storage.db import Database
@@ -75,6 +75,7 @@ class OutboxSender:
         # rows a reconcile claimed for this sender in its own transaction (`hand_over`)
         self._handed: list[tuple[OutboxRecord, Effect]] = []
         self.exhausted = False  # the last claim found fewer rows than a batch
+        self.on_handed: Callable[[], None] | None = None  # told when rows are handed over
 
     def take_sent(self) -> list[int]:
         """The rows delivered since the last transaction, for a transaction that marks
@@ -91,6 +92,8 @@ class OutboxSender:
         the effects they hold: delivered by the next `deliver_due`, before it claims."""
         by_key = {e.key: e for e in effects}
         self._handed.extend((r, by_key[r.idempotency_key]) for r in claimed)
+        if claimed and self.on_handed is not None:
+            self.on_handed()
 
     @property
     def handed(self) -> int:
@@ -112,9 +115,7 @@ class OutboxSender:
         """Deliver the rows handed over, then mark what was delivered, claim one batch of
         due rows and deliver them; how many were delivered (`exhausted`: no more are due
         beyond this batch)."""
-        handed, self._handed = self._handed, []
-        for record, effect in handed:
-            await self._deliver(record, effect)
+        handed = await self.deliver_handed()
         now = self.clock()
         sent, self._sent = self._sent, []
         try:
@@ -130,7 +131,24 @@ class OutboxSender:
         self.exhausted = len(records) < self.batch
         for record in records:
             await self._deliver(record)
-        return len(handed) + len(records)
+        return handed + len(records)
+
+    async def deliver_handed(self) -> int:
+        """Deliver the rows handed over (no transaction: they were claimed when they were
+        decided); how many. Plan-card refreshes coalesce: of a plan's refreshes waiting
+        here only the last is performed (it renders the plan as it is now), the others
+        are marked sent with it – as the outbox keeps one unclaimed refresh per plan."""
+        handed, self._handed = self._handed, []
+        last_card: dict[int, int] = {}
+        for i, (_record, effect) in enumerate(handed):
+            if isinstance(effect, UpdatePlanCard):
+                last_card[effect.plan_id] = i
+        for i, (record, effect) in enumerate(handed):
+            if isinstance(effect, UpdatePlanCard) and last_card[effect.plan_id] != i:
+                self._sent.append(record.id)  # covered by the plan's later refresh
+                continue
+            await self._deliver(record, effect)
+        return len(handed)
 
     async def drain(self, *, until_empty: bool = True) -> int:
         """Deliver until nothing is due; how many rows were delivered in all. The rows

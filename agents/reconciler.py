@@ -50,10 +50,11 @@ from storage.locks import ConversationLocks
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 
 AfterCommit = Callable[[list[Effect]], Awaitable[None]]
-# what a reconcile hands its process's outbox sender at once: everything but the plan card's
-# refresh, which waits unclaimed in the outbox so that refreshes coalesce (one per plan)
+# what a reconcile hands its process's outbox sender at once (plan-card refreshes coalesce
+# in the sender, `OutboxSender.deliver_handed`); timers wait in the outbox until due
 HANDED_OVER_KINDS = frozenset(
     {
+        "update_plan_card",
         "post_dispatch",
         "show_form",
         "run_commander_step",
@@ -83,7 +84,8 @@ class Reconciler:
     With `outbox` (this process's sender; SQLite's path), the effects of `handed_over`
     kinds that are due now are inserted already claimed for it in the reconcile's own
     transaction and handed to it after commit, and the rows it delivered since are marked
-    sent in that same transaction: no claim transaction of their own.
+    sent in that same transaction: no claim transaction of their own. `after_commit` is
+    then told only of the effects left in the outbox for any sender (timers, PostgreSQL).
     """
 
     def __init__(
@@ -251,10 +253,13 @@ class Reconciler:
         if stored is None:
             return None
         decision = stored.decision
+        handed = {r.idempotency_key for r in stored.claimed}
         if stored.claimed and self.outbox is not None:
             self.outbox.hand_over(stored.claimed, decision.effects)
         self._remember(decision.plan)
-        await self._after(decision)
+        left = [e for e in decision.effects if e.key not in handed]
+        if self.after_commit is not None and left:
+            await self.after_commit(left)
         return decision
 
     async def plan(self, conversation_id: int) -> Plan | None:
@@ -269,7 +274,3 @@ class Reconciler:
         self._cache[plan.conversation_id] = plan
         if len(self._cache) > self.cache_size:
             del self._cache[next(iter(self._cache))]  # the least recently used
-
-    async def _after(self, decision: Decision) -> None:
-        if self.after_commit is not None and decision.effects:
-            await self.after_commit(decision.effects)

@@ -4,7 +4,11 @@ Both run the same graphs with a zero-latency "model" (a step's work is free), ea
 SQLite file in WAL mode, at the same `synchronous` setting (NORMAL, then FULL):
 - Flotilla: the reconcile ("outcome recorded -> next dispatch recorded", one transaction
   with its outbox rows) *and* the delivery of those outbox rows to a recording port – what a
-  step costs Flotilla end to end, minus Slack and the model;
+  step costs Flotilla end to end, minus Slack and the model. Wired as the executor wires it:
+  the reconcile inserts its effects claimed for the process's sender and marks the previous
+  deliveries sent in its own transaction; the sender delivers what was handed over without
+  a claim transaction (`OutboxSender.deliver_handed`, what the executor's loop does when a
+  handover woke it); the last deliveries are marked sent at the end (`flush`);
 - LangGraph: `StateGraph.invoke(..., durability="sync")` with its SQLite checkpointer – a
   checkpoint written before each superstep starts the next.
 The graphs: a chain of N steps and a diamond of L layers (top -> left, right -> join).
@@ -76,7 +80,7 @@ async def flotilla_per_step(folder: Path, steps: list[Step], mode: Sync, tag: st
     cid = await conversation(db, tag)
     t0 = time.perf_counter()
     decision = await reconciler.start_steps(cid, steps)
-    await sender.drain(until_empty=False)
+    await sender.deliver_handed()
     plan = decision.plan
     while plan.status == "running":
         running = [s for s in plan.steps if s.status == "in_progress"]
@@ -86,9 +90,11 @@ async def flotilla_per_step(folder: Path, steps: list[Step], mode: Sync, tag: st
         )
         assert result is not None
         plan = result.plan
-        await sender.drain(until_empty=False)
+        await sender.deliver_handed()
+    await sender.flush()  # the last deliveries marked sent (each reconcile marked the others)
     elapsed = time.perf_counter() - t0
     assert plan.status == "completed", plan.status
+    assert await sender.drain() == 0  # everything was handed over and delivered
     await db.dispose()
     return elapsed / len(steps)
 

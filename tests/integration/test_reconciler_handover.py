@@ -68,14 +68,40 @@ async def test_a_step_is_two_transactions_with_its_effects_delivered(sqlite_db: 
         before = counter.count
         await finish_running(reconciler, cid)  # its plan read is one more transaction
         await sender.drain(until_empty=False)
-        # the plan read, the reconcile (which claims the dispatch and marks the last
-        # deliveries sent), the claim of the card refresh (which marks the dispatch sent)
+        # the plan read, the reconcile (which claims its effects and marks the last
+        # deliveries sent), the drain's claim (finding nothing; it marks them sent)
         assert counter.count - before == 3, step
     performed = Counter(e.key for e in port.performed)
     assert max(performed.values()) == 1
     assert len([k for k in performed if ":step:" in k]) == 4  # every dispatch, once
     await sender.flush()
     assert await states(db) == {("post_dispatch", "sent"), ("update_plan_card", "sent")}
+
+
+async def test_handed_rows_are_delivered_without_a_claim_and_cards_coalesce(
+    sqlite_db: Database,
+) -> None:
+    """The executor's path when a handover woke it: no transaction but the reconcile's."""
+    db = sqlite_db
+    clock = Clock()
+    port = RecordingPort()
+    sender = OutboxSender(db, port, clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    cid = await new_conversation(db, "h.3")
+    await reconciler.start_plan(cid, chain(5), assignees=AGENTS)
+    counter = Transactions(db)
+    await sender.deliver_handed()
+    assert counter.count == 0
+    for _ in range(2):  # two changes before a delivery: one card refresh performed
+        await finish_running(reconciler, cid)
+    assert counter.count == 4  # two plan reads, two reconciles
+    await sender.deliver_handed()
+    assert counter.count == 4
+    cards = [e for e in port.performed if e.kind == "update_plan_card"]
+    assert len(cards) == 2  # the first plan's card, then one for the two changes
+    await sender.flush()
+    assert await states(db) == {("post_dispatch", "sent"), ("update_plan_card", "sent")}
+    assert await sender.drain() == 0
 
 
 async def test_a_handed_over_row_left_undelivered_is_claimed_after_its_lease(
@@ -92,7 +118,7 @@ async def test_a_handed_over_row_left_undelivered_is_claimed_after_its_lease(
     await reconciler.start_plan(cid, chain(2), assignees=AGENTS)  # handed to `dead`, never sent
     other = OutboxSender(db, port := RecordingPort(log), clock=clock)
     await other.drain()
-    assert [e.kind for e in port.performed] == ["update_plan_card"]  # not the claimed dispatch
+    assert port.performed == []  # the rows are claimed for the dead process
     clock.advance(dead.lease + timedelta(seconds=1))
     await other.drain()
     dispatches = [e for e in port.performed if e.kind == "post_dispatch"]

@@ -46,6 +46,7 @@ from storage import plans as store
 from storage.conversations import request_text
 from storage.db import Database
 from storage.locks import ConversationLocks
+from storage.outbox import hold_effect
 
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 
@@ -256,6 +257,11 @@ class Reconciler:
         handed = {r.idempotency_key for r in stored.claimed}
         if stored.claimed and self.outbox is not None:
             self.outbox.hand_over(stored.claimed, decision.effects)
+        elif stored.claimed:  # the sender stopped meanwhile: any sender may take them now
+            async with self.db.write() as conn:
+                for record in stored.claimed:
+                    await hold_effect(conn, record.idempotency_key, self.clock())
+            handed = set()
         self._remember(decision.plan)
         left = [e for e in decision.effects if e.key not in handed]
         if self.after_commit is not None and left:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from agents import commander_turns, plan_endings, step_runs
+from agents import commander_turns, plan_notices, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
@@ -40,7 +40,6 @@ from agents.effects import (
     ShowForm,
     StepFailureNotice,
     UpdatePlanCard,
-    final_answer_key,
     from_row,
 )
 from agents.failures import is_storage_error
@@ -51,7 +50,6 @@ from agents.run_context import Context, Job
 from agents.slot_requests import SCHEDULED, fail_refused, let_go_unrun, request_slot
 from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
-from storage.run_requests import plan_wait_reasons
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -256,18 +254,22 @@ class Executor:
             return False
         conversation = await ctx.conversation(effect.conversation_id)
         if isinstance(effect, UpdatePlanCard):
-            await self._show_card(conversation, effect.plan_id, first=False)
+            await plan_notices.show_card(self.context, conversation, effect.plan_id, first=False)
             return False
         if isinstance(effect, ShowForm | AskUser):
             await self._post_form(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
-            await self._stopped(conversation, effect, redelivered=redelivered)
+            await plan_notices.stopped(
+                self.context, self.runner, conversation, effect, redelivered=redelivered
+            )
             return False
         if isinstance(effect, PlanFinished):
-            return await self._finished(conversation, effect, redelivered=redelivered)
+            return await plan_notices.finished(
+                self.context, self.runner, conversation, effect, redelivered=redelivered
+            )
         if isinstance(effect, StepFailureNotice):
-            await self._failure(conversation, effect, redelivered=redelivered)
+            await plan_notices.failure(self.context, conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
             if not await step_runs.still_current(ctx, effect):
@@ -287,7 +289,7 @@ class Executor:
         if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
             return
         plan = await ctx.reconciler.plan(effect.conversation_id)
-        await self._show_card(conversation, effect.plan_id, first=True)
+        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
         await ctx.port.post_form(conversation, effect, plan)
         if isinstance(effect, ShowForm):
             self.observer.dispatched("user")
@@ -297,7 +299,7 @@ class Executor:
         self, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
     ) -> None:
         ctx = self.context
-        await self._show_card(conversation, effect.plan_id, first=True)
+        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
         # after a crash the message may be there already: never post twice
         if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
             await ctx.port.post_dispatch(conversation, effect)
@@ -367,7 +369,7 @@ class Executor:
 
     async def _show_waits(self, conversation_id: int, plan_id: int) -> None:
         conversation = await self.context.conversation(conversation_id)
-        await self._show_card(conversation, plan_id, first=False)
+        await plan_notices.show_card(self.context, conversation, plan_id, first=False)
 
     async def _refused(self, record: RunRequestRecord, reason: str) -> None:
         await fail_refused(self.context, record, reason)
@@ -376,71 +378,6 @@ class Executor:
         if claimed.created_at is not None and claimed.delivery == 1:
             waited = (self.context.clock() - claimed.created_at).total_seconds()
             self.observer.queued(max(0.0, waited))
-
-    async def _show_card(
-        self, conversation: ConversationRecord, plan_id: int, *, first: bool
-    ) -> None:
-        plan = await step_runs.load(self.context, conversation.id, plan_id)
-        if plan is not None:
-            async with self.context.db.read() as conn:
-                waits = await plan_wait_reasons(conn, plan_id)
-            if waits:
-                plan = plan.model_copy(update={"waits": waits})
-            await self.context.port.show_card(conversation, plan, first=first)
-
-    async def _stopped(
-        self, conversation: ConversationRecord, effect: PlanStopped, *, redelivered: bool
-    ) -> None:
-        """A cancelled plan: stop its runs here, close its forms, say so once."""
-        await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-        plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
-        if plan is not None:
-            await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return  # said already (Slack's answer was lost, or this process stopped)
-        log.info("plan finished: cancelled", extra=step_runs.ids(conversation, effect))
-        who = f" by <@{effect.by}>" if effect.by else ""
-        note = f"Plan cancelled{who}; nothing else will run."
-        if plan is not None:
-            note = plan_endings.closing_sentence(plan, by=effect.by)
-        await self.context.port.say(conversation, note, key=effect.key)
-
-    async def _finished(
-        self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
-    ) -> bool:
-        """A completed plan gets its final answer (a job: the commander's run), an aborted
-        one a sentence; True when a job now holds the row."""
-        log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
-        if effect.status == "aborted":
-            await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-        plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
-        if plan is None:
-            return False
-        if effect.status == "aborted":
-            await self.context.port.close_forms(conversation, plan, "The plan was stopped.")
-        if plan_endings.needs_final_answer(plan):
-            ctx, write = self.context, plan_endings.write_final_answer
-            self.runner.hold(
-                effect,
-                final_answer_key(plan.id),
-                lambda: write(ctx, conversation, effect, plan, redelivered),
-            )
-            return True
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return False
-        if plan.status in ("aborted", "cancelled"):
-            note = plan_endings.closing_sentence(plan, effect.reason)
-            await self.context.port.say(conversation, note, key=effect.key)
-        return False
-
-    async def _failure(
-        self, conversation: ConversationRecord, effect: StepFailureNotice, *, redelivered: bool
-    ) -> None:
-        """A step really failed: said once, in words, with what happens next."""
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return
-        sentence = plan_endings.failure_sentence(effect)
-        await self.context.port.say(conversation, sentence, key=effect.key)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

@@ -27,7 +27,7 @@ from agents.plan_store import plan_from_rows, step_row
 from storage import plans as store
 from storage.events import record_event
 from storage.optimistic import PlanWrite, load_versioned, write_versioned
-from storage.outbox import enqueue_claimed, enqueue_effects, mark_sent
+from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects, mark_sent
 from storage.records import OutboxRecord
 
 
@@ -49,6 +49,7 @@ class Stored:
 
     decision: Decision
     claimed: list[OutboxRecord] = field(default_factory=list)
+    sent_marked: bool = True  # False: the sender's delivered rows are still to be marked
 
 
 Unit = Callable[[Connection], Stored | None]
@@ -67,7 +68,7 @@ class ReconcileCall:
     disabled: Collection[str] = ()
     actor: str | None = None
     held: Plan | None = None  # the plan last written by this process (its steps are skipped)
-    preclaim: PreClaim | None = None  # the locked path only
+    preclaim: PreClaim | None = None
 
     @property
     def known(self) -> tuple[int, int] | None:
@@ -123,16 +124,22 @@ def optimistic_reconcile(call: ReconcileCall) -> Unit:
             return None
         decision = call.decide(read.loaded, apply=not read.event_seen)
         record = None if read.event_seen else call.event_key
+        sent = call.preclaim.sent if call.preclaim is not None else ()
         if decision.changed:
-            write = plan_write(decision, call.now, card_waiting=read.loaded.card_waiting)
+            write = plan_write(
+                decision, call.now, card_waiting=read.loaded.card_waiting, preclaim=call.preclaim
+            )
         elif record is not None:  # nothing changed, but the event is applied: remember it
-            write = PlanWrite(plan_id=decision.plan.id)
+            write = PlanWrite(plan_id=decision.plan.id, sent=sent)
         else:
-            return Stored(decision)
-        write_versioned(
+            return Stored(decision, sent_marked=not sent)
+        ids = write_versioned(
             conn, call.conversation_id, read.lock_version, write, event_key=record, now=call.now
         )
-        return Stored(decision)
+        claimed = [
+            claimed_record(row, ids[row["idempotency_key"]], call.now) for row in write.claimed
+        ]
+        return Stored(decision, claimed)
 
     return work
 
@@ -168,6 +175,7 @@ def plan_write(
         effects=rows,
         claimed=claimed,
         sent=preclaim.sent if preclaim is not None else (),
+        lease_until=preclaim.lease_until if preclaim is not None else None,
     )
 
 

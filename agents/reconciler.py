@@ -82,7 +82,7 @@ class Reconciler:
     skips the step rows when the stored version is still the one held (every change of
     a plan bumps its version, under the lock).
 
-    With `outbox` (this process's sender; SQLite's path), the effects of `handed_over`
+    With `outbox` (this process's sender), the effects of `handed_over`
     kinds that are due now are inserted already claimed for it in the reconcile's own
     transaction and handed to it after commit, and the rows it delivered since are marked
     sent in that same transaction: no claim transaction of their own. `after_commit` is
@@ -209,9 +209,14 @@ class Reconciler:
         if self.db.is_sqlite:
             return await self._locked(conversation_id, locked_reconcile(call), preclaim)
         unit = optimistic_reconcile(call)
-        return await self._committed(
-            await self.locks.run_optimistic(self.db, conversation_id, unit)
-        )
+        try:
+            stored = await self.locks.run_optimistic(self.db, conversation_id, unit)
+        except BaseException:
+            self._restore_sent(preclaim)
+            raise
+        if stored is not None and not stored.sent_marked:
+            self._restore_sent(preclaim)
+        return await self._committed(stored)
 
     async def fail_steps_of(self, conversation_id: int, agent: str, reason: str) -> Decision | None:
         """`decide_agent_gone` under the conversation's lock, stored like `reconcile`."""
@@ -230,8 +235,8 @@ class Reconciler:
         return await self._locked(conversation_id, work)
 
     def _preclaim(self, now: datetime) -> PreClaim | None:
-        if self.outbox is None or not self.db.is_sqlite:
-            return None  # PostgreSQL's optimistic write leaves the claim to the sender
+        if self.outbox is None:
+            return None
         return PreClaim(now + self.outbox.lease, self.handed_over, self.outbox.take_sent())
 
     async def _locked(
@@ -245,10 +250,14 @@ class Reconciler:
         try:
             stored = await self.locks.run(self.db, conversation_id, work)
         except BaseException:
-            if preclaim is not None and self.outbox is not None:
-                self.outbox.restore_sent(list(preclaim.sent))  # marked by a later one
+            self._restore_sent(preclaim)
             raise
         return await self._committed(stored)
+
+    def _restore_sent(self, preclaim: PreClaim | None) -> None:
+        """The sender's delivered rows were not marked: a later transaction marks them."""
+        if preclaim is not None and preclaim.sent and self.outbox is not None:
+            self.outbox.restore_sent(list(preclaim.sent))
 
     async def _committed(self, stored: Stored | None) -> Decision | None:
         if stored is None:

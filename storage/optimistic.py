@@ -117,7 +117,7 @@ def _record(table: Table, names: Sequence[str], extra: str = "") -> str:
 
 _CHANGED = ("index", *MUTABLE_FIELDS, "started_at", "finished_at")
 _ADDED = ("index", *STEP_FIELDS, "started_at", "finished_at")
-_EFFECT = ("idempotency_key", "kind", "payload", "available_at")
+_EFFECT = ("idempotency_key", "kind", "payload", "available_at", "attempts")
 _GUARD_FAILED = "concurrent plan change"
 _NOW = "CAST(:now AS TIMESTAMP WITH TIME ZONE)"
 _PLAN_ID = "CAST(:plan_id AS BIGINT)"
@@ -164,13 +164,23 @@ plan AS (
 effects AS (
     INSERT INTO outbox (idempotency_key, kind, conversation_id, payload, state, attempts,
         failures, available_at, created_at)
-    SELECT r.idempotency_key, r.kind, {_CONVERSATION}, r.payload, 'pending', 0, 0,
+    SELECT r.idempotency_key, r.kind, {_CONVERSATION}, r.payload, 'pending', r.attempts, 0,
         coalesce(r.available_at, {_NOW}), {_NOW}
     FROM version, jsonb_to_recordset(CAST(:effects AS JSONB)) AS r({_record(outbox_t, _EFFECT)})
-    RETURNING id
+    RETURNING id, idempotency_key, attempts
+),
+marked AS (
+    UPDATE outbox SET state = 'sent', sent_at = {_NOW}
+    FROM version
+    WHERE outbox.id = ANY(CAST(:sent AS BIGINT[])) AND outbox.state = 'pending'
+    RETURNING outbox.id
 )
 SELECT
     (SELECT count(*) FROM version) AS locked,
+    (SELECT count(*) FROM marked) AS marked,
+    ARRAY(SELECT id FROM effects WHERE attempts = 1 ORDER BY idempotency_key) AS claimed_ids,
+    ARRAY(SELECT idempotency_key FROM effects WHERE attempts = 1 ORDER BY idempotency_key)
+        AS claimed_keys,
     CASE
         WHEN NOT EXISTS (SELECT 1 FROM version) OR (
             (SELECT count(*) FROM changed_steps) = CAST(:changed_count AS INTEGER)
@@ -190,8 +200,7 @@ class PlanWrite:
     """What one reconcile writes: the changed steps (each with the status and attempts it
     was read with), the added steps, the plan's new status and version (None: the plan row
     is unchanged) and the outbox rows – `claimed`: rows inserted already claimed for this
-    process's sender, `sent`: rows its sender delivered since its last transaction (the
-    locked path writes both; this module's statement does not)."""
+    process's sender, `sent`: rows its sender delivered since its last transaction."""
 
     plan_id: int
     changed: Sequence[tuple[dict[str, Any], str, int]] = ()
@@ -202,6 +211,7 @@ class PlanWrite:
     effects: Sequence[dict[str, Any]] = ()
     claimed: Sequence[dict[str, Any]] = ()
     sent: Sequence[int] = ()
+    lease_until: datetime | None = None  # of the claimed rows
 
 
 def write_versioned(
@@ -212,17 +222,23 @@ def write_versioned(
     *,
     event_key: str | None,
     now: datetime,
-) -> None:
+) -> dict[str, int]:
     """Everything one reconcile decided, in one statement, if the conversation is still at
-    `lock_version`. Raises `VersionConflict` (nothing written) when it is not, and
+    `lock_version`: also the claimed rows (inserted leased to the caller's sender until
+    `write.lease_until`) and the sender's delivered rows marked sent. The ids of the claimed
+    rows, by key. Raises `VersionConflict` (nothing written) when the version moved on, and
     `ConcurrentPlanChange` when a step or the plan row is not as read."""
-    assert not write.claimed and not write.sent, "pre-claimed rows go through the locked path"
     changed = [
         {name: row.get(name) for name in _CHANGED} | {"was_status": was, "was_attempts": n}
         for row, was, n in write.changed
     ]
     added = [{name: row.get(name) for name in _ADDED} for row in write.added]
-    effects = [{name: row.get(name) for name in _EFFECT} for row in write.effects]
+    effects = [{name: row.get(name) for name in _EFFECT} | {"attempts": 0} for row in write.effects]
+    effects += [
+        {name: row.get(name) for name in _EFFECT}
+        | {"attempts": 1, "available_at": write.lease_until}
+        for row in write.claimed
+    ]
     params = {
         "conversation_id": conversation_id,
         "lock_version": lock_version,
@@ -238,6 +254,7 @@ def write_versioned(
         "was_version": write.was_version,
         "write_plan": write.status is not None,
         "plan_count": 1 if write.status is not None else 0,
+        "sent": list(write.sent),
     }
     try:
         row = conn.execute(_WRITE, params).one()
@@ -249,6 +266,7 @@ def write_versioned(
         raise
     if not row.locked:
         raise VersionConflict(f"conversation {conversation_id}: lock version {lock_version}")
+    return dict(zip(row.claimed_keys, row.claimed_ids, strict=True))
 
 
 def _json(rows: list[dict[str, Any]]) -> str:

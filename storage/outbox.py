@@ -73,19 +73,21 @@ def enqueue_claimed(
         for r in rows
     ]
     returned = conn.execute(_INSERT_CLAIMED, values).all()
-    return [
-        OutboxRecord(
-            id=row.id,
-            idempotency_key=value["idempotency_key"],
-            conversation_id=value["conversation_id"],
-            kind=value["kind"],
-            payload=value["payload"],
-            attempts=1,
-            failures=0,
-            created_at=now,
-        )
-        for row, value in zip(returned, values, strict=True)
-    ]
+    return [claimed_record(value, row.id, now) for row, value in zip(returned, values, strict=True)]
+
+
+def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRecord:
+    """The record of an outbox row (`enqueue_effects`'s shape) inserted claimed as `row_id`."""
+    return OutboxRecord(
+        id=row_id,
+        idempotency_key=row["idempotency_key"],
+        conversation_id=row["conversation_id"],
+        kind=row["kind"],
+        payload=row["payload"],
+        attempts=1,
+        failures=0,
+        created_at=now,
+    )
 
 
 def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:

@@ -79,24 +79,22 @@ async def test_a_step_is_two_transactions_with_its_effects_delivered(sqlite_db: 
 
 
 async def test_handed_rows_are_delivered_without_a_claim_and_cards_coalesce(
-    sqlite_db: Database,
+    db: Database,
 ) -> None:
     """The executor's path when a handover woke it: no transaction but the reconcile's."""
-    db = sqlite_db
     clock = Clock()
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
     cid = await new_conversation(db, "h.3")
     await reconciler.start_plan(cid, chain(5), assignees=AGENTS)
-    counter = Transactions(db)
+    counter = Transactions(db) if db.is_sqlite else None
     await sender.deliver_handed()
-    assert counter.count == 0
     for _ in range(2):  # two changes before a delivery: one card refresh performed
         await finish_running(reconciler, cid)
-    assert counter.count == 4  # two plan reads, two reconciles
     await sender.deliver_handed()
-    assert counter.count == 4
+    if counter is not None:
+        assert counter.count == 4  # two plan reads, two reconciles: no other transaction
     cards = [e for e in port.performed if e.kind == "update_plan_card"]
     assert len(cards) == 2  # the first plan's card, then one for the two changes
     await sender.flush()
@@ -105,11 +103,10 @@ async def test_handed_rows_are_delivered_without_a_claim_and_cards_coalesce(
 
 
 async def test_a_handed_over_row_left_undelivered_is_claimed_after_its_lease(
-    sqlite_db: Database, tmp_path: Path
+    db: Database, tmp_path: Path
 ) -> None:
     """The process that committed the reconcile dies before delivering: the row is claimed
     for it (nobody else takes it) until the lease ran out, then delivered once, checked."""
-    db = sqlite_db
     clock = Clock()
     log = tmp_path / "thread.jsonl"
     dead = OutboxSender(db, RecordingPort(log), clock=clock)

@@ -14,12 +14,20 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from agents.outbox import OutboxSender
 from agents.plan import StepSucceeded
 from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.migrate import upgrade
 from tests.conftest import PostgresSchema, postgres_url
-from tests.integration.reconcile_support import AGENTS, Clock, chain, diamond, new_conversation
+from tests.integration.reconcile_support import (
+    AGENTS,
+    Clock,
+    RecordingPort,
+    chain,
+    diamond,
+    new_conversation,
+)
 from tests.wire_proxy import WireProxy
 
 MAX_ROUND_TRIPS = 3
@@ -98,3 +106,36 @@ async def test_a_repeated_event_is_applied_once_in_at_most_three_round_trips(
     assert again is not None and not again.changed
     plan = await reconciler.plan(cid)
     assert plan is not None and [s.status for s in plan.steps][:2] == ["done", "in_progress"]
+
+
+async def test_a_step_with_its_effects_delivered_is_at_most_three_round_trips(
+    proxied: tuple[Database, WireProxy],
+) -> None:
+    """With the process's sender wired (as the executor wires it), the effects are claimed in
+    the reconcile's own statement and delivered without a claim: no round trip more."""
+    db, proxy = proxied
+    clock = Clock()
+    port = RecordingPort()
+    sender = OutboxSender(db, port, clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    for thread in ("rt.4", "rt.5"):  # the first prepares the statements
+        cid = await new_conversation(db, thread)
+        await reconciler.start_plan(cid, chain(4), assignees=AGENTS)
+        await sender.deliver_handed()
+        plan = await reconciler.plan(cid)
+        counts = []
+        while plan is not None and plan.status == "running":
+            running = [s for s in plan.steps if s.status == "in_progress"]
+            outcome = StepSucceeded(index=running[0].index, attempt=1, summary="ok")
+            before = proxy.round_trips
+            decision = await reconciler.reconcile(
+                cid, event_key=f"done:{cid}:{outcome.index}", outcomes=[outcome]
+            )
+            await sender.deliver_handed()
+            counts.append(proxy.round_trips - before)
+            assert decision is not None
+            plan = decision.plan
+    assert counts and max(counts) <= MAX_ROUND_TRIPS, counts
+    await sender.flush()
+    assert len([e for e in port.performed if e.kind == "post_dispatch"]) == 8
+    assert await sender.drain() == 0  # all delivered, all marked sent

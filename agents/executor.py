@@ -109,7 +109,7 @@ class Executor:
         """Start delivering (work a dead process left is claimed once its lease expired)."""
         self._stopping = False
         # while this loop delivers, the reconciler hands its sender the effects it decides
-        # (claimed in its own transaction; plan-card refreshes stay in the outbox to coalesce)
+        # (claimed in its own transaction; the sender coalesces a plan's card refreshes)
         self.context.reconciler.outbox = self.outbox
         self.outbox.on_handed = self._wake.set  # delivered without a claim (see `drain`)
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
@@ -192,7 +192,8 @@ class Executor:
                     if self.outbox.exhausted and not self.outbox.handed:
                         break  # what comes due next wakes the loop (or its poll finds it)
             finally:
-                await self.outbox.flush()  # a stopping process marks what it delivered
+                if claim or self._stopping:  # else the next transaction marks them sent
+                    await self.outbox.flush()  # (a reconcile, or the poll's claim)
             if (total or self.admission.asked) and not self._stopping:
                 # the runs just asked for may start at once (a pass under way is awaited)
                 await self.admission.run_pass()

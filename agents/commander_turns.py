@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from agents.addressing import Addressee, addressed_agent, without_address
 from agents.commander import CommanderWake, commander_turn
 from agents.commander_operations import with_shown_inputs
+from agents.decisions import Decision
 from agents.effects import (
     AskCommander,
     MessageForCommander,
@@ -36,7 +37,6 @@ from agents.errors import (
 from agents.failures import is_storage_error
 from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
 from agents.plan_transitions import stalled
-from agents.reconciler import Decision
 from agents.registry import enabled_agents
 from agents.runtime import RunJob
 from agents.session_status import activity, session_status

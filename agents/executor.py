@@ -11,8 +11,8 @@ cancelled or aborted, in this process or another) and stops the job at once.
 Every job ends by reporting: an outcome (or commander operations) to the reconciler. A job
 that dies of a bug reports the step failed with a sentence (its `on_failure` applies);
 nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; a run's slot
-(the scheduler's side of a job): `agents/slot_requests.py`; the effects that close a plan:
-`agents/closing_effects.py`; what they share: `agents/run_context.py`.
+(the scheduler's side of a job): `agents/slot_requests.py`; the card and the effects that
+close a plan: `agents/plan_notices.py`; what they share: `agents/run_context.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from agents import closing_effects, commander_turns, step_runs
+from agents import commander_turns, plan_notices, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
@@ -58,7 +58,6 @@ from agents.slot_requests import (
 )
 from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
-from storage.run_requests import plan_wait_reasons
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -100,6 +99,7 @@ class Executor:
             start_passed=self._start_granted,
         )
         self._wake = asyncio.Event()
+        self._claim = True  # woken for something a claim must find (not a handover)
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False  # see `stop`
@@ -123,6 +123,10 @@ class Executor:
     def start(self) -> None:
         """Start delivering (work a dead process left is claimed once its lease expired)."""
         self._stopping = False
+        # while this loop delivers, the reconciler hands its sender the effects it decides
+        # (claimed in its own transaction; the sender coalesces a plan's card refreshes)
+        self.context.reconciler.outbox = self.outbox
+        self.outbox.on_handed = self._wake.set  # delivered without a claim (see `drain`)
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
         self.admission.start()
 
@@ -133,6 +137,7 @@ class Executor:
         finish; the rest is handed over (their leases released, so any process takes
         them at once). Returns the keys handed over."""
         self._stopping = True
+        self._no_more_handed()
         await self.admission.stop()  # grants nothing more here
         if self._loop is not None:
             began = asyncio.get_running_loop().time()
@@ -143,6 +148,7 @@ class Executor:
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None
+        await self.outbox.release_handed()  # any process may deliver them at once
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if tasks and grace > 0:
             await asyncio.wait(tasks, timeout=grace)
@@ -164,6 +170,7 @@ class Executor:
         lease expired. A seam for the tests (bench/resume.py kills real processes); a
         service never calls it."""
         self.runner.abandoned = True
+        self._no_more_handed()
         await self.admission.stop()
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if self._loop is not None:
@@ -173,20 +180,35 @@ class Executor:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _no_more_handed(self) -> None:
+        """Effects decided from now on wait in the outbox for any process's sender."""
+        if self.context.reconciler.outbox is self.outbox:
+            self.context.reconciler.outbox = None
+
     def wake(self) -> None:
         """Look at the outbox now (after a commit, or when a timer may have come due)."""
+        self._claim = True
         self._wake.set()
 
-    async def drain(self) -> int:
+    async def drain(self, *, claim: bool = True) -> int:
         """Deliver what is due now; waits for a delivery already under way here. Once
-        stopping, no further batch is claimed."""
+        stopping, no further batch is claimed. `claim=False`: only the rows a reconcile
+        handed over (woken by nothing else, the outbox holds nothing new for this process
+        but timers and other processes' rows, which the next claim or poll finds)."""
         async with self._draining:
             total = 0
             try:
-                while not self._stopping and (claimed := await self.outbox.deliver_due()):
-                    total += claimed
+                if not claim:
+                    total = await self.outbox.deliver_handed()
+                while (
+                    claim and not self._stopping and (delivered := await self.outbox.deliver_due())
+                ):
+                    total += delivered
+                    if self.outbox.exhausted and not self.outbox.handed:
+                        break  # what comes due next wakes the loop (or its poll finds it)
             finally:
-                await self.outbox.flush()  # a stopping process marks what it delivered
+                if claim or self._stopping:  # else the next transaction marks them sent
+                    await self.outbox.flush()  # (a reconcile, or the poll's claim)
             return total  # runs ask for their slots as their jobs claim them
 
     async def settle(self) -> None:
@@ -208,14 +230,18 @@ class Executor:
         return due is not None and due <= self.context.clock()
 
     async def _deliver_forever(self) -> None:
+        due: datetime | None = None
+        claim = True
         while True:
             self._wake.clear()
-            due: datetime | None = None
+            claim, self._claim = claim or self._claim, False
             try:
-                await self.drain()
-                async with self.context.db.read() as conn:
-                    due = await next_effect_due(conn)
+                await self.drain(claim=claim)
+                if claim:  # handed rows alone change nothing in what is due next
+                    async with self.context.db.read() as conn:
+                        due = await next_effect_due(conn)
             except Exception as exc:  # the loop must survive a database hiccup
+                self._claim = True  # the next pass looks at the outbox again
                 if is_storage_error(exc):  # an outage: one line a poll, not a traceback
                     log.warning("outbox delivery waits for the database: %s", exc)
                 else:
@@ -224,7 +250,8 @@ class Executor:
             if due is not None:
                 wait = (due - self.context.clock()).total_seconds()
                 timeout = min(timeout, max(0.0, wait))
-            await woken(self._wake, timeout)  # or a timer came due: look again
+            # woken by a handover only: deliver it without a claim; a timer or poll claims
+            claim = not await woken(self._wake, timeout)
 
     # --- performing effects -------------------------------------------------------------
 
@@ -240,18 +267,22 @@ class Executor:
             return False
         conversation = await ctx.conversation(effect.conversation_id)
         if isinstance(effect, UpdatePlanCard):
-            await self._show_card(conversation, effect.plan_id, first=False)
+            await plan_notices.show_card(self.context, conversation, effect.plan_id, first=False)
             return False
         if isinstance(effect, ShowForm | AskUser):
             await self._post_form(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
-            await closing_effects.stopped(self.runner, conversation, effect, redelivered)
+            await plan_notices.stopped(
+                self.context, self.runner, conversation, effect, redelivered=redelivered
+            )
             return False
         if isinstance(effect, PlanFinished):
-            return await closing_effects.finished(self.runner, conversation, effect, redelivered)
+            return await plan_notices.finished(
+                self.context, self.runner, conversation, effect, redelivered=redelivered
+            )
         if isinstance(effect, StepFailureNotice):
-            await closing_effects.failure(self.context, conversation, effect, redelivered)
+            await plan_notices.failure(self.context, conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
             if not await step_runs.still_current(ctx, effect):
@@ -271,7 +302,7 @@ class Executor:
         if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
             return
         plan = await ctx.reconciler.plan(effect.conversation_id)
-        await self._show_card(conversation, effect.plan_id, first=True)
+        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
         await ctx.port.post_form(conversation, effect, plan)
         if isinstance(effect, ShowForm):
             self.observer.dispatched("user")
@@ -281,7 +312,7 @@ class Executor:
         self, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
     ) -> None:
         ctx = self.context
-        await self._show_card(conversation, effect.plan_id, first=True)
+        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
         # after a crash the message may be there already: never post twice
         if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
             await ctx.port.post_dispatch(conversation, effect)
@@ -370,7 +401,7 @@ class Executor:
 
     async def _show_waits(self, conversation_id: int, plan_id: int) -> None:
         conversation = await self.context.conversation(conversation_id)
-        await self._show_card(conversation, plan_id, first=False)
+        await plan_notices.show_card(self.context, conversation, plan_id, first=False)
 
     async def _refused(self, record: RunRequestRecord, reason: str) -> None:
         await fail_refused(self.context, record, reason)
@@ -379,17 +410,6 @@ class Executor:
         if claimed.created_at is not None and claimed.delivery == 1:
             waited = (self.context.clock() - claimed.created_at).total_seconds()
             self.observer.queued(max(0.0, waited))
-
-    async def _show_card(
-        self, conversation: ConversationRecord, plan_id: int, *, first: bool
-    ) -> None:
-        plan = await step_runs.load(self.context, conversation.id, plan_id)
-        if plan is not None:
-            async with self.context.db.read() as conn:
-                waits = await plan_wait_reasons(conn, plan_id)
-            if waits:
-                plan = plan.model_copy(update={"waits": waits})
-            await self.context.port.show_card(conversation, plan, first=first)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

@@ -80,7 +80,7 @@ class ConcurrentPlanChange(RuntimeError):
     """The stored plan changed between read and write: the transaction must roll back."""
 
 
-def _plan_query(where: Any, *, unless_known: bool = False) -> Any:
+def plan_query(where: Any, *, unless_known: bool = False) -> Any:
     """Plan columns, whether a card refresh is waiting, and the steps (one row each).
 
     With `unless_known`, the steps are left out when the plan is still at the version the
@@ -133,8 +133,8 @@ def _plan_query(where: Any, *, unless_known: bool = False) -> Any:
 _LATEST = select(func.max(plans_t.c.id)).where(
     plans_t.c.conversation_id == bindparam("conversation_id")
 )
-_LOAD_LATEST = _plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
-_LOAD_BY_ID = _plan_query(plans_t.c.id == bindparam("plan_id"))
+_LOAD_LATEST = plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
+_LOAD_BY_ID = plan_query(plans_t.c.id == bindparam("plan_id"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,7 @@ class LoadedPlan:
     card_waiting: bool
 
 
-def _loaded(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan | None:
+def loaded_plan(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan | None:
     if not rows:
         return None
     first = rows[0]
@@ -180,13 +180,13 @@ def load_latest_plan(
         "known_version": known_version,
     }
     result = conn.execute(_LOAD_LATEST, params)
-    return _loaded(list(result.mappings()), known_version if known is not None else None)
+    return loaded_plan(list(result.mappings()), known_version if known is not None else None)
 
 
 def load_plan(conn: Connection, plan_id: int) -> LoadedPlan | None:
     """A plan and its steps by id, in one statement."""
     result = conn.execute(_LOAD_BY_ID, {"plan_id": plan_id})
-    return _loaded(list(result.mappings()))
+    return loaded_plan(list(result.mappings()))
 
 
 _INSERT_STEPS = insert(steps_t)

@@ -121,6 +121,9 @@ class Conversation(Base):
     requested_by: Mapped[str | None] = mapped_column(String(32))
     request_text: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(Timestamp)
+    # bumped by every change of the conversation's plan (under the lock, or by the
+    # optimistic reconcile's version-checked write on PostgreSQL)
+    lock_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Plan(Base):
@@ -232,7 +235,10 @@ class OutboxEntry(Base):
     """A side effect decided inside a transaction and performed after its commit."""
 
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_state_available", "state", "available_at"),)
+    __table_args__ = (
+        Index("ix_outbox_state_available", "state", "available_at"),
+        Index("ix_outbox_conversation_kind_state", "conversation_id", "kind", "state"),
+    )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.commander_operations import apply_operation, with_shown_inputs
+from agents.decisions import decide
 from agents.effects import PostDispatch
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -22,7 +23,6 @@ from agents.plan import (
 )
 from agents.plan_transitions import apply_outcome, dispatch
 from agents.plan_validation import parse_plan
-from agents.reconciler import decide
 from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
 
 

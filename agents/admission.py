@@ -1,14 +1,16 @@
 """The admission loop: grants run slots in the database, in fair order, across processes.
 
-A step run or a commander turn asks for a slot with a run request row (`enqueue`); its
-outbox row is parked meanwhile. An admission pass – one at a time across the deployment
-(`lock_admission`) – reads the queue, lets the pure core (`agents/scheduler.py`) decide,
-and in the same transaction grants slots to this process (the run's lease is claimed and
-the outbox row held until the lease ends, so the job's heartbeat renews all three
-together), writes why the others wait, and asks batch runs to pause for urgent work.
-After commit the granted runs start here; plans whose waiting reasons changed get their
-card updated (and only those). Passes run on a wake-up (a request enqueued, a slot freed)
-and every `poll_seconds` (other processes' work, expired leases).
+A step run or a commander turn asks for a slot with a run request row as its job claims
+its work (`agents/slot_requests.py`): granted there at once when nobody waits and the caps
+have room, otherwise it waits in line and its outbox row is parked. An admission pass –
+one at a time across the deployment (`lock_admission`) – reads the queue, lets the pure
+core (`agents/scheduler.py`) decide, and in the same transaction grants slots to this
+process (a granted request is the run's lease; the outbox row is held until the lease
+ends, so the job's heartbeat renews both together), writes why the others wait, and asks
+batch runs to pause for urgent work. After commit the granted runs start here; plans
+whose waiting reasons changed get their card updated (and only those). Passes run on a
+wake-up (a run put in line, a slot freed while others wait) and every `poll_seconds`
+(other processes' work, expired leases).
 
 Caps hold across processes: the deployment's granted rows with live leases are counted,
 and this process's own. A killed process's granted rows wait again once its lease expired
@@ -33,13 +35,15 @@ from agents.admission_policy import (
     SchedulerOptions,
     budgets_now,
     limits_of,
+    quota_keys,
     tenant_of,
     weights_by_tenant,
     with_overrides,
 )
 from agents.clock import Clock, woken
 from agents.failures import is_storage_error, storage_error
-from agents.scheduler import Admission, Limits, Running, RunRequest, admit
+from agents.scheduler import NORMAL, URGENT, Admission, Limits, Running, RunRequest, admit
+from storage.agents import get_agent
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
 from storage.records import RunRequestRecord
@@ -49,13 +53,14 @@ from storage.run_requests import (
     enqueue_request,
     expire_grants,
     grant_request,
+    has_waiting,
     lock_admission,
     prune_requests,
     queued_requests,
     served_since,
     set_wait_reasons,
 )
-from storage.runs import claim_run
+from storage.runs import typical_run_tokens
 from storage.workspaces import workspace_settings
 
 log = logging.getLogger(__name__)
@@ -69,6 +74,16 @@ Decide = Callable[
     [Sequence[RunRequest], Sequence[Running], Limits, datetime, Mapping[str, float] | None],
     Admission,
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFacts:
+    """What a run's request needs to know of its workspace and agent (remembered a while)."""
+
+    options: SchedulerOptions  # with the workspace's admin overrides
+    settings: Mapping[str, Any]  # the workspace's (priority marks)
+    tools: tuple[str, ...]  # the agent's quota keys
+    estimate: int  # tokens of the agent's recent runs (0: no history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,48 +112,75 @@ class AdmissionLoop:
         show_waits: ShowWaits,
         refuse: Refuse,
         decide: Decide = admit,
+        pause_here: Callable[[str], None] | None = None,
     ) -> None:
         self.db, self.owner, self.team_id, self.clock = db, owner, team_id, clock
         self.options, self.lease = options, lease
         self.start_run, self.show_waits, self.refuse = start, show_waits, refuse
         self.decide = decide  # the pure core (a benchmark passes plain FIFO to compare)
+        # asks a run of this process to pause at its next turn boundary, without waiting
+        # for its heartbeat to read the request (other processes' runs read it there)
+        self.pause_here = pause_here
         self._wake = asyncio.Event()
         self._passing = asyncio.Lock()  # one pass at a time in this process
         self._loop: asyncio.Task[None] | None = None
         self._pruned_at: datetime | None = None
         self.asked = False  # a run asked for a slot since the last pass here
-        self._wanted = False  # woken since the last pass here began
         self.passes = 0  # passes this process ran (whole or cut short: no one waited)
+        self._facts: dict[tuple[str, str], tuple[datetime, SlotFacts]] = {}
 
     async def options_now(self, conn: AsyncConnection) -> SchedulerOptions:
         """The settings with this workspace's admin overrides applied."""
         return with_overrides(self.options, await workspace_settings(conn, self.team_id()))
 
+    async def facts(self, team_id: str, agent: str) -> SlotFacts:
+        """The settings, the agent's quota keys and its token estimate, read at most once
+        a poll interval (a request asks at every step; an admin's change calls `changed`)."""
+        now = self.clock()
+        cached = self._facts.get((team_id, agent))
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        async with self.db.read() as conn:
+            settings = await workspace_settings(conn, team_id)
+            record = await get_agent(conn, team_id, agent)
+            estimate = await typical_run_tokens(conn, agent)
+        tools = quota_keys(record.tools, record.mcp_servers) if record is not None else ()
+        facts = SlotFacts(with_overrides(self.options, settings), settings, tools, estimate)
+        if len(self._facts) > 1_000:
+            self._facts.clear()
+        self._facts[(team_id, agent)] = (now + timedelta(seconds=self.options.poll_seconds), facts)
+        return facts
+
+    def changed(self) -> None:
+        """An admin changed the settings or an agent: read them afresh, and look again."""
+        self._facts.clear()
+        self.wake()
+
     # --- asking for a slot --------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        *,
-        run_key: str,
-        effect_key: str,
-        read: Callable[[AsyncConnection], Awaitable[dict[str, Any]]] | None = None,
-        **values: Any,
-    ) -> str:
+    async def enqueue(self, *, run_key: str, effect_key: str, **values: Any) -> str:
         """Ask for a slot for a run (idempotent) and park its outbox row until granted;
-        the request's state ("granted": another process runs it now). `read(conn)` gives
-        more of the request's values, read in the same transaction."""
-        now = self.clock()
-        async with self.db.write() as conn:
-            if read is not None:
-                values |= await read(conn)
-            state = await enqueue_request(
-                conn, run_key=run_key, effect_key=effect_key, now=now, **values
-            )
-            if state != "granted":
-                await hold_effect(conn, effect_key, now + PARK)
+        the request's state ("granted": another process runs it now)."""
+        urgent = int(values.get("priority", NORMAL)) <= URGENT
+        async with self._passing if urgent else contextlib.nullcontext():
+            now = self.clock()
+            result: PassResult | None = None
+            async with self.db.write() as conn:
+                state = await enqueue_request(
+                    conn, run_key=run_key, effect_key=effect_key, now=now, **values
+                )
+                if state != "granted":
+                    await hold_effect(conn, effect_key, now + PARK)
+                if urgent and state == "waiting":  # the pass in the same transaction: a
+                    result = await self._decide(conn)  # batch run is asked to pause now
+            if result is not None:
+                await self._start(result.granted)
         self.asked = True
         log.debug("%s asks for a slot: %s", run_key, state)
-        self.wake()
+        if result is not None:
+            await self._after(result)
+        else:
+            self.wake()
         return state
 
     # --- the loop -----------------------------------------------------------------------
@@ -154,44 +196,31 @@ class AdmissionLoop:
 
     def wake(self) -> None:
         """Run a pass now (a request was enqueued, a slot was freed)."""
-        self._wanted = True
         self._wake.set()
 
     async def _forever(self) -> None:
-        woke = False
         while True:
             self._wake.clear()
             try:
-                # a wake a pass began after (e.g. the executor's own) is answered already
-                if self._wanted or not woke:
-                    await self.run_pass()
+                await self.run_pass()
             except Exception as exc:  # the loop must survive a database hiccup
                 if is_storage_error(exc):  # an outage: one line a poll, not a traceback
                     log.warning("admission waits for the database: %s", storage_error(exc))
                 else:
                     log.exception("admission pass failed; retrying")
-            woke = await woken(self._wake, self.options.poll_seconds)  # cancellable (`woken`)
-
-    async def pass_for_asked(self) -> None:
-        """A pass if a run asked for a slot since the last one began here; else only the
-        pass under way (if any) is awaited – it began after the ask and answers it."""
-        if self.asked:
-            await self.run_pass()
-            return
-        async with self._passing:
-            pass
+            await woken(self._wake, self.options.poll_seconds)  # cancellable (see `woken`)
 
     async def run_pass(self) -> int:
         """One admission pass, then start what it granted; how many runs were granted."""
         async with self._passing:
-            asked, self.asked, self._wanted = self.asked, False, False
+            self.asked = False
             self.passes += 1
-            if not asked:  # woken by a timer or a freed slot: look before locking
-                async with self.db.read() as conn:
-                    queue = await queued_requests(conn)
-                if not any(_waits(r) for r in queue):
-                    await self._expire_only(queue)
-                    return 0
+            async with self.db.read() as conn:  # one read when nobody waits
+                idle = not await has_waiting(conn)
+                queue = await queued_requests(conn) if idle else []
+            if idle:
+                await self._expire_only(queue)
+                return 0
             async with self.db.write() as conn:
                 result = await self._decide(conn)
             await self._start(result.granted)  # before another pass here can see no job
@@ -252,9 +281,8 @@ class AdmissionLoop:
         reasons: list[tuple[str, str, str]] = []  # written in one statement
         for key in decision.grants:
             record = by_key[key]
-            if not await claim_run(conn, key, self.owner, now=now, until=until):
-                continue  # still leased by a process that stopped renewing a moment ago
-            await grant_request(conn, key, self.owner, now=now, until=until)
+            if not await grant_request(conn, key, self.owner, now=now, until=until):
+                continue  # no longer waiting
             await hold_effect(conn, record.effect_key, until)
             granted.append(record)
             telemetry.admitted(now - record.enqueued_at)
@@ -302,19 +330,15 @@ class AdmissionLoop:
                 log.warning("could not show why plan %s waits", plan_id, exc_info=True)
         if result.preempted:
             log.info("asked %d run(s) to pause for urgent work", len(result.preempted))
+            if self.pause_here is not None:
+                for key in result.preempted:
+                    self.pause_here(key)
 
     async def _prune(self, conn: AsyncConnection, now: datetime) -> None:
         window = self.options.share_window
         if self._pruned_at is None or now - self._pruned_at > window:
             self._pruned_at = now
             await prune_requests(conn, now - window)
-
-
-def _waits(record: RunRequestRecord) -> bool:
-    """Whether a queued request wants an admission pass (as `has_waiting` asks)."""
-    return record.state in ("waiting", "preempted") or (
-        record.state == "granted" and record.preempt
-    )
 
 
 def _plan_of(record: RunRequestRecord) -> set[tuple[int, int]]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -83,6 +84,12 @@ def priority_of(
     if plan_steps > batch_steps:
         return LONG
     return NORMAL
+
+
+def quota_keys(tools: Iterable[str], mcp_servers: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """An agent's quota keys: its tools and `mcp:<host>` for each of its MCP servers."""
+    hosts = (urlsplit(str(s.get("url", ""))).hostname or "unknown" for s in mcp_servers)
+    return (*tools, *(f"mcp:{host}" for host in hosts))
 
 
 def tenant_of(team_id: str, channel_id: str) -> str:

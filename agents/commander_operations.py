@@ -6,7 +6,9 @@ done or failed: only outcomes (what really happened) do that. Pure: no I/O, no c
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import re
+from collections.abc import Collection, Sequence
+from typing import Protocol
 
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -22,10 +24,12 @@ from agents.plan import (
     RetryStep,
     SkipStep,
     Step,
+    StepProposal,
+    dependencies,
     new_steps,
 )
 from agents.plan_transitions import abort_plan, cancel_plan, replace_step, with_status
-from agents.plan_validation import input_problems, problems_of
+from agents.plan_validation import STEP_REF, TEMPLATE, input_problems, problems_of
 
 
 def apply_operation(
@@ -48,10 +52,11 @@ def apply_operation(
     if isinstance(op, CancelPlan):
         return cancel_plan(plan, op.reason)
     if isinstance(op, AddSteps):
-        problems = problems_of(op.steps, assignees, disabled, existing=plan.steps)
+        proposed = numbered_after(op.steps, len(plan.steps))
+        problems = problems_of(proposed, assignees, disabled, existing=plan.steps)
         if problems:
             raise PlanValidationError(problems)
-        added = plan.model_copy(update={"steps": plan.steps + new_steps(op.steps)})
+        added = plan.model_copy(update={"steps": plan.steps + new_steps(proposed)})
         return with_status(added)
     step = _step(plan, op.index)
     if isinstance(op, RetryStep):
@@ -59,6 +64,46 @@ def apply_operation(
     if isinstance(op, SkipStep):
         return _skip(plan, step, op)
     return _edit(plan, step, op)
+
+
+def numbered_after(steps: Sequence[StepProposal], existing: int) -> list[StepProposal]:
+    """New steps numbered to follow the plan's `existing` steps.
+
+    A commander turn numbers the steps it adds after the plan it was shown; when another
+    change added steps meanwhile (two people addressed agents at the same instant), its
+    steps are moved to the end: their indexes, the waits among them and the template
+    references to them shift together, while references to the steps it was shown stay.
+    A default wait (the previous step) is kept as that step, never the step that now happens
+    to precede. Steps that are not one run of indexes from at most `existing` + 1 are left
+    as written (validation explains what is wrong).
+    """
+    if not steps:
+        return list(steps)
+    first = steps[0].index
+    runs_on = all(s.index == first + i for i, s in enumerate(steps))
+    shift = existing + 1 - first
+    if not runs_on or shift <= 0 or first < 1:
+        return list(steps)
+
+    def moved(index: int) -> int:
+        return index + shift if index >= first else index
+
+    def retarget(match: re.Match[str]) -> str:
+        ref = STEP_REF.match(match.group(1).strip())
+        if ref is None:
+            return match.group(0)
+        return "{{" + f"step_{moved(int(ref.group(1)))}.{ref.group(2)}" + "}}"
+
+    return [
+        s.model_copy(
+            update={
+                "index": moved(s.index),
+                "wait_for": [moved(d) for d in dependencies(s)],
+                "input": TEMPLATE.sub(retarget, s.input),
+            }
+        )
+        for s in steps
+    ]
 
 
 def _step(plan: Plan, index: int) -> Step:
@@ -121,13 +166,46 @@ def _edit(plan: Plan, step: Step, op: EditStep) -> Plan:
         raise OperationRejected("edit_step needs a new input or a new title")
     changes: dict[str, object] = {}
     if op.input is not None:
-        _check_input(plan, step, op.input)
-        changes["input"] = op.input
+        new_input = rebased_input(op.input, shown=op.shown_input, now=step.input)
+        _check_input(plan, step, new_input)
+        changes["input"] = new_input
     if op.title is not None:
         if not op.title.strip() or len(op.title) > MAX_TITLE:
             raise OperationRejected(f"a title must be 1..{MAX_TITLE} characters")
         changes["title"] = op.title
     return replace_step(plan, step.model_copy(update=changes))
+
+
+def rebased_input(edited: str, *, shown: str | None, now: str) -> str:
+    """The input an edit gives a step whose input may have changed since the commander was
+    shown it (`shown`; `now` is the stored one). Two people asking for more at the same
+    instant wake two turns shown the same input; each adds its request to it. The second
+    must not undo the first: what an edit added to the input it was shown is added to the
+    input as it is now. An edit that rewrote the input (not an addition) replaces it."""
+    if shown is None or shown == now or not edited.startswith(shown):
+        return edited
+    return now + edited[len(shown) :]
+
+
+class ShownStep(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def input(self) -> str: ...
+
+
+def with_shown_inputs(
+    operations: Sequence[CommanderOperation], shown: Sequence[ShownStep]
+) -> list[CommanderOperation]:
+    """The operations with each edit's `shown_input` – the step's input in the plan the
+    commander was shown – so that `rebased_input` can tell what the edit added."""
+    inputs = {s.index: s.input for s in shown}
+    return [
+        op.model_copy(update={"shown_input": inputs[op.index]})
+        if isinstance(op, EditStep) and op.input is not None and op.index in inputs
+        else op
+        for op in operations
+    ]
 
 
 def _check_input(plan: Plan, step: Step, template: str) -> None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from agents.addressing import Addressee, addressed_agent, without_address
 from agents.commander import CommanderWake, commander_turn
+from agents.commander_operations import with_shown_inputs
+from agents.decisions import Decision
 from agents.effects import (
     AskCommander,
     MessageForCommander,
@@ -35,7 +37,6 @@ from agents.errors import (
 from agents.failures import is_storage_error
 from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
 from agents.plan_transitions import stalled
-from agents.reconciler import Decision
 from agents.registry import spec_from_record
 from agents.runtime import RunJob
 from agents.session_status import activity, session_status
@@ -275,8 +276,6 @@ async def _turn(
     result = "plan" if turn.plan else "operations" if turn.operations else "reply"
     ctx.observer.commander_turn(result)
     names = [a.name for a in agents]
-    if turn.reply and turn.plan is not None:
-        await ctx.port.say(conversation, turn.reply)  # says what the plan is, before its card
     changed: Decision | None = None
     try:
         if turn.plan is not None:
@@ -286,12 +285,15 @@ async def _turn(
                 assignees=names,
                 max_parallel=ctx.options.max_parallel,
                 max_transient_failures=ctx.options.max_transient_failures,
+                intro=turn.reply or "",  # what the plan is: the card opens with it
             )
             log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
         if turn.operations:
+            shown = wake.steps if wake is not None else ()  # the plan the turn was shown
             decision = await ctx.reconciler.reconcile(
-                conversation.id, operations=turn.operations, assignees=names
-            )
+                conversation.id, operations=with_shown_inputs(turn.operations, shown),
+                assignees=names,
+            )  # fmt: skip
             if decision is not None and decision.changed:
                 changed = decision
     except (PlanValidationError, OperationRejected) as exc:

@@ -10,8 +10,9 @@ cancelled or aborted, in this process or another) and stops the job at once.
 
 Every job ends by reporting: an outcome (or commander operations) to the reconciler. A job
 that dies of a bug reports the step failed with a sentence (its `on_failure` applies);
-nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; what they
-share: `agents/run_context.py`.
+nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; a run's slot
+(the scheduler's side of a job): `agents/slot_requests.py`; the card and the effects that
+close a plan: `agents/plan_notices.py`; what they share: `agents/run_context.py`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from agents import commander_turns, plan_endings, step_runs
+from agents import commander_turns, plan_notices, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
@@ -40,7 +42,6 @@ from agents.effects import (
     ShowForm,
     StepFailureNotice,
     UpdatePlanCard,
-    final_answer_key,
     from_row,
 )
 from agents.failures import is_storage_error
@@ -49,7 +50,13 @@ from agents.outbox import Claimed, OutboxSender
 from agents.plan import Plan
 from agents.ports import RunObserver
 from agents.run_context import Context, Job
-from agents.slot_requests import SCHEDULED, fail_refused, let_go_unrun, request_slot
+from agents.slot_requests import (
+    SCHEDULED,
+    claim_slot,
+    fail_refused,
+    let_go_unrun,
+    slot_request,
+)
 from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
 
@@ -73,7 +80,6 @@ class Executor:
             lease=options.lease,
             on_give_up=self._given_up,
         )
-        self.runner = JobRunner(context, owner=owner, on_slot_freed=self._slot_freed)
         self.admission = AdmissionLoop(
             context.db,
             owner=owner,
@@ -84,8 +90,17 @@ class Executor:
             start=self._start_granted,
             show_waits=self._show_waits,
             refuse=self._refused,
+            pause_here=self._pause_here,
+        )
+        self.runner = JobRunner(
+            context,
+            owner=owner,
+            on_slot_freed=self._slot_freed,
+            on_queued=self.admission.wake,
+            start_passed=self._start_granted,
         )
         self._wake = asyncio.Event()
+        self._claim = True  # woken for something a claim must find (not a handover)
         self._draining = asyncio.Lock()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False  # see `stop`
@@ -109,6 +124,10 @@ class Executor:
     def start(self) -> None:
         """Start delivering (work a dead process left is claimed once its lease expired)."""
         self._stopping = False
+        # while this loop delivers, the reconciler hands its sender the effects it decides
+        # (claimed in its own transaction; the sender coalesces a plan's card refreshes)
+        self.context.reconciler.outbox = self.outbox
+        self.outbox.on_handed = self._wake.set  # delivered without a claim (see `drain`)
         self._loop = asyncio.create_task(self._deliver_forever(), name="outbox")
         self.admission.start()
 
@@ -119,6 +138,7 @@ class Executor:
         finish; the rest is handed over (their leases released, so any process takes
         them at once). Returns the keys handed over."""
         self._stopping = True
+        self._no_more_handed()
         await self.admission.stop()  # grants nothing more here
         if self._loop is not None:
             began = asyncio.get_running_loop().time()
@@ -129,6 +149,7 @@ class Executor:
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None
+        await self.outbox.release_handed()  # any process may deliver them at once
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if tasks and grace > 0:
             await asyncio.wait(tasks, timeout=grace)
@@ -150,6 +171,7 @@ class Executor:
         lease expired. A seam for the tests (bench/resume.py kills real processes); a
         service never calls it."""
         self.runner.abandoned = True
+        self._no_more_handed()
         await self.admission.stop()
         tasks = [j.task for j in self.jobs.values() if j.task is not None]
         if self._loop is not None:
@@ -159,24 +181,36 @@ class Executor:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _no_more_handed(self) -> None:
+        """Effects decided from now on wait in the outbox for any process's sender."""
+        if self.context.reconciler.outbox is self.outbox:
+            self.context.reconciler.outbox = None
+
     def wake(self) -> None:
         """Look at the outbox now (after a commit, or when a timer may have come due)."""
+        self._claim = True
         self._wake.set()
 
-    async def drain(self) -> int:
+    async def drain(self, *, claim: bool = True) -> int:
         """Deliver what is due now; waits for a delivery already under way here. Once
-        stopping, no further batch is claimed."""
+        stopping, no further batch is claimed. `claim=False`: only the rows a reconcile
+        handed over (woken by nothing else, the outbox holds nothing new for this process
+        but timers and other processes' rows, which the next claim or poll finds)."""
         async with self._draining:
             total = 0
             try:
-                while not self._stopping and (claimed := await self.outbox.deliver_due()):
-                    total += claimed
+                if not claim:
+                    total = await self.outbox.deliver_handed()
+                while (
+                    claim and not self._stopping and (delivered := await self.outbox.deliver_due())
+                ):
+                    total += delivered
+                    if self.outbox.exhausted and not self.outbox.handed:
+                        break  # what comes due next wakes the loop (or its poll finds it)
             finally:
-                await self.outbox.flush()  # a stopping process marks what it delivered
-            if (total or self.admission.asked) and not self._stopping:
-                # the runs just asked for may start at once (a pass under way is awaited)
-                await self.admission.pass_for_asked()
-            return total
+                if claim or self._stopping:  # else the next transaction marks them sent
+                    await self.outbox.flush()  # (a reconcile, or the poll's claim)
+            return total  # runs ask for their slots as their jobs claim them
 
     async def settle(self) -> None:
         """Deliver everything due, grant what may start, and wait for every job (the demo
@@ -197,14 +231,18 @@ class Executor:
         return due is not None and due <= self.context.clock()
 
     async def _deliver_forever(self) -> None:
+        due: datetime | None = None
+        claim = True
         while True:
             self._wake.clear()
-            due: datetime | None = None
+            claim, self._claim = claim or self._claim, False
             try:
-                await self.drain()
-                async with self.context.db.read() as conn:
-                    due = await next_effect_due(conn)
+                await self.drain(claim=claim)
+                if claim:  # handed rows alone change nothing in what is due next
+                    async with self.context.db.read() as conn:
+                        due = await next_effect_due(conn)
             except Exception as exc:  # the loop must survive a database hiccup
+                self._claim = True  # the next pass looks at the outbox again
                 if is_storage_error(exc):  # an outage: one line a poll, not a traceback
                     log.warning("outbox delivery waits for the database: %s", exc)
                 else:
@@ -213,7 +251,8 @@ class Executor:
             if due is not None:
                 wait = (due - self.context.clock()).total_seconds()
                 timeout = min(timeout, max(0.0, wait))
-            await woken(self._wake, timeout)  # or a timer came due: look again
+            # woken by a handover only: deliver it without a claim; a timer or poll claims
+            claim = not await woken(self._wake, timeout)
 
     # --- performing effects -------------------------------------------------------------
 
@@ -229,18 +268,22 @@ class Executor:
             return False
         conversation = await ctx.conversation(effect.conversation_id)
         if isinstance(effect, UpdatePlanCard):
-            await self._show_card(conversation, effect.plan_id, first=False)
+            await plan_notices.show_card(self.context, conversation, effect.plan_id, first=False)
             return False
         if isinstance(effect, ShowForm | AskUser):
             await self._post_form(conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
-            await self._stopped(conversation, effect, redelivered=redelivered)
+            await plan_notices.stopped(
+                self.context, self.runner, conversation, effect, redelivered=redelivered
+            )
             return False
         if isinstance(effect, PlanFinished):
-            return await self._finished(conversation, effect, redelivered=redelivered)
+            return await plan_notices.finished(
+                self.context, self.runner, conversation, effect, redelivered=redelivered
+            )
         if isinstance(effect, StepFailureNotice):
-            await self._failure(conversation, effect, redelivered=redelivered)
+            await plan_notices.failure(self.context, conversation, effect, redelivered=redelivered)
             return False
         plan = None
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
@@ -262,7 +305,7 @@ class Executor:
         if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
             return
         plan = await ctx.reconciler.plan(effect.conversation_id)
-        await self._show_card(conversation, effect.plan_id, first=True)
+        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
         await ctx.port.post_form(conversation, effect, plan)
         if isinstance(effect, ShowForm):
             self.observer.dispatched("user")
@@ -272,7 +315,7 @@ class Executor:
         self, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
     ) -> None:
         ctx = self.context
-        await self._show_card(conversation, effect.plan_id, first=True)
+        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
         # after a crash the message may be there already: never post twice
         if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
             await ctx.port.post_dispatch(conversation, effect)
@@ -288,10 +331,17 @@ class Executor:
         granted); the other long work starts at once. True: the row is held. `plan`: the
         step's plan as just read, if it was."""
         effect = claimed.effect
-        if isinstance(effect, SCHEDULED):
-            await request_slot(self.context, self.admission, effect, conversation, plan)
-            return True
         run_key, work = self._work_of(effect, conversation, claimed.delivery > 1)
+        if isinstance(effect, SCHEDULED):
+            slot = await slot_request(self.context, self.admission, effect, conversation)
+            if self._stopping:  # it waits in line: a running process grants it
+                now = self.context.clock()
+                queued = replace(slot, fast=None)
+                until = now + self.context.options.lease
+                await claim_slot(self.context.db, queued, self.owner, now=now, until=until)
+                return True
+            self.runner.hold(effect, slot.run_key, work, slot=slot)
+            return True
         self.runner.hold(effect, run_key, work)
         return True
 
@@ -300,12 +350,17 @@ class Executor:
     ) -> tuple[str | None, Work]:
         """The run's lease key (None: a commander turn's own) and the work of an effect."""
         ctx = self.context
-        if isinstance(effect, PostDispatch | RunCommanderStep):
-            if isinstance(effect, RunCommanderStep):
+        if isinstance(effect, RunCommanderStep):
+
+            async def commander_step() -> None:  # when its slot is granted
                 self.observer.dispatched("commander")
                 log.info(
                     "step dispatched to the commander", extra=step_runs.ids(conversation, effect)
                 )
+                await step_runs.run(ctx, conversation, effect, redelivered)
+
+            return effect.key, commander_step
+        if isinstance(effect, PostDispatch):
             return effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
         if isinstance(effect, ResumeStep):
             return step_runs.run_key_of(effect), lambda: step_runs.run(
@@ -326,14 +381,20 @@ class Executor:
                 await self._not_wanted(record)  # cancelled or aborted while it waited
                 return
         conversation = await self.context.conversation(effect.conversation_id)
-        run_key, work = self._work_of(effect, conversation, record.grants > 0)
-        # the grant took the run's lease and held its row until the same instant
-        self.runner.hold(effect, run_key, work, leased=True)
+        _, work = self._work_of(effect, conversation, record.grants > 0)
+        self.runner.hold(effect, record.run_key, work, granted=True)
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:
         """A granted run whose step moved on: its slot, lease and row are let go unrun."""
         await let_go_unrun(self.context, record, self.owner)
         self.admission.wake()
+
+    def _pause_here(self, run_key: str) -> None:
+        """Urgent work waits: a run of this process asked to pause stops at its next
+        model-turn boundary (a run elsewhere reads the request at its heartbeat)."""
+        for job in self.jobs.values():
+            if job.run_key == run_key and job.scheduled:
+                job.pause.set()
 
     def _slot_freed(self, job: Job, preempted: bool) -> None:
         """A job let its slot go: another run may start now (and a paused one says so)."""
@@ -346,7 +407,7 @@ class Executor:
 
     async def _show_waits(self, conversation_id: int, plan_id: int) -> None:
         conversation = await self.context.conversation(conversation_id)
-        await self._show_card(conversation, plan_id, first=False)
+        await plan_notices.show_card(self.context, conversation, plan_id, first=False)
 
     async def _refused(self, record: RunRequestRecord, reason: str) -> None:
         await fail_refused(self.context, record, reason)
@@ -355,67 +416,6 @@ class Executor:
         if claimed.created_at is not None and claimed.delivery == 1:
             waited = (self.context.clock() - claimed.created_at).total_seconds()
             self.observer.queued(max(0.0, waited))
-
-    async def _show_card(
-        self, conversation: ConversationRecord, plan_id: int, *, first: bool
-    ) -> None:
-        plan = await step_runs.load(self.context, conversation.id, plan_id, with_waits=True)
-        if plan is not None:
-            await self.context.port.show_card(conversation, plan, first=first)
-
-    async def _stopped(
-        self, conversation: ConversationRecord, effect: PlanStopped, *, redelivered: bool
-    ) -> None:
-        """A cancelled plan: stop its runs here, close its forms, say so once."""
-        await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-        plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
-        if plan is not None:
-            await self.context.port.close_forms(conversation, plan, "The plan was cancelled.")
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return  # said already (Slack's answer was lost, or this process stopped)
-        log.info("plan finished: cancelled", extra=step_runs.ids(conversation, effect))
-        who = f" by <@{effect.by}>" if effect.by else ""
-        note = f"Plan cancelled{who}; nothing else will run."
-        if plan is not None:
-            note = plan_endings.closing_sentence(plan, by=effect.by)
-        await self.context.port.say(conversation, note, key=effect.key)
-
-    async def _finished(
-        self, conversation: ConversationRecord, effect: PlanFinished, *, redelivered: bool
-    ) -> bool:
-        """A completed plan gets its final answer (a job: the commander's run), an aborted
-        one a sentence; True when a job now holds the row."""
-        log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
-        if effect.status == "aborted":
-            await self.runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-        plan = await step_runs.load(self.context, conversation.id, effect.plan_id)
-        if plan is None:
-            return False
-        if effect.status == "aborted":
-            await self.context.port.close_forms(conversation, plan, "The plan was stopped.")
-        if plan_endings.needs_final_answer(plan):
-            ctx, write = self.context, plan_endings.write_final_answer
-            self.runner.hold(
-                effect,
-                final_answer_key(plan.id),
-                lambda: write(ctx, conversation, effect, plan, redelivered),
-            )
-            return True
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return False
-        if plan.status in ("aborted", "cancelled"):
-            note = plan_endings.closing_sentence(plan, effect.reason)
-            await self.context.port.say(conversation, note, key=effect.key)
-        return False
-
-    async def _failure(
-        self, conversation: ConversationRecord, effect: StepFailureNotice, *, redelivered: bool
-    ) -> None:
-        """A step really failed: said once, in words, with what happens next."""
-        if redelivered and await self.context.port.thread_has_key(conversation, effect.key):
-            return
-        sentence = plan_endings.failure_sentence(effect)
-        await self.context.port.say(conversation, sentence, key=effect.key)
 
     async def _given_up(self, effect: Effect, reason: str) -> None:
         """The outbox gave an effect up: a step waiting on it fails (its on_failure applies)."""

@@ -6,6 +6,9 @@ soon as that one lease expired. The heartbeat also notices when the step is no l
 job's to finish (the plan was cancelled or aborted, in this process or another) and stops
 the job at once. A job that dies of a bug fails its step with a sentence; a transient
 failure hands the work over to be tried again shortly.
+
+A scheduled run (a step or a commander turn) has no lease of its own: its granted run
+request is its lease (`agents/slot_requests.py`), asked for as the job claims its work.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from agents import step_runs, telemetry
@@ -25,16 +28,19 @@ from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.preemption import PAUSE, Preempted
 from agents.run_context import Context, Job, Work
+from agents.scheduler import URGENT
+from agents.slot_requests import SlotRequest, claim_slot
 from storage.outbox import (
     fail_held_effect,
     finish_effect,
     give_up_held_effect,
     hold_effect,
 )
+from storage.records import RunRequestRecord
+from storage.run_request_leases import finish_request, pass_slot, renew_request
 from storage.run_requests import (
     drop_request,
-    finish_request,
-    renew_request,
+    get_request,
     requeue_request,
     requeue_requests_of,
 )
@@ -55,11 +61,15 @@ class JobRunner:
         *,
         owner: str,
         on_slot_freed: Callable[[Job, bool], None] | None = None,
+        on_queued: Callable[[], None] | None = None,
+        start_passed: Callable[[RunRequestRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.context = context
         self.owner = owner
-        # told when a job let its run slot go (True: paused for urgent work)
+        # told when a job let its run slot go to waiting runs (True: paused for urgent work)
         self.on_slot_freed = on_slot_freed
+        self.on_queued = on_queued  # told when a job's run waits in line for a slot
+        self.start_passed = start_passed  # starts the urgent run a paused one's slot went to
         self.jobs: dict[str, Job] = {}
         self.abandoned = False  # a killed process releases nothing (see Executor.abandon)
         # plans whose thread was told of a storage outage (once each); outages in a row by job
@@ -67,11 +77,21 @@ class JobRunner:
         self.outages: LRUCache[str, int] = LRUCache(10_000)
 
     def hold(
-        self, effect: Effect, run_key: str | None, work: Work, *, leased: bool = False
+        self,
+        effect: Effect,
+        run_key: str | None,
+        work: Work,
+        *,
+        slot: SlotRequest | None = None,
+        granted: bool = False,
     ) -> None:
-        """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease);
-        `leased`: the scheduler's grant took both already, in its own transaction."""
-        if effect.key in self.jobs:
+        """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease).
+
+        A scheduled run asks for its `slot` as it claims its work (granted at once, or it
+        waits in line and this job ends); one an admission pass `granted` here holds its
+        request as its lease already."""
+        if (held := self.jobs.get(effect.key)) is not None:
+            held.take_grant |= granted  # still claiming: it runs under this grant
             return  # already running here
         plan_id = getattr(effect, "plan_id", None)
         job = Job(
@@ -81,21 +101,27 @@ class JobRunner:
             step=getattr(effect, "step", None),
             attempt=getattr(effect, "attempt", None),
             conversation_id=effect.conversation_id,
+            run_key=run_key or f"turn:{effect.key}",
+            scheduled=slot is not None or granted,
         )
         self.jobs[effect.key] = job
-        job.task = asyncio.create_task(self._job(job, run_key, work, leased), name=effect.key)
+        job.task = asyncio.create_task(self._job(job, work, slot, granted), name=effect.key)
         self.context.observer.jobs_running(len(self.jobs))
 
-    async def _job(self, job: Job, run_key: str | None, work: Work, leased: bool) -> None:
-        lease_key = run_key or f"turn:{job.key}"
+    async def _job(self, job: Job, work: Work, slot: SlotRequest | None, granted: bool) -> None:
+        lease_key = job.run_key or f"turn:{job.key}"
         try:
             try:
-                claimed = leased or await self._claim(lease_key, job.key)
+                claimed = "mine" if granted else await self._claim(lease_key, job.key, slot)
             except Exception as exc:
                 self._unsettled(job, exc)
                 return
-            if not claimed:
-                log.info("%s runs in another process", lease_key)
+            if claimed == "granted_here" and job.take_grant:
+                claimed = "mine"  # a pass here granted it as the row was delivered again
+            if claimed == "waiting" and self.on_queued is not None:
+                self.on_queued()  # an admission pass grants it (here or elsewhere)
+            if claimed != "mine":
+                log.info("%s: %s", lease_key, claimed)
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
             ended: BaseException | None = None
@@ -109,11 +135,12 @@ class JobRunner:
                 heartbeat.cancel()
             # the heartbeat is over before the lease is let go: it cannot renew it after
             await asyncio.gather(heartbeat, return_exceptions=True)
+            others_wait = True
             try:
-                await self._release(job, lease_key, ended)
+                others_wait = await self._release(job, lease_key, ended)
             except Exception as exc:
                 self._unsettled(job, exc)
-            if self.on_slot_freed is not None and not self.abandoned:
+            if self.on_slot_freed is not None and not self.abandoned and others_wait:
                 self.on_slot_freed(job, isinstance(ended, Preempted))
             if isinstance(ended, asyncio.CancelledError) and not isinstance(ended, Preempted):
                 raise ended
@@ -133,30 +160,31 @@ class JobRunner:
         else:
             log.error("%s could not be settled; taken again after its lease", job.key, exc_info=exc)
 
-    async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> None:
-        """Let go of a job's lease and row as its work ended (`ended`: why, None: done)."""
+    async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> bool:
+        """Let go of a job's lease and row as its work ended (`ended`: why, None: done);
+        False when no run waits for the slot it freed (no admission pass needed)."""
         if self.abandoned or job.lease_lost:
-            return  # a killed process releases nothing; a lost lease is another's now
+            return False  # a killed process releases nothing; a lost lease is another's
         if ended is not None and not isinstance(ended, asyncio.CancelledError):
             if is_storage_error(ended):
                 await self._storage_away(job, lease_key, ended)
-                return
+                return True
         self.outages.pop(job.key)
         if isinstance(ended, Preempted) and not job.cancelled:
-            await self._pause(lease_key, job.key)
+            await self._pause(job, lease_key)
         elif isinstance(ended, asyncio.CancelledError):
             if job.cancelled:  # the plan was stopped: the work is over, not handed on
-                await self._settle(lease_key, job.key)
-            else:  # this process stops: any process takes it now
-                await self._hand_over(lease_key, job.key)
+                return await self._settle(job, lease_key)
+            await self._hand_over(job, lease_key)  # this process stops: any takes it now
         elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
             await self._try_again(job, lease_key, ended)
         elif isinstance(ended, Exception):
             log.error("%s failed", job.key, exc_info=ended)
             await self._crashed(job, ended)
-            await self._settle(lease_key, job.key)
+            return await self._settle(job, lease_key)
         else:
-            await self._settle(lease_key, job.key)
+            return await self._settle(job, lease_key)
+        return True
 
     async def _try_again(self, job: Job, lease_key: str, error: TransientError) -> None:
         """Hand the work over to be tried again shortly, counting the failure on its row;
@@ -165,7 +193,8 @@ class JobRunner:
         clock = self.context.clock
         async with self.context.db.write() as conn:
             await drop_request(conn, lease_key)  # the row, due again later, asks anew
-            await release_run(conn, lease_key, self.owner)
+            if not job.scheduled:
+                await release_run(conn, lease_key, self.owner)
             failures = await fail_held_effect(
                 conn, job.key, error=str(error), available_at=clock() + RETRY_AFTER
             )
@@ -187,7 +216,7 @@ class JobRunner:
         log.warning("%s: storage is away (%s); trying again in %s", job.key, error, after)
         await self._tell_storage_away(job)
         try:
-            await self._hand_over(lease_key, job.key, after=after, quietly=False)
+            await self._hand_over(job, lease_key, after=after, quietly=False)
         except Exception as exc:  # still away: the lease runs out, the outbox takes it again
             log.info("%s: could not hand over while storage is away: %s", job.key, exc)
 
@@ -221,14 +250,17 @@ class JobRunner:
         failed = StepFailed(index=job.step, attempt=job.attempt, reason=reason, retryable=False)
         await step_runs.report(self.context, job.conversation_id, failed)
 
-    async def _claim(self, lease_key: str, row_key: str) -> bool:
+    async def _claim(self, lease_key: str, row_key: str, slot: SlotRequest | None) -> str:
         """Take the run's lease and hold its outbox row until the same instant, in one
         transaction: after a crash both come free together, so whoever claims the row
         takes the run in the same pass. Refused (another process runs it): the row is
-        looked at again when that lease ends, or within a heartbeat if sooner."""
+        looked at again when that lease ends, or within a heartbeat if sooner. A scheduled
+        run's lease is its slot (`claim_slot`): "mine", "waiting" or "elsewhere"."""
         options = self.context.options
         now = self.context.clock()
         until = now + options.lease
+        if slot is not None:
+            return await claim_slot(self.context.db, slot, self.owner, now=now, until=until)
         async with self.context.db.write() as conn:
             mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
             if mine:
@@ -236,7 +268,7 @@ class JobRunner:
             else:
                 held = await run_lease_until(conn, lease_key) or now
                 await hold_effect(conn, row_key, min(held, now + options.heartbeat))
-        return mine
+        return "mine" if mine else "elsewhere"
 
     async def _heartbeat(self, job: Job, lease_key: str) -> None:
         """Renew the run's lease and its row's together; stop the job when its step is
@@ -247,10 +279,14 @@ class JobRunner:
             try:
                 until = ctx.clock() + ctx.options.lease
                 async with ctx.db.write() as conn:
-                    # the request first: every transaction locks request, lease, row in turn
-                    if await renew_request(conn, lease_key, self.owner, until):
-                        job.pause.set()  # urgent work waits: stop at the next turn
-                    kept = await renew_run(conn, lease_key, self.owner, until)
+                    # the lease first: every transaction locks request, lease, row in turn
+                    if job.scheduled:  # the granted request is the run's lease
+                        pause = await renew_request(conn, lease_key, self.owner, until)
+                        if pause:
+                            job.pause.set()  # urgent work waits: stop at the next turn
+                        kept = pause is not None
+                    else:
+                        kept = await renew_run(conn, lease_key, self.owner, until)
                     if kept:
                         await hold_effect(conn, job.key, until)
                 wanted = kept and await step_runs.job_still_wanted(ctx, job)
@@ -270,31 +306,51 @@ class JobRunner:
                 job.task.cancel()
             return
 
-    async def _settle(self, lease_key: str, row_key: str) -> None:
-        async with self.context.db.write() as conn:  # request, lease, row: as passes lock
-            await finish_request(conn, lease_key, self.context.clock())
-            await release_run(conn, lease_key, self.owner)
-            await finish_effect(conn, row_key, self.context.clock())
-
-    async def _pause(self, lease_key: str, row_key: str) -> None:
-        """Paused for urgent work at a model-turn boundary: the slot is given back and the
-        run waits again in its place, its history stored (it resumes without re-paying)."""
+    async def _settle(self, job: Job, lease_key: str) -> bool:
+        """The work is over: lease and row let go; True when other runs wait for a slot."""
         now = self.context.clock()
+        async with self.context.db.write() as conn:  # request, lease, row: as passes lock
+            if job.scheduled:
+                others_wait = await finish_request(conn, lease_key, now)
+            else:
+                others_wait = False
+                await release_run(conn, lease_key, self.owner)
+            await finish_effect(conn, job.key, now)
+        return others_wait
+
+    async def _pause(self, job: Job, lease_key: str) -> None:
+        """Paused for urgent work at a model-turn boundary: the run waits again in its
+        place, its history stored (it resumes without re-paying), and its slot goes to the
+        urgent run in the same transaction, started here at once (`start_passed`)."""
+        now = self.context.clock()
+        until = now + self.context.options.lease
+        passed: RunRequestRecord | None = None
         async with self.context.db.write() as conn:
             await requeue_request(conn, lease_key, self.owner, preempted=True)
-            await release_run(conn, lease_key, self.owner)
-            await hold_effect(conn, row_key, now + PARK)
+            await hold_effect(conn, job.key, now + PARK)
+            if self.start_passed is not None:
+                key = await pass_slot(
+                    conn, self.owner, now=now, until=until, priority_at_most=URGENT
+                )
+                passed = await get_request(conn, key) if key is not None else None
+                if passed is not None:
+                    await hold_effect(conn, passed.effect_key, until)
+                    telemetry.admitted(now - passed.enqueued_at)
+        if passed is not None and self.start_passed is not None:
+            await self.start_passed(passed)
         telemetry.preempted()
         log.info("%s paused for urgent work", lease_key)
 
     async def _hand_over(
-        self, lease_key: str, row_key: str, *, after: timedelta = timedelta(0), quietly: bool = True
+        self, job: Job, lease_key: str, *, after: timedelta = timedelta(0), quietly: bool = True
     ) -> None:
         try:
             async with self.context.db.write() as conn:
-                await requeue_request(conn, lease_key, self.owner)
-                await release_run(conn, lease_key, self.owner)
-                await hold_effect(conn, row_key, self.context.clock() + after)
+                if job.scheduled:
+                    await requeue_request(conn, lease_key, self.owner)
+                else:
+                    await release_run(conn, lease_key, self.owner)
+                await hold_effect(conn, job.key, self.context.clock() + after)
         except Exception:
             if not quietly:
                 raise  # a stopping process hands over on a best-effort basis

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from agents.clock import Clock, backoff
-from agents.effects import Effect, from_row
+from agents.effects import Effect, UpdatePlanCard, from_row
 from agents.errors import RunError
 from agents.failures import is_storage_error
 from storage.db import Database
@@ -72,10 +72,50 @@ class OutboxSender:
         self.batch = batch
         self.on_give_up = on_give_up
         self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
+        # rows a reconcile claimed for this sender in its own transaction (`hand_over`)
+        self._handed: list[tuple[OutboxRecord, Effect]] = []
+        self.exhausted = False  # the last claim found fewer rows than a batch
+        self.on_handed: Callable[[], None] | None = None  # told when rows are handed over
+
+    def take_sent(self) -> list[int]:
+        """The rows delivered since the last transaction, for a transaction that marks
+        them sent (the reconcile's, `agents/reconcile_units.py`); `restore_sent` puts them
+        back when it did not commit."""
+        sent, self._sent = self._sent, []
+        return sent
+
+    def restore_sent(self, sent: list[int]) -> None:
+        self._sent = sent + self._sent
+
+    def hand_over(self, claimed: list[OutboxRecord], effects: list[Effect]) -> None:
+        """Rows a committed transaction inserted already claimed for this sender, with
+        the effects they hold: delivered by the next `deliver_due`, before it claims."""
+        by_key = {e.key: e for e in effects}
+        self._handed.extend((r, by_key[r.idempotency_key]) for r in claimed)
+        if claimed and self.on_handed is not None:
+            self.on_handed()
+
+    @property
+    def handed(self) -> int:
+        """Rows handed over and not delivered yet."""
+        return len(self._handed)
+
+    async def release_handed(self) -> None:
+        """A stopping process lets go of the rows handed to it and not delivered: due at
+        once for any sender (a crash leaves them to the lease instead)."""
+        handed, self._handed = self._handed, []
+        if not handed:
+            return
+        now = self.clock()
+        async with self.db.write() as conn:
+            for record, _effect in handed:
+                await hold_effect(conn, record.idempotency_key, now)
 
     async def deliver_due(self) -> int:
-        """Mark what was delivered, claim one batch of due rows and deliver them; how many
-        were claimed."""
+        """Deliver the rows handed over, then mark what was delivered, claim one batch of
+        due rows and deliver them; how many were delivered (`exhausted`: no more are due
+        beyond this batch)."""
+        handed = await self.deliver_handed()
         now = self.clock()
         sent, self._sent = self._sent, []
         try:
@@ -88,15 +128,41 @@ class OutboxSender:
         except BaseException:
             self._sent = sent + self._sent  # marked with the next claim, or redelivered
             raise
+        self.exhausted = len(records) < self.batch
         for record in records:
             await self._deliver(record)
-        return len(records)
+        return handed + len(records)
 
-    async def drain(self) -> int:
-        """Deliver until nothing is due; how many rows were claimed in all."""
+    async def deliver_handed(self) -> int:
+        """Deliver the rows handed over (no transaction: they were claimed when they were
+        decided); how many. Plan-card refreshes coalesce: of a plan's refreshes waiting
+        here only the last is performed (it renders the plan as it is now), the others
+        are marked sent with it – as the outbox keeps one unclaimed refresh per plan."""
+        handed, self._handed = self._handed, []
+        last_card: dict[int, int] = {}
+        for i, (_record, effect) in enumerate(handed):
+            if isinstance(effect, UpdatePlanCard):
+                last_card[effect.plan_id] = i
+        for i, (record, effect) in enumerate(handed):
+            if isinstance(effect, UpdatePlanCard) and last_card[effect.plan_id] != i:
+                self._sent.append(record.id)  # covered by the plan's later refresh
+                continue
+            await self._deliver(record, effect)
+        return len(handed)
+
+    async def drain(self, *, until_empty: bool = True) -> int:
+        """Deliver until nothing is due; how many rows were delivered in all. The rows
+        delivered last are marked sent by the next transaction (`flush` for none).
+
+        `until_empty`: claim until a claim finds nothing (a delivery may have made more
+        rows due, e.g. a timer's reconcile); False: stop once a claim found less than a
+        batch and nothing was handed over meanwhile – one claim fewer, as the executor's
+        loop does (it looks again when woken, or when the next row comes due)."""
         total = 0
-        while claimed := await self.deliver_due():
-            total += claimed
+        while delivered := await self.deliver_due():
+            total += delivered
+            if not until_empty and self.exhausted and not self.handed:
+                break
         return total
 
     async def flush(self) -> None:
@@ -114,11 +180,12 @@ class OutboxSender:
             self._sent = sent + self._sent
             raise
 
-    async def _deliver(self, record: OutboxRecord) -> None:
+    async def _deliver(self, record: OutboxRecord, effect: Effect | None = None) -> None:
         try:
-            effect = from_row(
-                record.idempotency_key, record.kind, record.conversation_id or 0, record.payload
-            )
+            if effect is None:
+                effect = from_row(
+                    record.idempotency_key, record.kind, record.conversation_id or 0, record.payload
+                )
         except ValidationError as exc:  # a row no performer can read: never retried
             log.error("outbox %s is malformed; giving it up: %s", record.idempotency_key, exc)
             async with self.db.write() as conn:

@@ -81,6 +81,9 @@ class EditStep(_Strict):
     index: int
     input: str | None = None
     title: str | None = None
+    # the step's input as the commander was shown it (set by the orchestrator, never the
+    # model): an edit that added to it is re-applied to an input changed meanwhile
+    shown_input: str | None = None
 
 
 class AbortPlan(_Strict):

@@ -47,6 +47,9 @@ class Job:
     step: int | None
     attempt: int | None
     conversation_id: int | None = None
+    run_key: str | None = None  # the lease it runs under
+    scheduled: bool = False  # its lease is its granted run request (agents/slot_requests.py)
+    take_grant: bool = False  # a pass here granted its run while it was claiming: it runs it
     task: asyncio.Task[None] | None = None
     cancelled: bool = False  # the plan was stopped: the work is over, not handed on
     lease_lost: bool = False  # another process took the lease: it settles the row

@@ -217,12 +217,20 @@ def budget_sentence(budget: Budget, now: datetime, *, prefix: str = "waiting: ")
 
 
 def _in_line(position: int) -> Wait:
-    return Wait("capacity", f"waiting: {_ordinal(position)} in line")
+    return Wait("capacity", f"waiting: {in_line(position)}")
 
 
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
+def in_line(position: int) -> str:
+    """A place in line in words, exact for the first three and coarse behind them: a pass
+    moves every place, and a card is edited only when the words it shows change (so a
+    long queue's cards are not all rewritten at every grant)."""
+    if position <= 1:
+        return "next in line"
+    if position <= 3:
+        return f"{position}{'nd' if position == 2 else 'rd'} in line"
+    if position <= 5:
+        return "in line (a few ahead)"
+    return "in line (5+ ahead)"
 
 
 def _preempt(

@@ -43,11 +43,12 @@ from agents.clock import Clock
 from agents.failures import is_storage_error
 from agents.lru import LRUCache
 from agents.models import resolve_model
-from agents.preemption import check_pause
+from agents.preemption import PAUSE, check_pause
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Database
 from storage.records import AgentRunRecord
+from storage.run_request_leases import asked_to_pause
 from storage.runs import save_run
 from storage.usage import record_usage
 
@@ -242,6 +243,10 @@ class RunSession:
             output_tokens=self.usage.output_tokens,
         )
         self.recorded = (self.usage.input_tokens, self.usage.output_tokens)
+        pause = PAUSE.get()  # a scheduled run: asked to pause for urgent work? (elsewhere:
+        if status == "running" and pause is not None and not pause.is_set():  # a pass here
+            if await asked_to_pause(conn, self.job.run_key):  # sets the event at once)
+                pause.set()
 
 
 # --- context compaction -------------------------------------------------------------------

@@ -3,17 +3,22 @@
 The request carries its tenant (workspace and channel), its agent and the tools it may
 call (for quotas), its priority (an admin's mark, a person waiting, a long plan) and an
 estimate of its tokens (the agent's recent runs) for the budgets.
+
+The job asks in the transaction that claims its work (`claim_slot`): when nobody waits
+and the caps have room (no tool quota or budget to weigh), one statement grants the slot
+there and then – the idle scheduler costs no transaction of its own. Otherwise the request
+waits in line and an admission pass decides. A granted request is the run's lease.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from agents import step_runs
-from agents.admission_policy import marks_of, priority_of
+from agents import step_runs, telemetry
+from agents.admission import PARK
+from agents.admission_policy import SchedulerOptions, marks_of, priority_of
 from agents.effects import (
     AskCommander,
     MessageForCommander,
@@ -24,16 +29,19 @@ from agents.effects import (
     step_key,
     to_row,
 )
-from agents.plan import COMMANDER, Plan, StepFailed
-from storage.outbox import finish_effect
+from agents.plan import COMMANDER, StepFailed
+from storage.db import Database
+from storage.outbox import finish_effect, hold_effect
 from storage.records import ConversationRecord, RunRequestRecord
-from storage.run_requests import finish_request
-from storage.runs import release_run, typical_run_tokens
-from storage.workspaces import workspace_settings
+from storage.run_request_leases import finish_request, grant_at_once
+from storage.run_requests import enqueue_request, lock_admission
 
 if TYPE_CHECKING:
     from agents.admission import AdmissionLoop
     from agents.run_context import Context
+
+# granted_here: a pass of this process granted it a moment ago and starts it
+Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]
 
 SCHEDULED = (
     PostDispatch,
@@ -57,46 +65,55 @@ def lease_key_of(effect: Scheduled) -> str:
     return f"turn:{effect.key}"
 
 
-async def request_slot(
-    ctx: Context,
-    admission: AdmissionLoop,
-    effect: Scheduled,
-    conversation: ConversationRecord,
-    plan: Plan | None = None,
-) -> str:
-    """Enqueue the effect's run (idempotent); the request's state. `plan`: the effect's
-    plan if the caller has just read it (else it is read here)."""
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """The caps a grant at once checks (the rest of the policy needs a pass)."""
+
+    capacity: int
+    process_capacity: int
+    agent_cap: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRequest:
+    """A run's request for a slot: its columns, and whether it may be granted at once."""
+
+    run_key: str
+    values: dict[str, Any]
+    fast: FastPath | None  # None: a tool quota or a budget applies – the queue decides
+
+
+def fast_path(options: SchedulerOptions, agent: str, tools: list[str]) -> FastPath | None:
+    """The caps for a grant at once; None when a tool quota or a budget must be weighed."""
+    if any(options.budgets.values()) or set(tools) & set(options.tool_caps):
+        return None
+    return FastPath(options.capacity, options.process_capacity, options.agent_caps.get(agent))
+
+
+async def slot_request(
+    ctx: Context, admission: AdmissionLoop, effect: Scheduled, conversation: ConversationRecord
+) -> SlotRequest:
+    """What the effect's run asks the scheduler for (settings, quotas and the estimate
+    as the admission loop remembers them for a poll interval: usually no read at all)."""
     agent = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     plan_id = getattr(effect, "plan_id", None)
-    tools: list[str] = []
-    record = await ctx.agents.agent(agent) if agent != COMMANDER else None
-    if record is not None:
-        tools = [*record.tools, *(_server(s) for s in record.mcp_servers)]
+    facts = await admission.facts(conversation.team_id, agent)
     plan_steps = 0
     if plan_id is not None:
-        if plan is None or plan.id != plan_id:
-            plan = await ctx.reconciler.plan(conversation.id)
-        plan_steps = len(plan.steps) if plan is not None and plan.id == plan_id else 0
-
-    async def read(conn: AsyncConnection) -> dict[str, Any]:
-        """The request's priority and token estimate, read in its enqueue transaction."""
-        settings = await workspace_settings(conn, conversation.team_id)
-        estimate = await typical_run_tokens(conn, agent)
-        priority = priority_of(
-            effect.kind,
-            channel_id=conversation.channel_id,
-            plan_id=plan_id,
-            plan_steps=plan_steps,
-            marks=marks_of(settings),
-            batch_steps=ctx.options.scheduler.batch_steps,
+        plan = ctx.reconciler.remembered(conversation.id) or await ctx.reconciler.plan(
+            conversation.id
         )
-        default = ctx.options.scheduler.default_estimate
-        return {"priority": priority, "estimate_tokens": estimate or default}
-
+        plan_steps = len(plan.steps) if plan is not None and plan.id == plan_id else 0
+    priority = priority_of(
+        effect.kind,
+        channel_id=conversation.channel_id,
+        plan_id=plan_id,
+        plan_steps=plan_steps,
+        marks=marks_of(facts.settings),
+        batch_steps=ctx.options.scheduler.batch_steps,
+    )
     row = to_row(effect)
-    return await admission.enqueue(
-        read=read,
-        run_key=lease_key_of(effect),
+    values = dict(
         effect_key=effect.key,
         effect_kind=effect.kind,
         effect=row["payload"],
@@ -107,21 +124,54 @@ async def request_slot(
         plan_id=plan_id,
         step_index=getattr(effect, "step", None),
         attempt=getattr(effect, "attempt", None),
-        tools=tools,
+        priority=priority,
+        estimate_tokens=facts.estimate or ctx.options.scheduler.default_estimate,
+        tools=list(facts.tools),
     )
+    fast = fast_path(facts.options, agent, list(facts.tools))
+    return SlotRequest(lease_key_of(effect), values, fast)
 
 
-def _server(server: dict[str, object]) -> str:
-    """An MCP server's quota key: `mcp:<host>`."""
-    return f"mcp:{urlsplit(str(server.get('url', ''))).hostname or 'unknown'}"
+async def claim_slot(
+    db: Database, slot: SlotRequest, owner: str, *, now: datetime, until: datetime
+) -> Claim:
+    """Ask for the run's slot in one write transaction and hold the outbox row meanwhile:
+    "mine" (granted at once: the run starts now), "waiting" (in line: an admission pass
+    grants it, the row parked until then) or "elsewhere" (another process runs it)."""
+    row_key = slot.values["effect_key"]
+    async with db.write() as conn:
+        if slot.fast is not None:
+            await lock_admission(conn)  # counted under the passes' lock (PostgreSQL)
+            fast = slot.fast
+            granted = await grant_at_once(
+                conn,
+                run_key=slot.run_key,
+                owner=owner,
+                now=now,
+                until=until,
+                capacity=fast.capacity,
+                process_capacity=fast.process_capacity,
+                agent_cap=fast.agent_cap,
+                **slot.values,
+            )
+            if granted:
+                await hold_effect(conn, row_key, until)
+                telemetry.admitted(timedelta(0))  # no time in the queue
+                return "mine"
+        state = await enqueue_request(
+            conn, run_key=slot.run_key, now=now, owner=owner, **slot.values
+        )
+        if state in ("granted", "granted_here"):
+            return "granted_here" if state == "granted_here" else "elsewhere"
+        await hold_effect(conn, row_key, now + PARK)
+        return "waiting"
 
 
 async def let_go_unrun(ctx: Context, record: RunRequestRecord, owner: str) -> None:
     """A granted run not wanted any more: its request ends, its lease and row are freed."""
     now = ctx.clock()
-    async with ctx.db.write() as conn:  # request, lease, row: as every job transaction
+    async with ctx.db.write() as conn:  # request (the run's lease), row: as every job
         await finish_request(conn, record.run_key, now)
-        await release_run(conn, record.run_key, owner)
         await finish_effect(conn, record.effect_key, now)
 
 

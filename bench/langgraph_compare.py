@@ -4,7 +4,11 @@ Both run the same graphs with a zero-latency "model" (a step's work is free), ea
 SQLite file in WAL mode, at the same `synchronous` setting (NORMAL, then FULL):
 - Flotilla: the reconcile ("outcome recorded -> next dispatch recorded", one transaction
   with its outbox rows) *and* the delivery of those outbox rows to a recording port – what a
-  step costs Flotilla end to end, minus Slack and the model;
+  step costs Flotilla end to end, minus Slack and the model. Wired as the executor wires it:
+  the reconcile inserts its effects claimed for the process's sender and marks the previous
+  deliveries sent in its own transaction; the sender delivers what was handed over without
+  a claim transaction (`OutboxSender.deliver_handed`, what the executor's loop does when a
+  handover woke it); the last deliveries are marked sent at the end (`flush`);
 - LangGraph: `StateGraph.invoke(..., durability="sync")` with its SQLite checkpointer – a
   checkpoint written before each superstep starts the next.
 The graphs: a chain of N steps and a diamond of L layers (top -> left, right -> join).
@@ -66,17 +70,19 @@ def _set_synchronous(db: Database, mode: Sync) -> None:
         event.listen(engine, "connect", on_connect)
 
 
-async def flotilla_per_step(folder: Path, steps: list[Step], mode: Sync, tag: str) -> float:
-    """Seconds per step: every reconcile plus the delivery of its outbox rows."""
+async def flotilla_per_step(
+    folder: Path, steps: list[Step], mode: Sync, tag: str
+) -> tuple[float, float]:
+    """Seconds per step, wall and CPU: every reconcile plus the delivery of its outbox rows."""
     db = Database(f"sqlite+aiosqlite:///{folder / f'flotilla-{tag}.db'}")
     _set_synchronous(db, mode)
     await upgrade(db)
-    reconciler = Reconciler(db, clock=lambda: NOW)
     sender = OutboxSender(db, RecordingPort(), clock=lambda: NOW)
+    reconciler = Reconciler(db, clock=lambda: NOW, outbox=sender)  # as the executor wires it
     cid = await conversation(db, tag)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     decision = await reconciler.start_steps(cid, steps)
-    await sender.drain()
+    await sender.deliver_handed()
     plan = decision.plan
     while plan.status == "running":
         running = [s for s in plan.steps if s.status == "in_progress"]
@@ -86,11 +92,13 @@ async def flotilla_per_step(folder: Path, steps: list[Step], mode: Sync, tag: st
         )
         assert result is not None
         plan = result.plan
-        await sender.drain()
-    elapsed = time.perf_counter() - t0
+        await sender.deliver_handed()
+    await sender.flush()  # the last deliveries marked sent (each reconcile marked the others)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     assert plan.status == "completed", plan.status
+    assert await sender.drain() == 0  # everything was handed over and delivered
     await db.dispose()
-    return elapsed / len(steps)
+    return elapsed / len(steps), cpu / len(steps)
 
 
 # --- LangGraph ------------------------------------------------------------------------
@@ -126,18 +134,21 @@ def langgraph_of(steps: list[Step]) -> Any:
     return graph
 
 
-def langgraph_per_step(folder: Path, steps: list[Step], mode: Sync, tag: str) -> float:
+def langgraph_per_step(
+    folder: Path, steps: list[Step], mode: Sync, tag: str
+) -> tuple[float, float]:
+    """Seconds per step, wall and CPU (of all threads: the process runs nothing else)."""
     connection = sqlite3.connect(folder / f"langgraph-{tag}.db", check_same_thread=False)
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute(f"PRAGMA synchronous = {mode}")
     compiled = langgraph_of(steps).compile(checkpointer=SqliteSaver(connection))
     config = {"configurable": {"thread_id": tag}, "recursion_limit": len(steps) + 10}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     final = compiled.invoke({"request": "bench", "done": []}, config, durability="sync")
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     assert len(final["done"]) == len(steps), len(final["done"])
     connection.close()
-    return elapsed / len(steps)
+    return elapsed / len(steps), cpu / len(steps)
 
 
 # --- the interleaved run --------------------------------------------------------------
@@ -152,6 +163,7 @@ async def main(quick: bool, repeats: int | None) -> None:
     rounds = repeats or rounds
     shapes = {f"{chain_n}-step chain": chain(chain_n), f"{layers}-layer diamond": diamond(layers)}
     ratios: dict[tuple[str, str], list[float]] = {}
+    cpu_ratios: dict[tuple[str, str], list[float]] = {}
     print(
         f"SQLite WAL, zero-latency model; Flotilla = reconcile + outbox delivery, "
         f"LangGraph = invoke(durability='sync'); {rounds} interleaved repeats"
@@ -162,16 +174,23 @@ async def main(quick: bool, repeats: int | None) -> None:
             for mode in ("NORMAL", "FULL"):
                 for shape, steps in shapes.items():
                     tag = f"{repeat}-{mode}-{shape.split()[0]}"
-                    ours = await flotilla_per_step(folder, steps, mode, tag)
-                    theirs = await asyncio.to_thread(langgraph_per_step, folder, steps, mode, tag)
+                    ours, our_cpu = await flotilla_per_step(folder, steps, mode, tag)
+                    theirs, their_cpu = await asyncio.to_thread(
+                        langgraph_per_step, folder, steps, mode, tag
+                    )
                     ratios.setdefault((mode, shape), []).append(ours / theirs)
+                    cpu_ratios.setdefault((mode, shape), []).append(our_cpu / their_cpu)
                     print(
                         f"repeat {repeat + 1} synchronous={mode:<6} {shape:<18} "
-                        f"Flotilla {ours * 1e6:7.0f} µs/step  LangGraph {theirs * 1e6:7.0f} µs/step"
-                        f"  ratio {ours / theirs:.2f}"
+                        f"Flotilla {ours * 1e6:6.0f} µs/step ({our_cpu * 1e6:5.0f} CPU)  "
+                        f"LangGraph {theirs * 1e6:6.0f} µs/step ({their_cpu * 1e6:5.0f} CPU)  "
+                        f"ratio {ours / theirs:.2f} (CPU {our_cpu / their_cpu:.2f})"
                     )
-    print("\nFlotilla / LangGraph per step (lower is better; goal <= 0.50):")
+    print("\nFlotilla / LangGraph per step, wall time (lower is better; goal <= 0.50):")
     for (mode, shape), values in ratios.items():
+        print(f"  synchronous={mode:<6} {shape:<18} {spread(values)}")
+    print("the same in CPU time (all threads of the process; steadier on a busy machine):")
+    for (mode, shape), values in cpu_ratios.items():
         print(f"  synchronous={mode:<6} {shape:<18} {spread(values)}")
 
 

@@ -3,7 +3,7 @@
 Two `flotilla run` processes (HTTP mode, configured by the environment as an operator
 would) share one SQLite file and the local Slack workspace, all on 127.0.0.1. The
 researcher's model is a fake OpenAI server that holds every request until told, so its
-step is always mid-run when the process whose lease holds it (found in `run_leases`) is
+step is always mid-run when the process whose lease holds it (its granted run request) is
 killed with SIGKILL, at a random moment within one heartbeat of the step's start. The
 clock runs from the kill until the other process holds the step's run lease (it claimed
 the outbox row and the lease in one pass: the takeover, polled every 50 ms), until its
@@ -39,9 +39,9 @@ from bot.manifest import commander_manifest
 from local_slack import Driver, InstalledApp, LocalWorkspace
 from storage.agents import update_agent
 from storage.db import Database
-from storage.runs import leases_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's test helpers
+from bench.chaos.stack import lease_owners  # noqa: E402
 from tests.e2e.flotilla_process import FlotillaProcess  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, text_message  # noqa: E402
 
@@ -113,10 +113,8 @@ class Bench:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             async with self.db.read() as conn:
-                rows = (await conn.execute(select(leases_t))).mappings().all()
-            owners = [
-                r["owner"] for r in rows if ":step:" in r["run_key"] and r["owner"] != other_than
-            ]
+                rows = await lease_owners(conn)  # a step run's lease is its granted request
+            owners = [o for k, o in rows.items() if ":step:" in k and o != other_than]
             if owners:
                 return str(owners[0])
             await asyncio.sleep(POLL)

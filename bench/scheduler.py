@@ -22,15 +22,16 @@ side of a pause through the Bolt app).
   its short lease expires and another process resumes each run from its last stored
   turn): every run's stored turns against an uninterrupted run's, turns paid against the
   uninterrupted total.
-- Idle cost: one process, one tenant, no contention: the statements, transactions and
-  time the scheduler adds per run (the request, the passes, the grant, the request
-  settled), beside `bench/reconcile.py`'s per-step reconcile measured in the same run.
+- Idle cost (`bench/scheduler_idle.py`): one process, one workspace, no contention, the
+  executor's real jobs with and without a slot request: the round trips, transactions and
+  time the scheduler adds per run, beside `bench/reconcile.py`'s per-step reconcile.
 
 An earlier version "sometimes stalled with an idle event loop": that was the product's
 admission loop swallowing its own cancellation on Python 3.11 (see
 `tests/integration/test_admission_stop.py`), fixed.
 
-Run: `python bench/scheduler.py` (a few minutes), `--quick` (smaller sizes, about a minute).
+Run: `python bench/scheduler.py` (a few minutes), `--quick` (smaller sizes, about a minute),
+`--only fairness|priority|fidelity|idle` (one scenario).
 """
 
 from __future__ import annotations
@@ -47,15 +48,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.scheduler import BATCH, URGENT, admit  # noqa: E402
-from bench.reconcile import RoundTrips, chain, run_plan  # noqa: E402
+from bench import scheduler_idle  # noqa: E402
 from bench.scheduler_harness import Harness, fifo, fresh  # noqa: E402
-from storage.db import Database  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
 
 TENANTS = "ABCDE"
 
@@ -191,93 +189,41 @@ async def fidelity(tmp: Path, sizes: Sizes, seed: int = 11) -> str:
     )
 
 
-async def idle(tmp: Path, sizes: Sizes) -> list[str]:
-    """One process, one tenant, one run at a time: what the scheduler costs per run, beside
-    the reconcile of one step (bench/reconcile.py's chain, same machine, same run)."""
-    h = Harness(await fresh(tmp, "idle"), 0.0, capacity=16, process_capacity=8, processes=1)
-    await h.start()
-    loop = h.loops[0]
-    spent = 0.0
-    original_pass, original_enqueue = loop.run_pass, loop.enqueue
-
-    async def timed_pass() -> int:
-        nonlocal spent
-        began = time.perf_counter()
-        try:
-            return await original_pass()
-        finally:
-            spent += time.perf_counter() - began
-
-    async def timed_enqueue(**values: Any) -> str:
-        nonlocal spent
-        began = time.perf_counter()
-        try:
-            return await original_enqueue(**values)
-        finally:
-            spent += time.perf_counter() - began
-
-    loop.run_pass = timed_pass  # type: ignore[method-assign]
-    loop.enqueue = timed_enqueue  # type: ignore[method-assign]
-    counted = h.counters[0]
-    statements, transactions, passes = counted.statements, counted.transactions, loop.passes
-    for i in range(sizes.idle):
-        await h.ask(f"I-{i}", "c", 1)
-        await h.until_done([f"I-{i}"])
-    n = sizes.idle
-    statements = counted.statements - statements
-    transactions = counted.transactions - transactions
-    passes = loop.passes - passes
-    await h.stop()
-    # round trips as bench/reconcile.py counts them: statements (BEGIN included) and
-    # commits. The run's settle (BEGIN, finish_request, release_run, commit) is the job's
-    # own release, there without a scheduler, except finish_request: 3 are not counted.
-    extra_trips = (statements + transactions) / n - 3
-    extra_transactions = transactions / n - 1
-    db = Database(f"sqlite+aiosqlite:///{tmp / 'reconcile.db'}")
-    await upgrade(db)
-    trips = RoundTrips(db)
-    times, per_step, _ = await run_plan(db, chain(60), "c", trips)
-    await db.dispose()
-    reconcile = statistics.median(times)
-    per_run = spent / n
-    return [
-        f"idle cost: per run {per_run * 1e6:,.0f} µs in the scheduler's calls (enqueue, "
-        f"{passes / n:.1f} passes); {extra_trips:.1f} round trips (statements and commits) "
-        f"in {extra_transactions:.1f} transactions beyond the run's own release",
-        f"  reconcile of one step (bench/reconcile.py, 60-step chain): median "
-        f"{reconcile * 1e6:,.0f} µs, {per_step:.1f} round trips in 1 transaction",
-        f"  scheduler / reconcile: {per_run / reconcile:.1f}× the time, "
-        f"{extra_trips / per_step:.1f}× the round trips, {extra_transactions:.1f}× the "
-        "transactions (goal ≤ 0.10×)",
-    ]
-
-
 def main() -> None:
     """Each scenario in its own event loop (nothing of one run lingers in the next)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, about a minute")
-    quick = parser.parse_args().quick
+    parser.add_argument(
+        "--only", choices=("fairness", "priority", "fidelity", "idle"), help="one scenario"
+    )
+    args = parser.parse_args()
+    quick, only = args.quick, args.only
     sizes = Sizes(big=40, small=2, weighted_small=10, fidelity=20, idle=50) if quick else Sizes()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        print(
-            f"SQLite file, three admission loops on one database, capacity 4; "
-            f"A {sizes.big} runs, B–E {sizes.small} each{' (quick)' if quick else ''}"
-        )
-        print("policy   model            shares while backlogged A–E  Jain  small p95 wait")
-        print(
-            f"(w{sizes.weighted_small}: A's channel weight 2, B–E {sizes.weighted_small} runs "
-            "each; Jain of share / weight)"
-        )
-        for turn, turns in ((0.0, 1), (0.01, 3)):
-            for policy in ("fifo", "fair"):
-                print(asyncio.run(fairness(tmp, sizes, policy, turn, turns, {})), flush=True)
-            weighted = {"A": 2.0}
-            print(asyncio.run(fairness(tmp, sizes, "fair", turn, turns, weighted)), flush=True)
-        print(priority(tmp, 3 if quick else 7), flush=True)
-        print(asyncio.run(fidelity(tmp, sizes)), flush=True)
-        for line in asyncio.run(idle(tmp, sizes)):
-            print(line, flush=True)
+        if only in (None, "fairness"):
+            print(
+                f"SQLite file, three admission loops on one database, capacity 4; "
+                f"A {sizes.big} runs, B–E {sizes.small} each{' (quick)' if quick else ''}"
+            )
+            print("policy   model            shares while backlogged A–E  Jain  small p95 wait")
+            print(
+                f"(w{sizes.weighted_small}: A's channel weight 2, B–E {sizes.weighted_small} "
+                "runs each; Jain of share / weight)"
+            )
+            for turn, turns in ((0.0, 1), (0.01, 3)):
+                for policy in ("fifo", "fair"):
+                    print(asyncio.run(fairness(tmp, sizes, policy, turn, turns, {})), flush=True)
+                weighted = {"A": 2.0}
+                line = asyncio.run(fairness(tmp, sizes, "fair", turn, turns, weighted))
+                print(line, flush=True)
+        if only in (None, "priority"):
+            print(priority(tmp, 3 if quick else 7), flush=True)
+        if only in (None, "fidelity"):
+            print(asyncio.run(fidelity(tmp, sizes)), flush=True)
+        if only in (None, "idle"):
+            for line in scheduler_idle.run(tmp, sizes.idle):
+                print(line, flush=True)
 
 
 if __name__ == "__main__":

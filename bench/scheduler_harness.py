@@ -18,12 +18,12 @@ from sqlalchemy import event
 
 from agents.admission import AdmissionLoop
 from agents.admission_policy import SchedulerOptions
-from agents.scheduler import Admission, Limits, Running, RunRequest, Wait, admit
+from agents.scheduler import URGENT, Admission, Limits, Running, RunRequest, Wait, admit
 from storage.db import Database
 from storage.migrate import upgrade
 from storage.records import RunRequestRecord
-from storage.run_requests import finish_request, renew_request, requeue_request
-from storage.runs import release_run
+from storage.run_request_leases import finish_request, pass_slot, renew_request
+from storage.run_requests import get_request, requeue_request
 
 LEASE = timedelta(seconds=30)
 
@@ -172,18 +172,24 @@ class Harness:
                 break
             self.boundaries += 1
             at = time.perf_counter()
+            passed: RunRequestRecord | None = None
             async with db.write() as conn:  # the turn boundary: asked to pause?
-                pause = await renew_request(conn, key, owner, self.clock() + self.lease)
-                if pause:
+                until = self.clock() + self.lease
+                pause = await renew_request(conn, key, owner, until)
+                if pause:  # as a job's pause: its slot goes to the urgent run at once
                     await requeue_request(conn, key, owner, preempted=True)
-                    await release_run(conn, key, owner)
+                    urgent = await pass_slot(
+                        conn, owner, now=self.clock(), until=until, priority_at_most=URGENT
+                    )
+                    passed = await get_request(conn, urgent) if urgent else None
             if pause:
                 self.paused_at.append(at)
+                if passed is not None:
+                    await self._starter(db, owner)(passed)
                 self._wake_all()
                 return
         async with db.write() as conn:
             await finish_request(conn, key, self.clock())
-            await release_run(conn, key, owner)
         self.finished.add(key)
         self.done.set()
         self._wake_all()

@@ -101,7 +101,7 @@ async def set_quota(service: SlackService, user: str, change: QuotaChange) -> st
             details={"value": change.value},
             now=service.clock(),
         )
-    service.executor.admission.wake()  # waiting runs are looked at again under the new limit
+    service.executor.admission.changed()  # waiting runs are looked at again under the new limit
     return "Saved. " + await quota_text(service)
 
 
@@ -172,7 +172,7 @@ async def mark(
             conn, team_id=service.team_id, actor=user, action=f"priority.{level}",
             target=target, now=service.clock(),
         )  # fmt: skip
-    service.executor.admission.wake()
+    service.executor.admission.changed()
     what = f"Plan {plan_id}" if plan_id is not None else f"<#{channel}>"
     waiting = f" ({moved} waiting run{'s' if moved != 1 else ''} moved)" if moved else ""
     return f"{what} is now {level} work{waiting}."

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -66,8 +66,10 @@ class SlackAnswerStream:
         interval: float,
         left_ts: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        rated: Sequence[dict[str, Any]] = (),
     ) -> None:
-        """`left_ts`: this answer's message that a stopped process left streaming."""
+        """`left_ts`: this answer's message that a stopped process left streaming; `rated`:
+        buttons for other answers, shown under this one's (`bot/answer_ratings.py`)."""
         self.port, self.conversation, self.identity = port, conversation, identity
         self.tag, self.key, self.interval, self.monotonic = tag, key, interval, monotonic
         self.ts = left_ts
@@ -78,7 +80,8 @@ class SlackAnswerStream:
         step = tag.step if tag is not None else 0
         # clicks go to the app that posted: an agent's own app would get them, not Flotilla
         own_app = identity is not None and identity.kind == "app"
-        self.feedback = None if own_app else feedback_block(plan_id, step, agent)
+        mine = [] if own_app else [feedback_block(plan_id, step, agent)]
+        self.feedback: list[dict[str, Any]] = mine + list(rated)
 
     @property
     def client(self) -> Any:
@@ -184,11 +187,11 @@ class SlackAnswerStream:
         return ts
 
     def _buttons(self) -> list[dict[str, Any]]:
-        return [self.feedback] if self.feedback is not None else []
+        return list(self.feedback)
 
     async def _say(self, text: str, agent: str | None) -> str:
         """The whole answer as one post (the metadata `say` gives a step's answer or a notice)."""
-        fits = self.feedback is not None and len(text) <= STREAM_TEXT_MAX  # else text alone
+        fits = bool(self.feedback) and len(text) <= STREAM_TEXT_MAX  # else text alone
         blocks = [{"type": "markdown", "text": text}, *self._buttons()] if fits else None
         return await self.port.say(
             self.conversation, text, agent=agent, result_of=self.tag, key=self.key, blocks=blocks

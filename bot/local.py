@@ -23,7 +23,7 @@ from bot.secrets import TokenCipher
 from bot.service import Options, SlackService
 from local_slack import InstalledApp, LocalWorkspace, Person
 from local_slack.events import SLACK_RETRY_DELAYS
-from local_slack.state import Channel
+from local_slack.records import Channel
 from storage import migrate
 from storage.agents import update_agent
 from storage.db import Database

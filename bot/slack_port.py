@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
@@ -25,6 +24,7 @@ from agents.plan import USER, Plan
 from agents.ports import PostingRefused, StepTag
 from agents.roster import Roster
 from agents.session_status import SessionStatus, activity, session_status
+from bot.answer_ratings import own_app_ratings
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster, identity_of
 from bot.listeners.payloads import (
@@ -41,11 +41,12 @@ from bot.session_statuses import SessionStatuses
 from bot.slack_errors import slack_call
 from bot.slack_features import SlackFeatures
 from bot.slack_files import FileTransfers
-from bot.views.forms import FormKey, form_message
+from bot.views.forms import FormKey, closed_form_message, form_message
 from bot.views.plan_card import plan_card
 from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
-from storage.plans import claim_plan_card, plan_card_ts
+from storage.plans import PlanCard, claim_plan_card, take_card_post
+from storage.plans import plan_card as plan_card_of
 from storage.records import ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class SlackPort(FileTransfers):
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self.roster = Roster(db, lambda: self.team_id)  # the service's Context shares it
-        self._cards: LRUCache[int, str] = LRUCache(CARD_CACHE_SIZE)  # plan id -> card's ts
+        self._cards: LRUCache[int, PlanCard] = LRUCache(CARD_CACHE_SIZE)  # plan id -> card
         self.features = SlackFeatures(db, clock)
         self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
         self.plan_display = PlanDisplay(self)
@@ -173,9 +174,11 @@ class SlackPort(FileTransfers):
             ),
             None,
         )
+        # the commander's answer rates the own-app agents' answers it is built on
+        rated = await own_app_ratings(self, plan_id, result_of) if identity is None else []
         return SlackAnswerStream(
             self, conversation, identity, result_of, key,
-            plan_id=plan_id, interval=self.stream_interval, left_ts=left,
+            plan_id=plan_id, interval=self.stream_interval, left_ts=left, rated=rated,
         )  # fmt: skip
 
     @contextmanager
@@ -265,19 +268,25 @@ class SlackPort(FileTransfers):
         )
 
     async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
-        """Post the card once (the first poster wins), then edit it in place."""
-        card_ts = await self._card_ts(plan.id)
+        """Post the card once (the first poster wins), then edit it in place. The card opens
+        with the commander's words about the plan (stored with it), not a message before it."""
+        card = await self._card(plan.id)
+        card_ts = card.posted
         if card_ts is not None and first:
             return
-        key = card_message_key(plan.id)
-        if card_ts is None:  # posted before, its answer lost (or the process stopped)?
-            card_ts = await self._posted(conversation, key, {self.bot_id})
+        fresh = False  # this sender took the first post: nothing can be in the thread yet
+        if card.ts is None:
+            async with self.db.write() as conn:
+                fresh = await take_card_post(conn, plan.id)
+        if card_ts is None and not fresh:  # posted before, its answer lost (or a stop)?
+            card_ts = await self._posted(conversation, card_message_key(plan.id), {self.bot_id})
             if card_ts is not None:
                 async with self.db.write() as conn:
                     await claim_plan_card(conn, plan.id, card_ts)
-                    card_ts = await plan_card_ts(conn, plan.id)
+                    card = await plan_card_of(conn, plan.id)
+                card_ts = card.posted
                 if card_ts is not None:
-                    self._cards.put(plan.id, card_ts)
+                    self._cards.put(plan.id, card)
         now = self.clock()
         await self.show_status(conversation, session_status(plan, now), activity(plan, now))
         # the native display shows progress; then the card shows only its start and end
@@ -286,31 +295,33 @@ class SlackPort(FileTransfers):
             return
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(
-            plan, mentions=mentions, requester=conversation.requested_by, now=now
-        )
+            plan, mentions=mentions, requester=conversation.requested_by, now=now,
+            intro=card.intro,
+        )  # fmt: skip
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)
             return
+        key = card_message_key(plan.id)
         metadata = {"event_type": NOTICE_EVENT, "event_payload": {"plan_id": plan.id, "key": key}}
         ts = await self.say(conversation, text, blocks=rendered, metadata=metadata)
         async with self.db.write() as conn:
             won = await claim_plan_card(conn, plan.id, ts)
         if won:
-            self._cards.put(plan.id, ts)
+            self._cards.put(plan.id, PlanCard(ts, card.intro))
         if not won:  # another sender posted the card first: keep one card
             with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
             return
         await self.plan_display.show(conversation, plan)  # under the card
 
-    async def _card_ts(self, plan_id: int) -> str | None:
-        """The plan card's message, once posted (it never changes then: kept in memory)."""
+    async def _card(self, plan_id: int) -> PlanCard:
+        """The plan card's message and intro; once posted, neither changes: kept in memory."""
         known = self._cards.get(plan_id)
         if known is None:
             async with self.db.read() as conn:
-                known = await plan_card_ts(conn, plan_id)
-            if known is not None:
+                known = await plan_card_of(conn, plan_id)
+            if known.posted is not None:
                 self._cards.put(plan_id, known)
         return known
 
@@ -349,13 +360,9 @@ class SlackPort(FileTransfers):
                 continue
             if step.assignee != USER and not str(meta.get("key", "")).count(":question:"):
                 continue  # a dispatch message, not a form
-            text = f"Step {step.index}: {step.title} – {note} This form is closed."
-            blocks = [
-                SectionBlock(text=MarkdownTextObject(text=f"~{_escape(step.title)}~")).to_dict(),
-                ContextBlock(elements=[MarkdownTextObject(text=text[:3000])]).to_dict(),
-            ]
+            text, blocks = closed_form_message(step_index=step.index, title=step.title, note=note)
             try:
-                await self.update(conversation, message.ts, text, blocks)
+                await self.update(conversation, message.ts, text, [b.to_dict() for b in blocks])
             except PostingRefused as exc:
                 log.warning("could not close the form %s: %s", message.ts, exc)
 
@@ -398,7 +405,3 @@ def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[s
         return None
     payload = metadata.get("event_payload")
     return dict(payload) if isinstance(payload, Mapping) else None
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

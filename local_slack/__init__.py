@@ -27,7 +27,7 @@ update, push, clear), view_closed, slash commands, response_url.
 """
 
 from local_slack.driver import Driver
-from local_slack.state import InstalledApp, Message, Person, View
+from local_slack.records import InstalledApp, Message, Person, View
 from local_slack.workspace import LocalWorkspace
 
 __all__ = ["Driver", "InstalledApp", "LocalWorkspace", "Message", "Person", "View"]

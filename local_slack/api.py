@@ -14,7 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from local_slack.host import Workspace
-from local_slack.state import Channel, InstalledApp, Json, WorkspaceState
+from local_slack.records import Channel, InstalledApp, Json
+from local_slack.state import WorkspaceState
 
 
 class ApiError(Exception):

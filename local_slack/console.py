@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from local_slack.driver import Attachment, Driver
-from local_slack.state import Channel, InstalledApp, Message, Person, View
+from local_slack.records import Channel, InstalledApp, Message, Person, View
 from local_slack.transcript import render_message, render_view
 from local_slack.web_assistant import live_statuses
 

@@ -10,8 +10,8 @@ from typing import Any
 from local_slack.events import Delivery
 from local_slack.host import Workspace
 from local_slack.interactivity import SubmissionOutcome, interactivity_of
+from local_slack.records import Ephemeral, InstalledApp, Json, Message, Person, View
 from local_slack.shapes import message_json, rich_text_block
-from local_slack.state import Ephemeral, InstalledApp, Json, Message, Person, View
 from local_slack.transcript import render_thread
 
 Who = Person | str

@@ -16,15 +16,8 @@ from local_slack.api import WORKSPACE
 from local_slack.blocks import check_blocks, check_view
 from local_slack.events import Delivery, signed_post
 from local_slack.host import Workspace
+from local_slack.records import Ephemeral, InstalledApp, Json, Message, Person, View
 from local_slack.shapes import message_json
-from local_slack.state import (
-    Ephemeral,
-    InstalledApp,
-    Json,
-    Message,
-    Person,
-    View,
-)
 from local_slack.web_views import assign_ids
 
 RESPONSE_URL_TTL_SECONDS = 30 * 60

@@ -21,8 +21,8 @@ import local_slack.web_views  # noqa: F401
 from local_slack.api import METHODS, WORKSPACE, ApiError, Call
 from local_slack.host import Workspace
 from local_slack.interactivity import handle_response_url
+from local_slack.records import Json
 from local_slack.socket_mode import handle_socket
-from local_slack.state import Json
 from local_slack.web_files import add_file_routes
 from local_slack.web_page import add_page_routes
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 import secrets
 
-from local_slack.state import Json, Message, WorkspaceState
+from local_slack.records import Json, Message
+from local_slack.state import WorkspaceState
 
 
 def message_json(

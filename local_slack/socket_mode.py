@@ -16,7 +16,7 @@ from aiohttp import WSMsgType, web
 from local_slack.api import WORKSPACE, ApiError, Call, method
 from local_slack.events import Attempt
 from local_slack.host import Workspace
-from local_slack.state import InstalledApp, Json
+from local_slack.records import InstalledApp, Json
 
 
 @dataclass

@@ -4,7 +4,8 @@ suspended or closed – created on first use (title and initiator are taken then
 from __future__ import annotations
 
 from local_slack.api import ApiError, Call, method
-from local_slack.state import AgentSession, Json, WorkspaceState
+from local_slack.records import AgentSession, Json
+from local_slack.state import WorkspaceState
 
 STATUSES = ("active", "processing", "suspended", "closed")
 TITLE_MAX = 200

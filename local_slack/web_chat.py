@@ -7,8 +7,8 @@ import secrets
 
 from local_slack.api import ApiError, Call, method
 from local_slack.blocks import check_blocks
+from local_slack.records import Channel, Ephemeral, Json, Message
 from local_slack.shapes import message_json
-from local_slack.state import Channel, Ephemeral, Json, Message
 
 TEXT_MAX = 40_000  # chat.postMessage truncates beyond this; update/postEphemeral refuse
 MARKDOWN_TEXT_MAX = 12_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 
 from local_slack.api import ApiError, Call, method
+from local_slack.records import Channel, Json, Message, Person
 from local_slack.shapes import message_json
-from local_slack.state import Channel, Json, Message, Person
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -10,7 +10,7 @@ from aiohttp import web
 from local_slack.api import WORKSPACE, ApiError, Call, method
 from local_slack.files import LocalFile
 from local_slack.host import Workspace
-from local_slack.state import Channel, Json, Message
+from local_slack.records import Channel, Json, Message
 from local_slack.web_chat import persona, writable_channel
 
 FILENAME_MAX = 255

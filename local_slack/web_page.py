@@ -24,7 +24,8 @@ from local_slack.console import mentions_to_slack
 from local_slack.driver import Driver, block_action, input_value
 from local_slack.host import Workspace
 from local_slack.interactivity import interactivity_of
-from local_slack.state import Json, Message, Person, View, WorkspaceState
+from local_slack.records import Json, Message, Person, View
+from local_slack.state import WorkspaceState
 from local_slack.web_snapshot import snapshot
 
 PAGE_PATH = "/client/"

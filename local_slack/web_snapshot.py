@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
+from local_slack.records import Channel, InstalledApp, Json, Message, Person, View
 from local_slack.shapes import message_json
-from local_slack.state import Channel, InstalledApp, Json, Message, Person, View, WorkspaceState
+from local_slack.state import WorkspaceState
 from local_slack.transcript import author
 from local_slack.web_assistant import live_statuses
 

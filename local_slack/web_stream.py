@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from local_slack.api import ApiError, Call, method
+from local_slack.records import Json, Message
 from local_slack.shapes import message_json
-from local_slack.state import Json, Message
 from local_slack.web_chat import (
     MARKDOWN_TEXT_MAX,
     markdown_block,

@@ -15,9 +15,10 @@ from aiohttp import web
 from local_slack.events import SLACK_RETRY_DELAYS, EventDispatcher
 from local_slack.interactivity import Interactivity
 from local_slack.ratelimit import RateLimiter
+from local_slack.records import Channel, InstalledApp, Person, new_id
 from local_slack.server import build_app
 from local_slack.socket_mode import SocketHub
-from local_slack.state import Channel, InstalledApp, Person, WorkspaceState, new_id
+from local_slack.state import WorkspaceState
 
 DEFAULT_SCOPES = (
     "app_mentions:read",

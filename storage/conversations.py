@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -165,3 +165,16 @@ def request_text(conn: Connection, conversation_id: int) -> str:
     """The person's original request of the conversation (for `{{request}}`)."""
     stmt = select(conversations_t.c.request_text).where(conversations_t.c.id == conversation_id)
     return str(conn.scalar(stmt) or "")
+
+
+_BUMP_LOCK_VERSION = (
+    update(conversations_t)
+    .where(conversations_t.c.id == bindparam("conversation_id"))
+    .values(lock_version=conversations_t.c.lock_version + 1)
+)
+
+
+def bump_lock_version(conn: Connection, conversation_id: int) -> None:
+    """Take the conversation row's lock for the rest of the transaction and move its lock
+    version on, so an optimistic reconcile that read the old version writes nothing."""
+    conn.execute(_BUMP_LOCK_VERSION, {"conversation_id": conversation_id})

@@ -8,15 +8,21 @@ the busy timeout. PostgreSQL (several replicas) is reached through asyncpg.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# a pooled PostgreSQL connection idle at least this long is pinged before it is handed out
+PING_AFTER_IDLE_SECONDS = 1.0
+_IDLE_SINCE = "flotilla_idle_since"
 # execution option marking a read-only unit of work, so SQLite can use a deferred BEGIN
 _READ_ONLY = "flotilla_read_only"
 
@@ -28,10 +34,38 @@ def is_sqlite(url: str) -> bool:
 def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine:
     """An async engine for `url`, configured for Flotilla's locking rules on its backend."""
     if not is_sqlite(url):
-        return create_async_engine(url, echo=echo, pool_pre_ping=True, **kwargs)
+        engine = create_async_engine(url, echo=echo, **kwargs)
+        _ping_when_idle(engine)
+        return engine
     engine = create_async_engine(url, echo=echo, **kwargs)
     _configure_sqlite(engine)
     return engine
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """Ping a pooled connection before use only when it sat idle ≥ 1 s.
+
+    `pool_pre_ping` pings on every checkout (through asyncpg outside a transaction that is
+    BEGIN, a query and ROLLBACK: three round trips before a reconcile's two). A connection
+    used a moment ago is alive as far as a ping could tell; one that sat in the pool may
+    have been cut (a server restart, a proxy's idle timeout), and is replaced by a fresh one
+    when the ping fails (the pool's `DisconnectionError` protocol).
+    """
+
+    def checkin(_dbapi: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    def checkout(dbapi: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return  # new, or in use a moment ago
+        try:
+            dbapi.ping()
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+
+    event.listen(engine.sync_engine, "checkin", checkin)
+    event.listen(engine.sync_engine, "checkout", checkout)
 
 
 def prepare_sqlite_connection(dbapi_connection: Any) -> None:

@@ -8,10 +8,17 @@ conversation's lock, which commit or rollback releases:
   a worker thread through the stdlib driver, so it costs one thread hop in all instead
   of one per statement (aiosqlite's way). An `asyncio.Lock` per conversation in front
   keeps this process's own callers from contending for the file lock.
-- PostgreSQL: `SELECT … FOR UPDATE` on the conversation's row, or, for a thread with no
-  row yet, `pg_advisory_xact_lock(hashtext(key))`. Both are transaction scoped (released
-  on commit, rollback or a dropped connection) and work behind pgbouncer's transaction
-  pooling. `work` runs through `run_sync` on the async connection.
+- PostgreSQL: an `UPDATE` of the conversation's row that moves its `lock_version` on (the
+  row lock, and a signal to optimistic writers, see `run_optimistic`), or, for a thread
+  with no row yet, `pg_advisory_xact_lock(hashtext(key))`. Both are transaction scoped
+  (released on commit, rollback or a dropped connection) and work behind pgbouncer's
+  transaction pooling. `work` runs through `run_sync` on the async connection.
+
+`run_optimistic` is the reconcile's path on PostgreSQL: no lock is taken; `work` runs on an
+autocommit connection (each statement its own transaction: no BEGIN, no COMMIT round trip),
+reads the plan with the conversation's `lock_version` and writes everything in one
+statement only `WHERE lock_version = :read` (`storage/optimistic.py`); when another writer
+moved the version on, `work` raises `VersionConflict` and runs again.
 Never hold it across a Slack or model call: decide inside, act after commit.
 """
 
@@ -22,13 +29,13 @@ import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy import Table, create_engine, event, func, select
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Connection, Engine
 
+from storage.conversations import bump_lock_version
 from storage.db import Database, begin_sqlite, prepare_sqlite_connection
-from storage.tables import Conversation
+from storage.optimistic import VersionConflict
 
-conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
 T = TypeVar("T")
 Work = Callable[[Connection], T]
 
@@ -66,6 +73,24 @@ class ConversationLocks:
             async with db.write() as conn:
                 return await conn.run_sync(locked)
 
+    async def run_optimistic(
+        self, db: Database, conversation: int, work: Work[T], *, max_tries: int = 50
+    ) -> T:
+        """`work(conn)` on a PostgreSQL autocommit connection, again while it raises
+        `VersionConflict` (another writer changed the conversation between its read and
+        its version-checked write). After `max_tries` conflicts in a row the conflict is
+        raised. The in-process lock in front keeps this process's own callers in line."""
+        assert not db.is_sqlite, "SQLite has no optimistic path: use run()"
+        async with self._lock_for(conversation), db.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for attempt in range(1, max_tries + 1):
+                try:
+                    return await conn.run_sync(work)
+                except VersionConflict:
+                    if attempt == max_tries:
+                        raise
+            raise AssertionError("unreachable")
+
 
 async def run_transaction(db: Database, work: Work[T]) -> T:
     """`work(conn)` in a write transaction on the same one-hop path as the locked units
@@ -83,9 +108,7 @@ def lock(conn: Connection, conversation: int | str) -> None:
     if isinstance(conversation, str):
         conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(conversation))))
         return
-    conn.execute(
-        select(conversations_t.c.id).where(conversations_t.c.id == conversation).with_for_update()
-    )
+    bump_lock_version(conn, conversation)
 
 
 def _in_transaction(engine: Engine, work: Work[T]) -> T:

@@ -58,6 +58,44 @@ def enqueue_effects(
     return inserted
 
 
+def enqueue_claimed(
+    conn: Connection, rows: Sequence[dict[str, Any]], now: datetime, *, lease_until: datetime
+) -> list[OutboxRecord]:
+    """Outbox rows inserted already claimed by the calling process until `lease_until`
+    (attempts 1), in the caller's transaction – what `settle_and_claim` would return for
+    them, without a transaction of its own. A duplicate key rolls the transaction back."""
+    if not rows:
+        return []
+    values: list[dict[str, Any]] = [
+        {"state": "pending", "created_at": now}
+        | dict(r)
+        | {"attempts": 1, "failures": 0, "available_at": lease_until}
+        for r in rows
+    ]
+    returned = conn.execute(_INSERT_CLAIMED, values).all()
+    return [claimed_record(value, row.id, now) for row, value in zip(returned, values, strict=True)]
+
+
+def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRecord:
+    """The record of an outbox row (`enqueue_effects`'s shape) inserted claimed as `row_id`."""
+    return OutboxRecord(
+        id=row_id,
+        idempotency_key=row["idempotency_key"],
+        conversation_id=row["conversation_id"],
+        kind=row["kind"],
+        payload=row["payload"],
+        attempts=1,
+        failures=0,
+        created_at=now,
+    )
+
+
+def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:
+    """Mark delivered rows sent (a row given up or settled meanwhile is left as it is)."""
+    if sent:
+        conn.execute(_MARK_SENT, [{"row_id": i, "sent_at": now} for i in sent])
+
+
 def settle_and_claim(
     conn: Connection,
     *,
@@ -74,24 +112,12 @@ def settle_and_claim(
     on SQLite the write transaction already serialises claimers. Synchronous: the sender
     runs it on a worker thread (SQLite) or through `run_sync` (PostgreSQL).
     """
-    if sent:
-        conn.execute(_MARK_SENT, [{"row_id": i, "sent_at": now} for i in sent])
+    mark_sent(conn, sent, now)
     if limit <= 0:
         return []
-    due = (
-        select(outbox_t.c.id)
-        .where(outbox_t.c.state == "pending", outbox_t.c.available_at <= now)
-        .order_by(outbox_t.c.id)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    rows = conn.execute(
-        update(outbox_t)
-        .where(outbox_t.c.id.in_(due.scalar_subquery()))
-        .values(available_at=lease_until, attempts=outbox_t.c.attempts + 1)
-        .returning(*_CLAIMED)
-    ).all()
+    claim = _CLAIM_PG if conn.dialect.name == "postgresql" else _CLAIM
+    params = {"claim_now": now, "claim_lease_until": lease_until, "claim_limit": limit}
+    rows = conn.execute(claim, params).all()
     return sorted(
         (
             OutboxRecord(
@@ -120,11 +146,36 @@ _CLAIMED = (
     outbox_t.c.failures,
     outbox_t.c.created_at,
 )
+_INSERT_CLAIMED = insert(outbox_t).returning(outbox_t.c.id, sort_by_parameter_order=True)
+
+
+def _claim(*, skip_locked: bool) -> Any:
+    """The claim statement (built once): the oldest due rows, leased to the caller."""
+    due = (
+        select(outbox_t.c.id)
+        .where(outbox_t.c.state == "pending", outbox_t.c.available_at <= bindparam("claim_now"))
+        .order_by(outbox_t.c.id)
+        .limit(bindparam("claim_limit"))
+    )
+    if skip_locked:
+        due = due.with_for_update(skip_locked=True)
+    return (
+        update(outbox_t)
+        .where(outbox_t.c.id.in_(due.scalar_subquery()))
+        .values(available_at=bindparam("claim_lease_until"), attempts=outbox_t.c.attempts + 1)
+        .returning(*_CLAIMED)
+    )
+
+
 _MARK_SENT = (
     update(outbox_t)
     .where(outbox_t.c.id == bindparam("row_id"), outbox_t.c.state == "pending")
     .values(state="sent", sent_at=bindparam("sent_at"))
 )
+
+
+_CLAIM = _claim(skip_locked=False)
+_CLAIM_PG = _claim(skip_locked=True)
 
 
 async def claim_effects(

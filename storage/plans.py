@@ -80,7 +80,7 @@ class ConcurrentPlanChange(RuntimeError):
     """The stored plan changed between read and write: the transaction must roll back."""
 
 
-def _plan_query(where: Any, *, unless_known: bool = False) -> Any:
+def plan_query(where: Any, *, unless_known: bool = False) -> Any:
     """Plan columns, whether a card refresh is waiting, and the steps (one row each).
 
     With `unless_known`, the steps are left out when the plan is still at the version the
@@ -133,8 +133,8 @@ def _plan_query(where: Any, *, unless_known: bool = False) -> Any:
 _LATEST = select(func.max(plans_t.c.id)).where(
     plans_t.c.conversation_id == bindparam("conversation_id")
 )
-_LOAD_LATEST = _plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
-_LOAD_BY_ID = _plan_query(plans_t.c.id == bindparam("plan_id"))
+_LOAD_LATEST = plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
+_LOAD_BY_ID = plan_query(plans_t.c.id == bindparam("plan_id"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,7 @@ class LoadedPlan:
     card_waiting: bool
 
 
-def _loaded(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan | None:
+def loaded_plan(rows: Sequence[Any], known_version: int | None = None) -> LoadedPlan | None:
     if not rows:
         return None
     first = rows[0]
@@ -180,13 +180,13 @@ def load_latest_plan(
         "known_version": known_version,
     }
     result = conn.execute(_LOAD_LATEST, params)
-    return _loaded(list(result.mappings()), known_version if known is not None else None)
+    return loaded_plan(list(result.mappings()), known_version if known is not None else None)
 
 
 def load_plan(conn: Connection, plan_id: int) -> LoadedPlan | None:
     """A plan and its steps by id, in one statement."""
     result = conn.execute(_LOAD_BY_ID, {"plan_id": plan_id})
-    return _loaded(list(result.mappings()))
+    return loaded_plan(list(result.mappings()))
 
 
 _INSERT_STEPS = insert(steps_t)
@@ -208,9 +208,11 @@ def insert_plan(
     max_parallel: int,
     max_transient_failures: int,
     now: datetime,
+    intro: str | None = None,
 ) -> int:
     """A new plan row (status running, version 0); its id. (The cap on a step's transient
-    failures is stored in the `max_attempts` column.)"""
+    failures is stored in the `max_attempts` column; `intro` is the commander's words the
+    card opens with.)"""
     stmt = (
         insert(plans_t)
         .values(
@@ -218,6 +220,7 @@ def insert_plan(
             status="running",
             max_parallel=max_parallel,
             max_attempts=max_transient_failures,
+            intro=intro or None,
             version=0,
             created_at=now,
             updated_at=now,
@@ -298,17 +301,51 @@ def update_plan(
 # --- the plan card, and plans as the admin surface lists them -------------------------
 
 
-async def plan_card_ts(conn: AsyncConnection, plan_id: int) -> str | None:
-    """The ts of the plan's card message, once posted."""
-    result: str | None = await conn.scalar(select(plans_t.c.card_ts).where(plans_t.c.id == plan_id))
-    return result
+CARD_POSTING = "posting"  # card_ts while a sender posts the card (no ts recorded yet)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCard:
+    """The card's message as stored: its ts (None: not posted; CARD_POSTING: a sender took
+    the post and has not recorded it yet) and the commander's intro it opens with."""
+
+    ts: str | None
+    intro: str
+
+    @property
+    def posted(self) -> str | None:
+        return self.ts if self.ts != CARD_POSTING else None
+
+
+async def plan_card(conn: AsyncConnection, plan_id: int) -> PlanCard:
+    """The plan's card message and intro, in one statement."""
+    row = (
+        await conn.execute(
+            select(plans_t.c.card_ts, plans_t.c.intro).where(plans_t.c.id == plan_id)
+        )
+    ).first()
+    return PlanCard(row.card_ts, row.intro or "") if row is not None else PlanCard(None, "")
+
+
+async def take_card_post(conn: AsyncConnection, plan_id: int) -> bool:
+    """Take the card's first post (True: no sender took it before, so nothing was posted and
+    no look-up in the thread is needed); the ts is recorded by `claim_plan_card`."""
+    result = await conn.execute(
+        update(plans_t)
+        .where(plans_t.c.id == plan_id, plans_t.c.card_ts.is_(None))
+        .values(card_ts=CARD_POSTING)
+    )
+    return bool(result.rowcount)
 
 
 async def claim_plan_card(conn: AsyncConnection, plan_id: int, ts: str) -> bool:
     """Record the card's ts unless one was recorded already (then False: that one wins)."""
     result = await conn.execute(
         update(plans_t)
-        .where(plans_t.c.id == plan_id, plans_t.c.card_ts.is_(None))
+        .where(
+            plans_t.c.id == plan_id,
+            or_(plans_t.c.card_ts.is_(None), plans_t.c.card_ts == CARD_POSTING),
+        )
         .values(card_ts=ts)
     )
     return bool(result.rowcount)

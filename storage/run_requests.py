@@ -17,8 +17,16 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import (
+    Connection,
+    Table,
+    bindparam,
+    delete,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.records import RunRequestRecord
@@ -41,9 +49,11 @@ async def enqueue_request(
     *,
     run_key: str,
     now: datetime,
+    owner: str | None = None,
     **values: Any,
 ) -> str:
-    """Ask for a slot for `run_key` (idempotent); the request's state afterwards.
+    """Ask for a slot for `run_key` (idempotent); the request's state afterwards
+    ("granted_here": granted to `owner` already, by a pass a moment ago).
 
     A request already there keeps its place in line. One granted to a holder whose lease
     expired (the process died), or one that ended but whose work is asked for again,
@@ -76,8 +86,12 @@ async def enqueue_request(
         )
         .values(**again)
     )
-    state = await conn.scalar(select(requests_t.c.state).where(requests_t.c.run_key == run_key))
-    return str(state)
+    state, holder = (
+        await conn.execute(
+            select(requests_t.c.state, requests_t.c.holder).where(requests_t.c.run_key == run_key)
+        )
+    ).one()
+    return "granted_here" if state == "granted" and owner and holder == owner else str(state)
 
 
 async def queued_requests(conn: AsyncConnection) -> list[RunRequestRecord]:
@@ -133,10 +147,12 @@ async def expire_grants(conn: AsyncConnection, now: datetime) -> list[str]:
 
 async def grant_request(
     conn: AsyncConnection, run_key: str, owner: str, *, now: datetime, until: datetime
-) -> None:
-    await conn.execute(
+) -> bool:
+    """Grant a waiting request to `owner` (its lease until `until`); False when it was not
+    waiting any more. A granted request is its run's lease (see `renew_request`)."""
+    result = await conn.execute(
         update(requests_t)
-        .where(requests_t.c.run_key == run_key)
+        .where(requests_t.c.run_key == run_key, requests_t.c.state.in_(("waiting", "preempted")))
         .values(
             state="granted",
             holder=owner,
@@ -148,6 +164,7 @@ async def grant_request(
             preempt=False,
         )
     )
+    return bool(result.rowcount)
 
 
 _SET_WAIT = (
@@ -171,34 +188,6 @@ async def ask_to_preempt(conn: AsyncConnection, run_key: str) -> None:
         update(requests_t)
         .where(requests_t.c.run_key == run_key, requests_t.c.state == "granted")
         .values(preempt=True)
-    )
-
-
-async def renew_request(conn: AsyncConnection, run_key: str, owner: str, until: datetime) -> bool:
-    """Extend a granted request's lease with its run's; True when it is asked to pause."""
-    await conn.execute(
-        update(requests_t)
-        .where(
-            requests_t.c.run_key == run_key,
-            requests_t.c.holder == owner,
-            requests_t.c.state == "granted",
-        )
-        .values(lease_until=until)
-    )
-    preempt = await conn.scalar(
-        select(requests_t.c.preempt).where(
-            requests_t.c.run_key == run_key, requests_t.c.holder == owner
-        )
-    )
-    return bool(preempt)
-
-
-async def finish_request(conn: AsyncConnection, run_key: str, now: datetime) -> None:
-    """The run ended (done, failed, cancelled): its slot is free."""
-    await conn.execute(
-        update(requests_t)
-        .where(requests_t.c.run_key == run_key)
-        .values(state="done", holder=None, lease_until=None, finished_at=now, preempt=False)
     )
 
 

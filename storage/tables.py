@@ -121,6 +121,9 @@ class Conversation(Base):
     requested_by: Mapped[str | None] = mapped_column(String(32))
     request_text: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(Timestamp)
+    # bumped by every change of the conversation's plan (under the lock, or by the
+    # optimistic reconcile's version-checked write on PostgreSQL)
+    lock_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Plan(Base):
@@ -137,6 +140,8 @@ class Plan(Base):
     # the cap on a step's transient failures (`Plan.max_transient_failures`)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     card_ts: Mapped[str | None] = mapped_column(String(32))
+    # the commander's words that opened the plan: the card's intro (one message, not two)
+    intro: Mapped[str | None] = mapped_column(Text)
     # bumped on every change, so readers (the plan card) can coalesce updates
     version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(Timestamp)
@@ -230,7 +235,10 @@ class OutboxEntry(Base):
     """A side effect decided inside a transaction and performed after its commit."""
 
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_state_available", "state", "available_at"),)
+    __table_args__ = (
+        Index("ix_outbox_state_available", "state", "available_at"),
+        Index("ix_outbox_conversation_kind_state", "conversation_id", "kind", "state"),
+    )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.manifest import commander_manifest
 from local_slack import Driver, InstalledApp, LocalWorkspace, Message
 from storage.agents import list_agents, update_agent
 from storage.db import Database
+from storage.run_request_leases import holders
 from storage.runs import leases_t
 from tests.e2e.flotilla_process import FlotillaProcess
 from tests.fakes.openai_server import FakeOpenAI, text_message
@@ -151,8 +153,8 @@ class Stack:
         assert process.process is not None
         marker = f":{process.process.pid}:"
         async with self.db.read() as conn:
-            rows = (await conn.execute(select(leases_t.c.run_key, leases_t.c.owner))).all()
-        return [str(key) for key, owner in rows if marker in str(owner)]
+            rows = await lease_owners(conn)
+        return [key for key, owner in rows.items() if marker in owner]
 
     async def taken_over(
         self, keys: list[str], owner_pid: int, since: float, timeout: float
@@ -163,9 +165,7 @@ class Stack:
         while time.monotonic() - since < timeout:
             try:
                 async with self.db.read() as conn:
-                    rows = dict(
-                        (await conn.execute(select(leases_t.c.run_key, leases_t.c.owner))).all()
-                    )
+                    rows = await lease_owners(conn)
             except Exception:  # the database is restarting: look again
                 rows = {key: marker for key in keys}
             if all(marker not in str(rows.get(key, "")) for key in keys):
@@ -192,3 +192,11 @@ class Stack:
 
     def raw_logs(self) -> list[str]:
         return [line for process in self.processes for line in process.raw]
+
+
+async def lease_owners(conn: AsyncConnection) -> dict[str, str]:
+    """Who holds each run now: a plain run lease, or a granted run request (a step's or a
+    commander turn's lease is its slot)."""
+    rows = dict((await conn.execute(select(leases_t.c.run_key, leases_t.c.owner))).all())
+    owners = {str(key): str(owner) for key, owner in rows.items()}
+    return owners | {key: holder for key, (holder, _) in (await holders(conn)).items()}

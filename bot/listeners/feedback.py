@@ -9,7 +9,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from bot import handlers
 from bot.listeners.guard import guarded
 from bot.listeners.inbound import BlockActions, Body, parse
-from bot.views.feedback import FEEDBACK_ACTION
+from bot.views.feedback import FEEDBACK_ACTIONS
 
 THANKS = "Thanks – your feedback on this answer is noted."
 NOT_KEPT = "Sorry, I could not tell which answer this feedback was for; nothing was noted."
@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 
 def register_feedback(app: AsyncApp, service: SlackService) -> None:
-    """A click on an answer's feedback buttons: kept per plan, step and agent."""
+    """A click on an answer's feedback buttons (or on those rating an own-app agent's answer
+    under the commander's): kept per plan, step and agent."""
 
-    @app.action(FEEDBACK_ACTION)
+    @app.action(FEEDBACK_ACTIONS)
     @guarded
     async def on_feedback(ack: AsyncAck, body: Body, respond: AsyncRespond) -> None:
         await ack()

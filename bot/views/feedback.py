@@ -10,13 +10,19 @@ from typing import Any
 
 from slack_sdk.models.blocks import (
     ContextActionsBlock,
+    ContextBlock,
     FeedbackButtonObject,
     FeedbackButtonsElement,
+    MarkdownTextObject,
 )
 
 from storage.records import FeedbackTotal
 
 FEEDBACK_ACTION = "answer_feedback"
+# the buttons rating another answer (an own-app agent's), under the commander's answer
+RATING_ACTION_PREFIX = f"{FEEDBACK_ACTION}_on_step_"
+FEEDBACK_ACTIONS = re.compile(rf"^{FEEDBACK_ACTION}(_on_step_\d{{1,4}})?$")
+RATED_MAX = 5  # answers rated under one answer at most (two blocks each)
 _VALUE = re.compile(r"(good|bad):(\d{1,12}):(\d{1,4}):([a-z0-9_-]{1,40})")
 
 
@@ -30,11 +36,13 @@ class FeedbackClick:
     agent: str
 
 
-def feedback_block(plan_id: int, step: int, agent: str) -> dict[str, Any]:
+def feedback_block(
+    plan_id: int, step: int, agent: str, *, action_id: str = FEEDBACK_ACTION
+) -> dict[str, Any]:
     """The buttons under the answer of `agent` to step `step` (0: the final answer)."""
     where = f"{plan_id}:{step}:{agent}"
     element = FeedbackButtonsElement(
-        action_id=FEEDBACK_ACTION,
+        action_id=action_id,
         positive_button=FeedbackButtonObject(
             text="👍", value=f"good:{where}", accessibility_label="This answer helped"
         ),
@@ -43,6 +51,20 @@ def feedback_block(plan_id: int, step: int, agent: str) -> dict[str, Any]:
         ),
     )
     return ContextActionsBlock(elements=[element]).to_dict()
+
+
+def rating_blocks(plan_id: int, rated: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """Buttons for answers whose own message cannot carry them – an agent with its own Slack
+    app posted them, and Slack sends a click to the app that posted – shown under the
+    commander's answer built on them: for each (step, agent, mention) a line naming the
+    answer, then its 👍/👎 (kept for that step and agent, like buttons under the answer)."""
+    blocks: list[dict[str, Any]] = []
+    for step, agent, mention in rated[:RATED_MAX]:
+        line = f"{mention}'s answer (step {step}) – did it help?"
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=line[:3000])]).to_dict())
+        action_id = f"{RATING_ACTION_PREFIX}{step}"
+        blocks.append(feedback_block(plan_id, step, agent, action_id=action_id))
+    return blocks
 
 
 def parse_click(value: str) -> FeedbackClick | None:

@@ -216,3 +216,13 @@ def answered_message(
         SectionBlock(text=MarkdownTextObject(text=text[:3000])),
         ContextBlock(elements=[MarkdownTextObject(text=f"Step {step_index}: {title}"[:3000])]),
     ]
+
+
+def closed_form_message(*, step_index: int, title: str, note: str) -> tuple[str, list[Block]]:
+    """What an unanswered form becomes when its plan stopped: struck through, and why."""
+    text = f"Step {step_index}: {title} – {note} This form is closed."
+    escaped = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text, [
+        SectionBlock(text=MarkdownTextObject(text=f"~{escaped}~"[:3000])),
+        ContextBlock(elements=[MarkdownTextObject(text=text[:3000])]),
+    ]

@@ -158,14 +158,23 @@ def plan_card(
     mentions: Mapping[str, str] | None = None,
     requester: str | None = None,
     now: datetime | None = None,
+    intro: str = "",
 ) -> tuple[str, list[Block]]:
     """The card's fallback text and blocks; with `now`, what the plan is doing (the same
-    state as the thread's session status)."""
+    state as the thread's session status). `intro`: the commander's words about the plan,
+    which the card opens with (they are not posted as a message of their own)."""
     mentions = mentions or {}
     stop = stop_of(plan)
     title = f"Plan ({len(plan.steps)} steps)"
     text = f"{title} – {stop.line}, {progress(plan)}"
-    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=title, emoji=True))]
+    blocks: list[Block] = []
+    if intro.strip():
+        text = f"{text}\n{intro.strip()[:SECTION_TEXT_MAX]}"  # as much as the card shows
+        said = _escape(intro.strip())
+        if len(said) > SECTION_TEXT_MAX:
+            said = said[: SECTION_TEXT_MAX - 1] + "…"
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=said)))
+    blocks.append(HeaderBlock(text=PlainTextObject(text=title, emoji=True)))
     lines = [step_line(s, plan, mentions, requester, stop.note) for s in plan.steps]
     blocks.extend(SectionBlock(text=MarkdownTextObject(text=chunk)) for chunk in _pack(lines))
     running = now is not None and plan.status not in TERMINAL_PLAN

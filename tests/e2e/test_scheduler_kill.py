@@ -1,7 +1,7 @@
-"""Two real `flotilla run` processes share one SQLite file; the one holding the
-researcher's granted run is killed with SIGKILL mid-run; the other takes the run over once
-its lease ended (the admission pass frees the dead holder's grant and grants it anew) and
-the step runs to its answer once: never twice, nothing lost.
+"""Real `flotilla run` processes share one database – two on a SQLite file, three on
+PostgreSQL; the one holding the researcher's granted run is killed with SIGKILL mid-run;
+another takes the run over once its lease ended (its grant, the run's lease, expired and
+is granted anew) and the step runs to its answer once: never twice, nothing lost.
 
 `tests/integration/test_scheduler_processes.py` does the same with three services in one
 OS process and `Executor.abandon()` as the kill; here the kill is a real one.
@@ -10,12 +10,16 @@ OS process and `Executor.abandon()` as the kill; here the kill is a real one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import make_url, select, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.manifest import commander_manifest
 from local_slack import Driver, InstalledApp, LocalWorkspace
@@ -24,6 +28,7 @@ from storage.db import Database
 from storage.records import RunRequestRecord
 from storage.run_requests import get_request, queued_requests
 from storage.tables import Workspace
+from tests.conftest import BACKENDS, postgres_url
 from tests.e2e.flotilla_process import FlotillaProcess
 from tests.fakes.openai_server import CLIENT_GONE, FakeOpenAI, text_message
 
@@ -39,14 +44,14 @@ SHORT_LEASE = {
 
 
 class World:
-    def __init__(self, workspace: LocalWorkspace, folder: Path) -> None:
+    def __init__(self, workspace: LocalWorkspace, folder: Path, database_url: str) -> None:
         self.workspace = workspace
         self.folder = folder
         self.app: InstalledApp = workspace.install_manifest(commander_manifest(), socket_mode=False)
         maya = workspace.add_person("maya")
         workspace.create_channel("launch", [maya, self.app])
         self.driver = Driver(workspace, default_timeout=WAIT)
-        self.database_url = f"sqlite+aiosqlite:///{folder / 'flotilla.db'}"
+        self.database_url = database_url
         self.db = Database(self.database_url)
         self.processes: list[FlotillaProcess] = []
 
@@ -74,21 +79,41 @@ class World:
                 await asyncio.sleep(0.05)
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+@asynccontextmanager
+async def throwaway_database(base_url: str) -> AsyncIterator[str]:
+    """A database of its own on the test PostgreSQL server (child processes connect to it
+    by URL alone), dropped afterwards."""
+    name = f"flotilla_kill_{uuid.uuid4().hex[:10]}"
+    admin = create_async_engine(base_url, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield make_url(base_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        await admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[World]:
     workspace = LocalWorkspace()
     await workspace.start("127.0.0.1", 0)
-    world = World(workspace, tmp_path)
-    try:
-        yield world
-    finally:
-        for process in world.processes:
-            await process.kill()
-        await world.db.dispose()
-        await workspace.stop()
+    async with contextlib.AsyncExitStack() as stack:
+        url = f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}"
+        if request.param == "postgres":
+            url = await stack.enter_async_context(throwaway_database(postgres_url()))
+        world = World(workspace, tmp_path, url)
+        try:
+            yield world
+        finally:
+            for process in world.processes:
+                await process.kill()
+            await world.db.dispose()
+            await workspace.stop()
 
 
-async def test_a_sigkilled_holder_run_is_taken_over_by_the_other_process_once(
+async def test_a_sigkilled_holder_run_is_taken_over_by_another_process_once(
     world: World,
 ) -> None:
     model = FakeOpenAI(respond=lambda body: text_message(FINDINGS))
@@ -96,7 +121,9 @@ async def test_a_sigkilled_holder_run_is_taken_over_by_the_other_process_once(
     await model.start()
     try:
         first = await world.process()
-        await world.process()  # the second replica, on the same database
+        replicas = 3 if world.database_url.startswith("postgresql") else 2
+        for _ in range(replicas - 1):  # the other replicas, on the same database
+            await world.process()
         async with world.db.write() as conn:
             team = str(await conn.scalar(select(Workspace.__table__.c.team_id)))
             await update_agent(

@@ -17,7 +17,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncSay
 from slack_sdk.web.async_client import AsyncWebClient
 
 from local_slack import InstalledApp, LocalWorkspace
-from local_slack.state import Person
+from local_slack.records import Person
 from tests.e2e.browser import assert_no_page_errors, browser, open_page, screenshot
 from tests.e2e.conftest import serve_bolt_app
 

@@ -15,7 +15,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from local_slack import Driver, LocalWorkspace
-from local_slack.state import Channel, InstalledApp, Person
+from local_slack.records import Channel, InstalledApp, Person
 from tests.e2e.conftest import Receiver
 
 

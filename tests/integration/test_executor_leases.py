@@ -50,7 +50,8 @@ from local_slack import Driver, Message
 from storage.db import Database
 from storage.outbox import outbox_t
 from storage.records import ConversationRecord
-from storage.run_requests import get_request
+from storage.run_request_leases import holders
+from storage.run_requests import get_request, requests_t
 from storage.runs import leases_t
 from tests.e2e.slice.scripts import tools_of
 
@@ -173,13 +174,17 @@ class Processes:
                 .mappings()
                 .first()
             )
+            granted = (await holders(conn)).get(key)  # a step run's lease is its grant
+        owner, until = granted or (
+            (lease["owner"], lease["lease_until"]) if lease else (None, None)
+        )
         return Held(
             row_due=row["available_at"],
             row_state=row["state"],
             attempts=row["attempts"],
             failures=row["failures"],
-            lease_owner=lease["owner"] if lease else None,
-            lease_until=lease["lease_until"] if lease else None,
+            lease_owner=owner,
+            lease_until=until,
         )
 
     async def plan(self) -> Any:
@@ -356,7 +361,7 @@ async def test_a_job_that_lost_its_lease_stops_and_leaves_the_row_to_the_new_hol
         assert job.task is not None
         async with p.service.db.write() as conn:  # another process took the run over
             await conn.execute(
-                leases_t.update().where(leases_t.c.run_key == key).values(owner="elsewhere")
+                requests_t.update().where(requests_t.c.run_key == key).values(holder="elsewhere")
             )
         await asyncio.wait_for(asyncio.gather(job.task, return_exceptions=True), 20)
         assert job.lease_lost and not job.cancelled

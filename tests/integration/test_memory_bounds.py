@@ -137,10 +137,10 @@ async def test_the_port_keeps_a_bounded_number_of_plan_card_messages(db: Databas
         plan = await reconciler.plan(conv.id)
         assert plan is not None
         plan_ids.append(plan.id)
-        assert await port._card_ts(plan.id) is None  # not posted yet: not kept
+        assert (await port._card(plan.id)).posted is None  # not posted yet: not kept
         async with db.write() as conn:
             await claim_plan_card(conn, plan.id, f"100.{plan.id}")
     for plan_id in plan_ids:
-        assert await port._card_ts(plan_id) == f"100.{plan_id}"
+        assert (await port._card(plan_id)).posted == f"100.{plan_id}"
         assert len(port._cards) <= 2
     assert list(port._cards) == plan_ids[-2:]

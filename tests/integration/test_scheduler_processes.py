@@ -150,7 +150,8 @@ async def test_caps_hold_across_three_processes_and_no_step_runs_twice(db: Datab
 
         async def two_held_and_one_in_line() -> bool:
             queue = await p.queue()
-            return held.running == 2 and any(r.wait_reason == "waiting: 1st in line" for r in queue)
+            next_up = any(r.wait_reason == "waiting: next in line" for r in queue)
+            return held.running == 2 and next_up
 
         await p.until(two_held_and_one_in_line, "two researcher runs held, a third in line")
         queue = await p.queue()

@@ -25,7 +25,7 @@ from bot.views.admin import (
     usage_text,
 )
 from local_slack.blocks import check_view
-from local_slack.state import initial_values
+from local_slack.records import initial_values
 from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

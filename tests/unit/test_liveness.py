@@ -25,6 +25,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agents.commander_turns import RETRY_AFTER, after_turn, gave_up, wanted
+from agents.decisions import Decision, decide, start
 from agents.effects import (
     AskCommander,
     AskUser,
@@ -60,7 +61,6 @@ from agents.plan import (
     StepSucceeded,
 )
 from agents.plan_transitions import stalled
-from agents.reconciler import Decision, decide, start
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 from tests.unit.test_plan_properties import SETTINGS, plans
 

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
+from agents.decisions import decide
 from agents.plan import CancelPlan, Plan, Step, StepStatus
 from agents.plan_transitions import abort_plan, cancel_plan, fail_step
-from agents.reconciler import decide
 from bot.views.plan_card import CANCEL_ACTION, plan_card, progress
 
 STATUSES: list[StepStatus] = ["pending", "in_progress", "done", "failed", "skipped", "blocked"]
@@ -200,3 +200,16 @@ def test_the_commander_cannot_forge_who_cancelled() -> None:
     assert "<@U0BOSS>" not in text and "&lt;@U0BOSS&gt;" in text
     person = decide(plan, now, operations=[forged], assignees=["researcher"], actor="U0BOSS")
     assert "cancelled by <@U0BOSS>" in plan_card(person.plan)[0]
+
+
+def test_the_card_opens_with_the_commanders_words_about_the_plan() -> None:
+    plan = five("pending", "pending", "pending", "pending", "pending")
+    text, blocks = plan_card(plan, intro="I'll compare <Acme> & Globex, then *draft*.")
+    rendered = dicts(blocks)
+    assert rendered[0]["type"] == "section" and rendered[1]["type"] == "header"
+    said = str(rendered[0]["text"])
+    assert "I'll compare &lt;Acme&gt; &amp; Globex, then *draft*." in said  # escaped, mrkdwn kept
+    assert text.startswith("Plan (5 steps)") and text.endswith("then *draft*.")
+    assert dicts(plan_card(plan, intro="   ")[1])[0]["type"] == "header"  # nothing said: no intro
+    long_text, long_blocks = plan_card(plan, intro="x" * 5000)
+    assert len(str(dicts(long_blocks)[0]["text"]["text"])) <= 3000  # type: ignore[index]

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.commander_operations import apply_operation
+from agents.decisions import decide, start
 from agents.effects import AskCommander, Effect, StepEffect
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -30,7 +31,6 @@ from agents.plan import (
     StepSucceeded,
 )
 from agents.plan_transitions import in_flight
-from agents.reconciler import decide, start
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

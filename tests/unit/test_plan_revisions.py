@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.commander_operations import apply_operation
+from agents.commander_operations import apply_operation, with_shown_inputs
+from agents.decisions import decide
 from agents.effects import PostDispatch
 from agents.errors import OperationRejected, PlanValidationError
 from agents.plan import (
@@ -12,6 +13,7 @@ from agents.plan import (
     AbortPlan,
     AddSteps,
     CancelPlan,
+    CommanderOperation,
     EditStep,
     Plan,
     RetryStep,
@@ -21,7 +23,6 @@ from agents.plan import (
 )
 from agents.plan_transitions import apply_outcome, dispatch
 from agents.plan_validation import parse_plan
-from agents.reconciler import decide
 from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
 
 
@@ -97,12 +98,51 @@ def test_add_steps_continue_the_numbering_and_may_wait_for_any_step() -> None:
     assert plan.steps[3].wait_for == (2, 3)
     plan, _ = dispatch(plan, T0)
     assert in_progress(plan) == [3]
-    wrong = StepProposal(index=3, title="x", assignee="writer")
+    gap = StepProposal(index=7, title="x", assignee="writer")  # not after the plan: refused
     with pytest.raises(PlanValidationError, match="expected 5"):
-        apply_operation(plan, AddSteps(steps=[wrong]), assignees=AGENTS)
+        apply_operation(plan, AddSteps(steps=[gap]), assignees=AGENTS)
     ghost = StepProposal(index=5, title="x", assignee="ghost")
     with pytest.raises(PlanValidationError, match="no agent named 'ghost'"):
         apply_operation(plan, AddSteps(steps=[ghost]), assignees=AGENTS)
+
+
+def test_steps_added_after_a_plan_that_grew_meanwhile_move_to_its_end() -> None:
+    """Two turns shown the same 2-step plan both add a step 3: the second one's steps are
+    renumbered after the first one's, their own waits and references moving with them."""
+    plan = chain(2)
+    first = StepProposal(index=3, title="check Initech", assignee="researcher", wait_for=[])
+    plan = apply_operation(plan, AddSteps(steps=[first]), assignees=AGENTS)
+    stale = [
+        StepProposal(index=3, title="compare", assignee="writer"),  # default: after step 2
+        StepProposal(
+            index=4, title="sum up", assignee="writer", wait_for=[1, 3],
+            input="{{step_3.output_summary}} and {{ step_1.output_summary }}, {{request}}",
+        ),
+    ]  # fmt: skip
+    plan = apply_operation(plan, AddSteps(steps=stale), assignees=AGENTS)
+    assert [(s.index, s.title) for s in plan.steps[2:]] == [
+        (3, "check Initech"), (4, "compare"), (5, "sum up")
+    ]  # fmt: skip
+    assert plan.steps[3].wait_for == (2,)  # the step it was shown, not the one added meanwhile
+    assert plan.steps[4].wait_for == (1, 4)
+    assert plan.steps[4].input == (
+        "{{step_4.output_summary}} and {{step_1.output_summary}}, {{request}}"
+    )
+
+
+def test_an_edit_shown_an_older_input_adds_to_the_input_as_it_is_now() -> None:
+    plan, _ = dispatch(chain(2), T0)
+    plan = apply_operation(plan, EditStep(index=2, input="Write it up."))
+    shown = plan.steps[1].input
+    first = EditStep(index=2, input=f"{shown}\nalso A", shown_input=shown)
+    second = EditStep(index=2, input=f"{shown}\nalso B", shown_input=shown)
+    plan = apply_operation(apply_operation(plan, first), second)
+    assert plan.steps[1].input == f"{shown}\nalso A\nalso B"  # neither request lost
+    rewrite = EditStep(index=2, input="start over", shown_input=shown)  # not an addition
+    assert apply_operation(plan, rewrite).steps[1].input == "start over"
+    ops: list[CommanderOperation] = [EditStep(index=2, input="x"), SkipStep(index=1, reason="r")]
+    marked = with_shown_inputs(ops, plan.steps)
+    assert marked == [EditStep(index=2, input="x", shown_input=plan.steps[1].input), ops[1]]
 
 
 def test_edit_only_a_pending_step() -> None:

@@ -19,6 +19,7 @@ from agents.scheduler import (
     Running,
     RunRequest,
     admit,
+    in_line,
 )
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -106,10 +107,10 @@ def test_a_free_slot_is_never_left_to_a_run_that_could_use_it(
     waiting, running, limits = situation
     decision = admit(waiting, running, limits, T0)
     free = limits.capacity - len(running) - len(decision.grants)
-    in_line = [k for k, w in decision.waits.items() if w.kind == "capacity"]
-    assert not (free > 0 and in_line)  # work-conserving: "in line" only when full
-    positions = sorted(int(decision.waits[k].sentence.split()[1][:-2]) for k in in_line)
-    assert positions == list(range(1, len(in_line) + 1))
+    queued = [k for k, w in decision.waits.items() if w.kind == "capacity"]
+    assert not (free > 0 and queued)  # work-conserving: "in line" only when full
+    places = sorted(decision.waits[k].sentence for k in queued)
+    assert places == sorted(f"waiting: {in_line(n)}" for n in range(1, len(queued) + 1))
 
 
 @SETTINGS
@@ -225,5 +226,5 @@ def test_urgent_work_waiting_for_a_slot_preempts_the_latest_batch_run() -> None:
     urgent = RunRequest("u", "T3", "analyst", T0, priority=URGENT)
     decision = admit([urgent], [*batch, normal], Limits(capacity=4), T0)
     assert decision.grants == ()
-    assert decision.waits["u"].sentence == "waiting: 1st in line"
+    assert decision.waits["u"].sentence == "waiting: next in line"
     assert decision.preempt == ("b2",)  # a batch run, the one that started last

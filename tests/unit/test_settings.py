@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bot.settings import DATABASE_URL_DEFAULT, SLACK_API_URL_DEFAULT, Settings
+from bot.service_settings import DATABASE_URL_DEFAULT, SLACK_API_URL_DEFAULT
+from bot.settings import Settings
 
 ENV_NAMES = [
     "FLOTILLA_DATABASE_URL",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bot.listeners.feedback import NOT_KEPT, THANKS
-from bot.views.feedback import FEEDBACK_ACTION
+from bot.views.feedback import FEEDBACK_ACTION, RATING_ACTION_PREFIX
 from local_slack import Message
 from storage.audit import audit_trail
 from storage.feedback import feedback_of_plan
@@ -85,6 +85,37 @@ async def test_feedback_on_answers_is_kept_per_plan_and_agent(
 
         usage = await command(run, "maya", "usage")
         assert f"{step.assignee}: 0 👍, 1 👎" in usage
+
+
+async def test_an_own_app_agents_answer_is_rated_under_the_commanders_answer(
+    start: Callable[..., Any],
+) -> None:
+    """The researcher has its own Slack app: Slack would send clicks on buttons under its
+    answer to that app, not to Flotilla, so its answer carries none – the commander's answer
+    built on it carries a line naming it with its 👍/👎, and a click there is kept for the
+    researcher's step like a click under the answer itself."""
+    async with start() as run:
+        root = run.ask("research our launch numbers and write a note")
+        await run.quiesce()
+        plan = await run.plan(root)
+        assert plan.status == "completed", run.transcript(root)
+        researcher = run.stack.agent_apps["researcher"]
+        step = next(s for s in plan.steps if s.assignee == "researcher")
+        own = [m for m in run.messages(root) if m.app_id == researcher.app_id]
+        assert own and not any(m in with_buttons(run, root) for m in own)
+        final = with_buttons(run, root)[-1]  # the commander's answer ends the plan
+        assert final.app_id == run.stack.commander.app_id
+        named = f"<@{researcher.bot_user_id}>'s answer (step {step.index})"
+        assert named in str(final.blocks), final.blocks
+        before = len(run.driver.ephemerals("maya"))
+        await run.driver.click("maya", final, f"{RATING_ACTION_PREFIX}{step.index}",
+                               value="positive")  # fmt: skip
+        await run.driver.wait_for(lambda: len(run.driver.ephemerals("maya")) > before)
+        assert run.driver.ephemerals("maya")[-1].text == THANKS
+        maya = run.driver.person("maya").id
+        assert await stored(run, plan.id) == [(step.index, "researcher", maya, "good")]
+        usage = await command(run, "maya", "usage")
+        assert "researcher: 1 👍, 0 👎" in usage
 
 
 async def test_a_forged_feedback_value_stores_nothing(start: Callable[..., Any]) -> None:

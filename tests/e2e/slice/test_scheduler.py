@@ -79,7 +79,7 @@ async def test_steps_in_line_say_their_place_and_lose_it_when_they_start(
         await gate.reached()
         await card_shows(run, root, "waiting: 3rd in line")
         blocks = card_blocks(run, root)
-        assert "waiting: 1st in line" in blocks and "waiting: 2nd in line" in blocks
+        assert "waiting: next in line" in blocks and "waiting: 2nd in line" in blocks
         plans_answer = await command(run, "maya", "plans")
         assert "step 4 waiting: 3rd in line" in plans_answer, plans_answer
         queue = await command(run, "maya", "queue")

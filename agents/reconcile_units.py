@@ -1,0 +1,207 @@
+"""The reconciler's units of work: what one reconcile reads, decides and writes, as synchronous
+functions over a connection (the reconciler runs each as one hop, `agents/reconciler.py`).
+
+Two ways to run the same decision:
+- `locked_reconcile` – inside a transaction that holds the conversation's lock (SQLite's
+  `BEGIN IMMEDIATE`; the locked path on PostgreSQL): record the event, load the plan,
+  decide, write the steps, the plan row and the outbox rows, statement by statement;
+- `optimistic_reconcile` – PostgreSQL on an autocommit connection: one read (plan, lock
+  version, event seen), the pure decision, one version-checked write of everything
+  (`storage/optimistic.py`); a conflict makes the caller run it again.
+Both write the rows `plan_write` computes from the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from agents.decisions import Decision, decide
+from agents.effects import to_row
+from agents.plan import CommanderOperation, Outcome, Plan
+from agents.plan_store import plan_from_rows, step_row
+from storage import plans as store
+from storage.events import record_event
+from storage.optimistic import PlanWrite, load_versioned, write_versioned
+from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects, mark_sent
+from storage.records import OutboxRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PreClaim:
+    """Hand the effects just decided to this process's outbox sender: rows of `kinds` due
+    now are inserted already claimed until `lease_until` (no claim transaction of their
+    own), and the rows the sender delivered since (`sent`) are marked in the same
+    transaction."""
+
+    lease_until: datetime
+    kinds: frozenset[str]
+    sent: Sequence[int] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A committed decision, and the outbox rows it claimed for this process's sender."""
+
+    decision: Decision
+    claimed: list[OutboxRecord] = field(default_factory=list)
+    sent_marked: bool = True  # False: the sender's delivered rows are still to be marked
+
+
+Unit = Callable[[Connection], Stored | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileCall:
+    """One `Reconciler.reconcile` call: what happened, and the plan this process holds."""
+
+    conversation_id: int
+    now: datetime
+    event_key: str | None = None
+    outcomes: Sequence[Outcome] = ()
+    operations: Sequence[CommanderOperation] = ()
+    assignees: Collection[str] = ()
+    disabled: Collection[str] = ()
+    actor: str | None = None
+    held: Plan | None = None  # the plan last written by this process (its steps are skipped)
+    preclaim: PreClaim | None = None
+
+    @property
+    def known(self) -> tuple[int, int] | None:
+        return (self.held.id, self.held.version) if self.held is not None else None
+
+    def decide(self, loaded: store.LoadedPlan, *, apply: bool) -> Decision:
+        """The decision on the loaded plan (`apply`: False for an event applied already)."""
+        if loaded.steps is None and self.held is not None:
+            before = self.held
+        else:
+            before = plan_from_rows(loaded.plan, loaded.steps or [])
+        return decide(
+            before,
+            self.now,
+            outcomes=self.outcomes if apply else (),
+            operations=self.operations if apply else (),
+            assignees=self.assignees,
+            disabled=self.disabled,
+            actor=self.actor,
+        )
+
+
+def locked_reconcile(call: ReconcileCall) -> Unit:
+    """The reconcile as one transaction under the conversation's lock."""
+
+    def work(conn: Connection) -> Stored | None:
+        fresh = call.event_key is None or record_event(conn, call.event_key, call.now)
+        loaded = store.load_latest_plan(conn, call.conversation_id, known=call.known)
+        if loaded is None:
+            return None
+        decision = call.decide(loaded, apply=fresh)
+        if not decision.changed:
+            if call.preclaim is not None:
+                mark_sent(conn, call.preclaim.sent, call.now)
+            return Stored(decision)
+        write = plan_write(
+            decision, call.now, card_waiting=loaded.card_waiting, preclaim=call.preclaim
+        )
+        return Stored(decision, store_write(conn, write, call.now, preclaim=call.preclaim))
+
+    return work
+
+
+def optimistic_reconcile(call: ReconcileCall) -> Unit:
+    """The reconcile as a read and one version-checked write (PostgreSQL, autocommit);
+    raises `storage.optimistic.VersionConflict` when the conversation moved on."""
+
+    def work(conn: Connection) -> Stored | None:
+        read = load_versioned(
+            conn, call.conversation_id, known=call.known, event_key=call.event_key
+        )
+        if read is None:
+            return None
+        decision = call.decide(read.loaded, apply=not read.event_seen)
+        record = None if read.event_seen else call.event_key
+        sent = call.preclaim.sent if call.preclaim is not None else ()
+        if decision.changed:
+            write = plan_write(
+                decision, call.now, card_waiting=read.loaded.card_waiting, preclaim=call.preclaim
+            )
+        elif record is not None:  # nothing changed, but the event is applied: remember it
+            write = PlanWrite(plan_id=decision.plan.id, sent=sent)
+        else:
+            return Stored(decision, sent_marked=not sent)
+        ids = write_versioned(
+            conn, call.conversation_id, read.lock_version, write, event_key=record, now=call.now
+        )
+        claimed = [
+            claimed_record(row, ids[row["idempotency_key"]], call.now) for row in write.claimed
+        ]
+        return Stored(decision, claimed)
+
+    return work
+
+
+def plan_write(
+    decision: Decision, now: datetime, *, card_waiting: bool, preclaim: PreClaim | None = None
+) -> PlanWrite:
+    """The rows a changed decision writes. A plan-card refresh is left out while one is
+    waiting, unclaimed, in the outbox (it renders the plan as it is when delivered).
+    With `preclaim`, the effects of its kinds that are due now go to `claimed`."""
+    plan = decision.plan
+    rows = [
+        to_row(e) for e in decision.effects if not (card_waiting and e.kind == "update_plan_card")
+    ]
+    claimed = []
+    if preclaim is not None:
+        claimed = [r for r in rows if _claimable(r, preclaim, now)]
+        rows = [r for r in rows if not _claimable(r, preclaim, now)]
+    before = decision.before
+    old = before.steps if before is not None else ()
+    changed = decision.changed_steps()
+    return PlanWrite(
+        plan_id=plan.id,
+        changed=[
+            (step_row(s, old[s.index - 1], now), old[s.index - 1].status, old[s.index - 1].attempts)
+            for s in changed
+            if s.index <= len(old)
+        ],
+        added=[step_row(s, None, now) for s in changed if s.index > len(old)],
+        status=plan.status,
+        version=plan.version,
+        was_version=before.version if before is not None else 0,
+        effects=rows,
+        claimed=claimed,
+        sent=preclaim.sent if preclaim is not None else (),
+        lease_until=preclaim.lease_until if preclaim is not None else None,
+    )
+
+
+def _claimable(row: dict[str, Any], preclaim: PreClaim, now: datetime) -> bool:
+    due = row.get("available_at")
+    return row["kind"] in preclaim.kinds and (due is None or due <= now)
+
+
+def store_write(
+    conn: Connection, write: PlanWrite, now: datetime, *, preclaim: PreClaim | None = None
+) -> list[OutboxRecord]:
+    """`write` statement by statement, in the caller's (locked) transaction; the rows it
+    inserted claimed (`preclaim`)."""
+    mark_sent(conn, write.sent, now)
+    store.update_steps(conn, write.plan_id, write.changed)
+    store.insert_steps(conn, write.plan_id, write.added)
+    if write.status is not None:
+        store.update_plan(
+            conn,
+            write.plan_id,
+            status=write.status,
+            version=write.version,
+            was_version=write.was_version,
+            now=now,
+        )
+    enqueue_effects(conn, write.effects, now)
+    if preclaim is None or not write.claimed:
+        return []
+    return enqueue_claimed(conn, write.claimed, now, lease_until=preclaim.lease_until)

@@ -12,7 +12,8 @@ Every job ends by reporting: an outcome (or commander operations) to the reconci
 that dies of a bug reports the step failed with a sentence (its `on_failure` applies);
 nothing is retried blindly for ever. Jobs and their leases: `agents/jobs.py`; a run's slot
 (the scheduler's side of a job): `agents/slot_requests.py`; the card and the effects that
-close a plan: `agents/plan_notices.py`; what they share: `agents/run_context.py`.
+close a plan: `agents/plan_notices.py`; a step's form or dispatch message and the work of
+a long effect: `agents/step_dispatch.py`; what they share: `agents/run_context.py`.
 """
 
 from __future__ import annotations
@@ -20,20 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from agents import commander_turns, plan_notices, step_runs
+from agents import plan_notices, step_dispatch, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
-    AskCommander,
     AskUser,
     Effect,
-    MessageForCommander,
     PlanFinished,
-    PlanStalled,
     PlanStopped,
     PostDispatch,
     ResumeStep,
@@ -61,7 +58,6 @@ from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
 
 log = logging.getLogger(__name__)
-Work = Callable[[], Awaitable[None]]
 RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
 FINISH_BATCH_SECONDS = 5.0  # a stopping process still delivers the rows it claimed
 
@@ -271,7 +267,7 @@ class Executor:
             await plan_notices.show_card(self.context, conversation, effect.plan_id, first=False)
             return False
         if isinstance(effect, ShowForm | AskUser):
-            await self._post_form(conversation, effect, redelivered=redelivered)
+            await step_dispatch.post_form(ctx, conversation, effect, redelivered=redelivered)
             return False
         if isinstance(effect, PlanStopped):
             await plan_notices.stopped(
@@ -291,38 +287,10 @@ class Executor:
             if plan is None:
                 return False  # cancelled or aborted before it ran: nothing to post or run
         if isinstance(effect, PostDispatch):
-            await self._post_dispatch(conversation, effect, redelivered=redelivered)
+            await step_dispatch.post_dispatch(ctx, conversation, effect, redelivered=redelivered)
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
         return await self._start_long(claimed, conversation, plan)
-
-    async def _post_form(
-        self, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
-    ) -> None:
-        ctx = self.context
-        if not await step_runs.still_current(ctx, effect):
-            return  # the plan moved on (cancelled, aborted): no form to show
-        if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
-            return
-        plan = await ctx.reconciler.plan(effect.conversation_id)
-        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
-        await ctx.port.post_form(conversation, effect, plan)
-        if isinstance(effect, ShowForm):
-            self.observer.dispatched("user")
-            log.info("step dispatched to a person", extra=step_runs.ids(conversation, effect))
-
-    async def _post_dispatch(
-        self, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
-    ) -> None:
-        ctx = self.context
-        await plan_notices.show_card(self.context, conversation, effect.plan_id, first=True)
-        # after a crash the message may be there already: never post twice
-        if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
-            await ctx.port.post_dispatch(conversation, effect)
-            self.observer.dispatched("agent")
-            log.info(
-                "step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect)
-            )
 
     async def _start_long(
         self, claimed: Claimed, conversation: ConversationRecord, plan: Plan | None = None
@@ -331,7 +299,8 @@ class Executor:
         granted); the other long work starts at once. True: the row is held. `plan`: the
         step's plan as just read, if it was."""
         effect = claimed.effect
-        run_key, work = self._work_of(effect, conversation, claimed.delivery > 1)
+        redelivered = claimed.delivery > 1
+        run_key, work = step_dispatch.work_of(self.context, effect, conversation, redelivered)
         if isinstance(effect, SCHEDULED):
             slot = await slot_request(self.context, self.admission, effect, conversation)
             if self._stopping:  # it waits in line: a running process grants it
@@ -345,31 +314,6 @@ class Executor:
         self.runner.hold(effect, run_key, work)
         return True
 
-    def _work_of(
-        self, effect: Effect, conversation: ConversationRecord, redelivered: bool
-    ) -> tuple[str | None, Work]:
-        """The run's lease key (None: a commander turn's own) and the work of an effect."""
-        ctx = self.context
-        if isinstance(effect, RunCommanderStep):
-
-            async def commander_step() -> None:  # when its slot is granted
-                self.observer.dispatched("commander")
-                log.info(
-                    "step dispatched to the commander", extra=step_runs.ids(conversation, effect)
-                )
-                await step_runs.run(ctx, conversation, effect, redelivered)
-
-            return effect.key, commander_step
-        if isinstance(effect, PostDispatch):
-            return effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
-        if isinstance(effect, ResumeStep):
-            return step_runs.run_key_of(effect), lambda: step_runs.run(
-                ctx, conversation, effect, redelivered
-            )
-        if isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
-            return None, lambda: commander_turns.take(ctx, conversation, effect)
-        raise TypeError(f"no performer for {type(effect).__name__}")  # pragma: no cover
-
     async def _start_granted(self, record: RunRequestRecord) -> None:
         """A run the scheduler granted here starts (resumed from its stored history when
         it ran before: after a preemption or a crash)."""
@@ -381,7 +325,7 @@ class Executor:
                 await self._not_wanted(record)  # cancelled or aborted while it waited
                 return
         conversation = await self.context.conversation(effect.conversation_id)
-        _, work = self._work_of(effect, conversation, record.grants > 0)
+        _, work = step_dispatch.work_of(self.context, effect, conversation, record.grants > 0)
         self.runner.hold(effect, record.run_key, work, granted=True)
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:

@@ -1,5 +1,6 @@
-"""Administration: who may configure Flotilla, agent changes (validated, audited), and the
-reports behind `/flotilla` and the App Home tab.
+"""Administration: who may configure Flotilla, and its changes – agents saved (validated),
+enabled, disabled, removed; the workspace's default model; plans cancelled – each audited.
+The reports behind `/flotilla` and the App Home tab: `bot/admin_reports.py`.
 
 Functions here take parsed input and return sentences or field errors; listeners
 (`bot/listeners/admin.py`) ack, parse, call them and render (`bot/views/admin.py`).
@@ -10,27 +11,22 @@ answer, a log line or the audit log.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 
 from agents.plan import CancelPlan
-from bot import admin_scheduler
+from bot.admin_reports import agents
 from bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
 from bot.identities import make_client
 from bot.secrets import SecretsError
 from storage import agents as agent_store
-from storage import audit as audit_log
 from storage import plans as plan_store
-from storage.agents import create_agent, list_agents, update_agent
+from storage.agents import create_agent, update_agent
 from storage.audit import audit
-from storage.feedback import feedback_since
 from storage.plans import conversations_waiting_on_agent
-from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
+from storage.records import AgentRecord
 from storage.sql import DuplicateError
-from storage.usage import usage_since
 from storage.workspaces import set_workspace_default_model, workspace_default_model
 
 if TYPE_CHECKING:
@@ -42,24 +38,6 @@ REFUSAL = (
     "Sorry, only workspace admins and owners (or people on Flotilla's admin list) can "
     "change Flotilla's configuration."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Reports:
-    """Everything the App Home tab shows (admins see the audit trail too)."""
-
-    agents: list[AgentRecord]
-    plans: list[tuple[int, str, str, str]]
-    usage_by_agent: list[UsageTotal]
-    usage_by_channel: list[UsageTotal]
-    feedback: list[FeedbackTotal]
-    since: datetime
-    audit: list[AuditRecord] | None
-    scheduler: str | None = None  # admins: the queue and the limits (`/flotilla queue|quota`)
-
-    @property
-    def for_admin(self) -> bool:
-        return self.audit is not None
 
 
 # --- authorization ------------------------------------------------------------------------
@@ -147,7 +125,7 @@ async def _identity_fields(
         return {}, "That is Flotilla's own token: give the agent a Slack app of its own."
     taken = [
         a.name
-        for a in await _agents(service)
+        for a in await agents(service)
         if a.bot_id == auth.get("bot_id") and a.name != draft.name
     ]
     if taken:
@@ -327,79 +305,3 @@ async def cancel(service: SlackService, user: str, channel: str, plan_id: int | 
             now=service.clock(),
         )
     return f"Plan {plan_id} is cancelled."
-
-
-# --- reading ------------------------------------------------------------------------------
-
-
-async def _agents(service: SlackService) -> list[AgentRecord]:
-    async with service.db.read() as conn:
-        return await list_agents(conn, service.team_id)
-
-
-async def agents(service: SlackService) -> list[AgentRecord]:
-    return await _agents(service)
-
-
-async def active_plans(service: SlackService) -> list[tuple[int, str, str, str]]:
-    async with service.db.read() as conn:
-        return await plan_store.active_plans(conn, service.team_id)
-
-
-def month_start(now: datetime) -> datetime:
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-async def usage(
-    service: SlackService,
-) -> tuple[datetime, list[UsageTotal], list[UsageTotal], list[FeedbackTotal]]:
-    """This month's token totals per agent and per channel, and feedback per agent."""
-    since = month_start(service.clock())
-    async with service.db.read() as conn:
-        by_agent = await usage_since(conn, service.team_id, since, by="agent_name")
-        by_channel = await usage_since(conn, service.team_id, since, by="channel_id")
-        feedback = await feedback_since(conn, service.team_id, since)
-    return since, by_agent, by_channel, feedback
-
-
-async def audit_trail(service: SlackService, limit: int = 20) -> list[AuditRecord]:
-    async with service.db.read() as conn:
-        return list(await audit_log.audit_trail(conn, service.team_id, limit=limit))
-
-
-async def reports(service: SlackService, user: str) -> Reports:
-    """What the App Home shows `user` (the audit trail only to admins)."""
-    since, by_agent, by_channel, feedback = await usage(service)
-    admin = await service.is_admin(user)
-    trail = await audit_trail(service, limit=10) if admin else None
-    scheduler = None
-    if admin:
-        queue = await admin_scheduler.queue_text(service)
-        scheduler = f"{queue}\n\n{await admin_scheduler.quota_text(service)}"
-    return Reports(
-        scheduler=scheduler,
-        agents=await _agents(service),
-        plans=await active_plans(service),
-        usage_by_agent=by_agent,
-        usage_by_channel=by_channel,
-        feedback=feedback,
-        since=since,
-        audit=trail,
-    )
-
-
-class WorkspaceUrl:
-    """The workspace's base URL (from auth.test, asked once) for links to threads."""
-
-    def __init__(self) -> None:
-        self._url: str | None = None
-
-    async def get(self, service: SlackService) -> str:
-        if self._url is None:
-            try:
-                auth = await service.client.auth_test()
-                self._url = str(auth.get("url") or "")
-            except SlackApiError:
-                log.warning("auth.test failed; thread links are left out")
-                return ""
-        return self._url

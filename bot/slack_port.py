@@ -5,32 +5,30 @@ as, and turns Slack's errors into `TransientError` (try again) or `PostingRefuse
 sentence). Every message Flotilla posts for a step carries its key in the metadata, so
 after a crash `thread_has_key` can look in the thread instead of posting twice – and it
 counts only Flotilla's own messages: another app's message with the same key never
-silences a post.
+silences a post. A step's dispatch message and forms: `bot/step_messages.py`; files:
+`bot/slack_files.py`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.effects import AskUser, PostDispatch, ShowForm, card_message_key
+from agents.effects import card_message_key
 from agents.lru import LRUCache
-from agents.plan import USER, Plan
-from agents.ports import PostingRefused, StepTag
+from agents.plan import Plan
+from agents.ports import StepTag
 from agents.roster import Roster
 from agents.session_status import SessionStatus, activity, session_status
 from bot.answer_ratings import own_app_ratings
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster, identity_of
 from bot.listeners.payloads import (
-    DISPATCH_EVENT,
     FLOTILLA_EVENTS,
-    FORM_EVENT,
     NOTICE_EVENT,
     RESULT_EVENT,
     step_metadata,
@@ -41,29 +39,18 @@ from bot.session_statuses import SessionStatuses
 from bot.slack_errors import slack_call
 from bot.slack_features import SlackFeatures
 from bot.slack_files import FileTransfers
-from bot.views.forms import FormKey, closed_form_message, form_message
+from bot.step_messages import StepMessages, fit_text, payload_of
 from bot.views.plan_card import plan_card
-from storage.conversations import store_message, thread_messages, update_message
+from storage.conversations import store_message, thread_messages
 from storage.db import Database
 from storage.plans import PlanCard, claim_plan_card, take_card_post
 from storage.plans import plan_card as plan_card_of
 from storage.records import ConversationRecord, MessageRecord
 
-log = logging.getLogger(__name__)
-
-# Slack keeps a message's text up to 40,000 characters; stay clear of it.
-MESSAGE_TEXT_MAX = 39_000
 CARD_CACHE_SIZE = 1000  # plans whose card message this process knows
 
 
-def fit_text(text: str, limit: int = MESSAGE_TEXT_MAX) -> str:
-    """Text that Slack accepts: cut at the limit with a visible note."""
-    if len(text) <= limit:
-        return text
-    return text[: limit - 40].rstrip() + "\n… (cut: the full text was too long)"
-
-
-class SlackPort(FileTransfers):
+class SlackPort(StepMessages, FileTransfers):
     """Implements `agents.ports.SlackPort` for Slack (or the local workspace)."""
 
     def __init__(
@@ -168,7 +155,7 @@ class SlackPort(FileTransfers):
             (
                 m.ts
                 for m in reversed(messages)
-                if (meta := _payload_of(m.metadata, RESULT_EVENT, NOTICE_EVENT)) is not None
+                if (meta := payload_of(m.metadata, RESULT_EVENT, NOTICE_EVENT)) is not None
                 and meta.get("key") == key
                 and meta.get(STREAMING_MARK)
             ),
@@ -206,66 +193,6 @@ class SlackPort(FileTransfers):
                 blocks=blocks,
                 metadata=metadata,
             )
-
-    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
-        """Post `@agent <input>`; a transient failure's retry edits the step's earlier
-        dispatch message instead ("— retrying, 2 of 3"), so the thread holds one."""
-        identity = await self.identity(effect.agent)
-        text = f"{identity.mention} {effect.text}".strip()
-        metadata = step_metadata(DISPATCH_EVENT, effect, effect.key)
-        if effect.retry:
-            earlier = await self._dispatch_message(conversation, effect)
-            if earlier is not None:
-                text = fit_text(f"{text} — retrying, {effect.retry} of {effect.max_tries}")
-                with slack_call():
-                    await self.poster.update(
-                        channel=conversation.channel_id, ts=earlier, text=text, metadata=metadata
-                    )
-                async with self.db.write() as conn:
-                    await update_message(
-                        conn, conversation.channel_id, earlier, text=text, metadata=metadata
-                    )
-                return
-        await self.say(conversation, text, metadata=metadata)
-
-    async def _dispatch_message(
-        self, conversation: ConversationRecord, effect: PostDispatch
-    ) -> str | None:
-        """The ts of the step's latest dispatch message before this attempt, if stored."""
-        async with self.db.read() as conn:
-            messages = await thread_messages(conn, conversation.id)
-        for message in reversed(messages):
-            meta = _payload_of(message.metadata, DISPATCH_EVENT)
-            if (
-                meta is not None
-                and meta.get("plan_id") == effect.plan_id
-                and meta.get("step") == effect.step
-                and int(meta.get("attempt", 0)) < effect.attempt
-            ):
-                return message.ts
-        return None
-
-    async def post_form(
-        self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Plan | None
-    ) -> None:
-        step = plan.step(effect.step) if plan is not None else None
-        if isinstance(effect, AskUser):
-            key = FormKey(effect.plan_id, effect.step, effect.attempt, effect.round)
-            identity = await self.identity(step.assignee if step else "an agent")
-            title = step.title if step is not None else ""
-            question = f"{identity.mention} asks: {effect.question}"
-        else:
-            key = FormKey(effect.plan_id, effect.step, effect.attempt, 1)
-            title, question = effect.title, effect.text or effect.title
-        text, blocks = form_message(
-            key, title=title, question=question, form=effect.form, ask=conversation.requested_by
-        )
-        await self.say(
-            conversation,
-            text,
-            blocks=[b.to_dict() for b in blocks],
-            metadata=step_metadata(FORM_EVENT, effect, effect.key),
-        )
 
     async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
         """Post the card once (the first poster wins), then edit it in place. The card opens
@@ -339,33 +266,6 @@ class SlackPort(FileTransfers):
                 channel=conversation.channel_id, ts=ts, text=text, blocks=blocks
             )
 
-    async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
-        """The plan's forms that nobody answered lose their buttons and say `note`."""
-        open_steps = {
-            s.index: s.attempts
-            for s in plan.steps
-            if s.status == "skipped"
-            and (s.assignee == USER or (s.question is not None and s.question.answer is None))
-        }
-        if not open_steps:
-            return
-        async with self.db.read() as conn:
-            messages = await thread_messages(conn, conversation.id)
-        for message in messages:
-            meta = _payload_of(message.metadata, FORM_EVENT, DISPATCH_EVENT)
-            if meta is None or meta.get("plan_id") != plan.id:
-                continue
-            step = plan.step(int(meta.get("step", 0)))
-            if step is None or open_steps.get(step.index) != meta.get("attempt"):
-                continue
-            if step.assignee != USER and not str(meta.get("key", "")).count(":question:"):
-                continue  # a dispatch message, not a form
-            text, blocks = closed_form_message(step_index=step.index, title=step.title, note=note)
-            try:
-                await self.update(conversation, message.ts, text, [b.to_dict() for b in blocks])
-            except PostingRefused as exc:
-                log.warning("could not close the form %s: %s", message.ts, exc)
-
     # --- looking in the thread ----------------------------------------------------------
 
     async def thread_has_key(
@@ -394,14 +294,7 @@ class SlackPort(FileTransfers):
                 for message in page.get("messages") or []:
                     if message.get("bot_id") not in authors:
                         continue  # people and other apps can never silence a post
-                    meta = _payload_of(message.get("metadata"), *FLOTILLA_EVENTS)
+                    meta = payload_of(message.get("metadata"), *FLOTILLA_EVENTS)
                     if meta is not None and meta.get("key") == key:
                         return str(message["ts"])
         return None
-
-
-def _payload_of(metadata: Mapping[str, Any] | None, *event_types: str) -> dict[str, Any] | None:
-    if not metadata or metadata.get("event_type") not in event_types:
-        return None
-    payload = metadata.get("event_payload")
-    return dict(payload) if isinstance(payload, Mapping) else None

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from storage.records import (
     AuditRecord,
 )
-from storage.tables import (
+from storage.service_tables import (
     AuditEntry,
 )
 

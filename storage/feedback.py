@@ -11,8 +11,8 @@ from sqlalchemy import Table, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.records import FeedbackTotal
+from storage.service_tables import Feedback
 from storage.sql import insert_ignoring_conflict
-from storage.tables import Feedback
 
 feedback_t: Table = Feedback.__table__  # type: ignore[assignment]
 VERDICTS = ("good", "bad")

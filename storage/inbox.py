@@ -17,8 +17,8 @@ from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.records import InboxRecord
+from storage.service_tables import InboxEntry
 from storage.sql import insert_ignoring_conflict
-from storage.tables import InboxEntry
 
 inbox_t: Table = InboxEntry.__table__  # type: ignore[assignment]
 

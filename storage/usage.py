@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from storage.records import (
     UsageTotal,
 )
-from storage.tables import (
+from storage.service_tables import (
     UsageEntry,
 )
 

@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import admin, admin_scheduler
+from bot import admin, admin_reports, admin_scheduler
 from bot.listeners.guard import guarded
 from bot.listeners.inbound import (
     AgentMetadata,
@@ -93,7 +93,7 @@ def parse_command(text: str) -> Command:
 
 
 def register_admin(app: AsyncApp, service: SlackService) -> None:
-    workspace_url = admin.WorkspaceUrl()
+    workspace_url = admin_reports.WorkspaceUrl()
 
     @app.command("/flotilla")
     @guarded
@@ -139,7 +139,7 @@ def register_admin(app: AsyncApp, service: SlackService) -> None:
         if opened.tab != "home":
             return
         user = opened.user
-        reports = await admin.reports(service, user)
+        reports = await admin_reports.reports(service, user)
         view = home_view(reports, await workspace_url.get(service))
         await client.views_publish(user_id=user, view=view)
 
@@ -160,7 +160,7 @@ async def _open_add_modal(
 
 async def _command(
     service: SlackService,
-    workspace_url: admin.WorkspaceUrl,
+    workspace_url: admin_reports.WorkspaceUrl,
     command: SlashCommand,
     respond: AsyncRespond,
     client: AsyncWebClient,
@@ -210,18 +210,18 @@ async def _open_agent_modal(
 async def _answer(service: SlackService, parsed: Command, user: str, channel: str, url: str) -> str:
     """The ephemeral answer to every subcommand but the modal ones."""
     if parsed.sub == "agents":
-        return agents_text(await admin.agents(service))
+        return agents_text(await admin_reports.agents(service))
     if parsed.sub == "plans":
         waits = await admin_scheduler.plan_waits(service)
-        return plans_text(await admin.active_plans(service), url, waits)
+        return plans_text(await admin_reports.active_plans(service), url, waits)
     if parsed.sub in ("queue", "quota", *PRIORITY_LEVELS):
         return await _scheduler_answer(service, parsed, user, channel)
     if parsed.sub == "cancel":
         return await admin.cancel(service, user, channel, parsed.plan_id)
     if parsed.sub == "usage":
-        return usage_text(*await admin.usage(service))
+        return usage_text(*await admin_reports.usage(service))
     if parsed.sub == "audit":
-        return audit_text(await admin.audit_trail(service))
+        return audit_text(await admin_reports.audit_trail(service))
     if parsed.sub == "model":
         if parsed.name:
             return await admin.set_workspace_model(service, user, parsed.name)

@@ -7,6 +7,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
+from storage import service_tables  # noqa: F401  (its tables join Base.metadata)
 from storage.db import Database
 from storage.migrate import current_revision, downgrade, head_revision, upgrade
 from storage.tables import Base

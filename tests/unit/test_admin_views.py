@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.models import ProviderKeys
-from bot.admin import Reports
+from bot.admin_reports import Reports
 from bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
 from bot.listeners.admin import Command, parse_command
 from bot.views.admin import (

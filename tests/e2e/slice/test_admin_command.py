@@ -77,9 +77,9 @@ async def test_people_who_are_not_admins_are_refused(start: Callable[..., Any]) 
 
 
 async def admin_agents(run: Run) -> list[Any]:
-    from bot import admin
+    from bot import admin_reports
 
-    return await admin.agents(run.service)
+    return await admin_reports.agents(run.service)
 
 
 async def test_allow_listed_people_may_administer(start: Callable[..., Any]) -> None:

@@ -1,0 +1,75 @@
+"""A step handed to whoever performs it: its form or dispatch message posted in the thread
+(never twice, even when the outbox row is delivered again after a crash), and the work of
+a long effect – a step run or a commander turn – that the executor runs as a job."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from agents import commander_turns, plan_notices, step_runs
+from agents.effects import (
+    AskCommander,
+    AskUser,
+    Effect,
+    MessageForCommander,
+    PlanStalled,
+    PostDispatch,
+    ResumeStep,
+    RunCommanderStep,
+    ShowForm,
+)
+from agents.run_context import Context
+from storage.records import ConversationRecord
+
+log = logging.getLogger(__name__)
+Work = Callable[[], Awaitable[None]]
+
+
+async def post_form(
+    ctx: Context, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
+) -> None:
+    if not await step_runs.still_current(ctx, effect):
+        return  # the plan moved on (cancelled, aborted): no form to show
+    if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
+        return
+    plan = await ctx.reconciler.plan(effect.conversation_id)
+    await plan_notices.show_card(ctx, conversation, effect.plan_id, first=True)
+    await ctx.port.post_form(conversation, effect, plan)
+    if isinstance(effect, ShowForm):
+        ctx.observer.dispatched("user")
+        log.info("step dispatched to a person", extra=step_runs.ids(conversation, effect))
+
+
+async def post_dispatch(
+    ctx: Context, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
+) -> None:
+    await plan_notices.show_card(ctx, conversation, effect.plan_id, first=True)
+    # after a crash the message may be there already: never post twice
+    if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
+        await ctx.port.post_dispatch(conversation, effect)
+        ctx.observer.dispatched("agent")
+        log.info("step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect))
+
+
+def work_of(
+    ctx: Context, effect: Effect, conversation: ConversationRecord, redelivered: bool
+) -> tuple[str | None, Work]:
+    """The run's lease key (None: a commander turn's own) and the work of an effect."""
+    if isinstance(effect, RunCommanderStep):
+
+        async def commander_step() -> None:  # when its slot is granted
+            ctx.observer.dispatched("commander")
+            log.info("step dispatched to the commander", extra=step_runs.ids(conversation, effect))
+            await step_runs.run(ctx, conversation, effect, redelivered)
+
+        return effect.key, commander_step
+    if isinstance(effect, PostDispatch):
+        return effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
+    if isinstance(effect, ResumeStep):
+        return step_runs.run_key_of(effect), lambda: step_runs.run(
+            ctx, conversation, effect, redelivered
+        )
+    if isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
+        return None, lambda: commander_turns.take(ctx, conversation, effect)
+    raise TypeError(f"no performer for {type(effect).__name__}")  # pragma: no cover

@@ -73,7 +73,7 @@ class OutboxSender:
         self.on_give_up = on_give_up
         self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
         # rows a reconcile claimed for this sender in its own transaction (`hand_over`)
-        self._handed: list[tuple[OutboxRecord, Effect]] = []
+        self._handed: list[tuple[OutboxRecord, Effect, datetime]] = []  # with lease end
         self.exhausted = False  # the last claim found fewer rows than a batch
         self.on_handed: Callable[[], None] | None = None  # told when rows are handed over
 
@@ -87,11 +87,14 @@ class OutboxSender:
     def restore_sent(self, sent: list[int]) -> None:
         self._sent = sent + self._sent
 
-    def hand_over(self, claimed: list[OutboxRecord], effects: list[Effect]) -> None:
-        """Rows a committed transaction inserted already claimed for this sender, with
-        the effects they hold: delivered by the next `deliver_due`, before it claims."""
+    def hand_over(
+        self, claimed: list[OutboxRecord], effects: list[Effect], *, lease_until: datetime
+    ) -> None:
+        """Rows a committed transaction inserted already claimed for this sender until
+        `lease_until`, with the effects they hold: delivered by the next `deliver_due`,
+        before it claims."""
         by_key = {e.key: e for e in effects}
-        self._handed.extend((r, by_key[r.idempotency_key]) for r in claimed)
+        self._handed.extend((r, by_key[r.idempotency_key], lease_until) for r in claimed)
         if claimed and self.on_handed is not None:
             self.on_handed()
 
@@ -108,7 +111,7 @@ class OutboxSender:
             return
         now = self.clock()
         async with self.db.write() as conn:
-            for record, _effect in handed:
+            for record, _effect, _until in handed:
                 await hold_effect(conn, record.idempotency_key, now)
 
     async def deliver_due(self) -> int:
@@ -140,12 +143,18 @@ class OutboxSender:
         are marked sent with it – as the outbox keeps one unclaimed refresh per plan."""
         handed, self._handed = self._handed, []
         last_card: dict[int, int] = {}
-        for i, (_record, effect) in enumerate(handed):
+        for i, (_record, effect, _until) in enumerate(handed):
             if isinstance(effect, UpdatePlanCard):
                 last_card[effect.plan_id] = i
-        for i, (record, effect) in enumerate(handed):
+        for i, (record, effect, lease_until) in enumerate(handed):
             if isinstance(effect, UpdatePlanCard) and last_card[effect.plan_id] != i:
                 self._sent.append(record.id)  # covered by the plan's later refresh
+                continue
+            if self.clock() >= lease_until:
+                # its claim ran out while it waited here (a long, paced delivery before
+                # it): a claim may have taken it since, or will – delivered from there,
+                # as a redelivery that checks the thread first, never from here as new
+                log.debug("outbox %s: handed over too long ago; left to a claim", record.id)
                 continue
             await self._deliver(record, effect)
         return len(handed)

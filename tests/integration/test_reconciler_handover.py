@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from agents.outbox import OutboxSender
+from agents.outbox import Claimed, OutboxSender
 from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import sqlite_engine
@@ -122,3 +122,37 @@ async def test_a_handed_over_row_left_undelivered_is_claimed_after_its_lease(
     assert len(dispatches) == 1 and dispatches[0].key in port.checked  # a redelivery: checked
     assert Counter(port.keys())[dispatches[0].key] == 1
     assert sorted(await outbox_keys(db)) == sorted(set(port.keys()))
+
+
+async def test_a_handed_over_row_whose_lease_ran_out_waiting_is_delivered_once(
+    sqlite_db: Database,
+) -> None:
+    """A row handed over while a long (paced) delivery was under way waits here past its
+    lease: the claim that takes it then delivers it as a redelivery (checked first), and
+    the handover never delivers it again as new (found by the chaos suite: a dispatch
+    posted twice)."""
+    db = sqlite_db
+    clock = Clock()
+    port = RecordingPort()
+    cid = await new_conversation(db, "h.4")
+    first = True
+
+    async def perform(claimed: Claimed) -> bool:
+        nonlocal first
+        done = await port(claimed)
+        if first and claimed.effect.kind == "post_dispatch":
+            first = False  # a step finishes while this delivery is under way...
+            await finish_running(reconciler, cid)
+            clock.advance(sender.lease + timedelta(seconds=1))  # ...which outlasts a lease
+        return done
+
+    sender = OutboxSender(db, perform, clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    await reconciler.start_plan(cid, chain(3), assignees=AGENTS)
+    await sender.drain()
+    performed = Counter(e.key for e in port.performed)
+    assert max(performed.values()) == 1, performed
+    second = next(k for k in performed if ":step:2:" in k)
+    assert second in port.checked  # delivered by the claim, as a redelivery
+    await sender.flush()
+    assert await states(db) <= {("post_dispatch", "sent"), ("update_plan_card", "sent")}

@@ -221,7 +221,7 @@ class Reconciler:
             raise
         if stored is not None and not stored.sent_marked:
             self._restore_sent(preclaim)
-        return await self._committed(stored)
+        return await self._committed(stored, preclaim)
 
     async def fail_steps_of(self, conversation_id: int, agent: str, reason: str) -> Decision | None:
         """`decide_agent_gone` under the conversation's lock, stored like `reconcile`."""
@@ -257,20 +257,22 @@ class Reconciler:
         except BaseException:
             self._restore_sent(preclaim)
             raise
-        return await self._committed(stored)
+        return await self._committed(stored, preclaim)
 
     def _restore_sent(self, preclaim: PreClaim | None) -> None:
         """The sender's delivered rows were not marked: a later transaction marks them."""
         if preclaim is not None and preclaim.sent and self.outbox is not None:
             self.outbox.restore_sent(list(preclaim.sent))
 
-    async def _committed(self, stored: Stored | None) -> Decision | None:
+    async def _committed(
+        self, stored: Stored | None, preclaim: PreClaim | None = None
+    ) -> Decision | None:
         if stored is None:
             return None
         decision = stored.decision
         handed = {r.idempotency_key for r in stored.claimed}
-        if stored.claimed and self.outbox is not None:
-            self.outbox.hand_over(stored.claimed, decision.effects)
+        if stored.claimed and self.outbox is not None and preclaim is not None:
+            self.outbox.hand_over(stored.claimed, decision.effects, preclaim.lease_until)
         elif stored.claimed:  # the sender stopped meanwhile: any sender may take them now
             async with self.db.write() as conn:
                 for record in stored.claimed:

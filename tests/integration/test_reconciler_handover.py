@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from agents.outbox import OutboxSender
+from agents.outbox import Claimed, OutboxSender
 from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import sqlite_engine
@@ -122,3 +122,51 @@ async def test_a_handed_over_row_left_undelivered_is_claimed_after_its_lease(
     assert len(dispatches) == 1 and dispatches[0].key in port.checked  # a redelivery: checked
     assert Counter(port.keys())[dispatches[0].key] == 1
     assert sorted(await outbox_keys(db)) == sorted(set(port.keys()))
+
+
+async def test_a_row_handed_over_while_the_sender_is_busy_is_posted_once(db: Database) -> None:
+    """Chaos experiment 3 (three dispatches posted twice): a reconcile hands a row over
+    while the sender is still delivering earlier ones (paced posts after an outage), and
+    those take longer than the row's claim. The sender's own claim then finds the row
+    due and delivers it as a redelivery; the handed copy must not be performed as well."""
+    clock = Clock()
+    performer = RecordingPort()
+    sender = OutboxSender(db, performer, clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    cid = await new_conversation(db, "h.4")
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
+    slow = True
+
+    async def busy(claimed: Claimed) -> bool:
+        nonlocal slow
+        if slow and claimed.effect.kind == "post_dispatch":  # step 1's dispatch
+            slow = False
+            await finish_running(reconciler, cid)  # step 2 handed over meanwhile …
+            clock.advance(sender.lease + timedelta(seconds=1))  # … and this post is slow
+        return await performer(claimed)
+
+    sender.perform = busy
+    await sender.drain()
+    await sender.drain()
+    performed = Counter(e.key for e in performer.performed if e.kind == "post_dispatch")
+    assert len(performed) == 2  # both steps' dispatches …
+    assert max(performed.values()) == 1  # … each posted once
+
+
+async def test_a_handed_over_row_whose_claim_ran_out_is_left_to_the_replica_that_took_it(
+    db: Database, tmp_path: Path
+) -> None:
+    """The process the row was handed to gets to it only after its claim ran out and
+    another replica claimed and posted it: it does not post it again."""
+    clock = Clock()
+    log = tmp_path / "thread.jsonl"
+    slow = OutboxSender(db, slow_port := RecordingPort(log), clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=slow)
+    cid = await new_conversation(db, "h.5")
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)  # handed to `slow`
+    clock.advance(slow.lease + timedelta(seconds=1))
+    other = OutboxSender(db, RecordingPort(log), clock=clock)
+    await other.drain()  # claims the rows whose claim ran out, posts them
+    await slow.drain()  # reaches its handed rows only now
+    assert [e for e in slow_port.performed if e.kind == "post_dispatch"] == []
+    assert max(Counter(RecordingPort(log).keys()).values()) == 1

@@ -193,7 +193,7 @@ class OutboxSender:
         (this sender's next, or another replica's) counts a redelivery, which checks the
         thread first – performing it here as well would post it twice."""
         if self.clock() >= until:
-            log.info("outbox %s: its claim ran out before delivery", record.idempotency_key)
+            log.debug("outbox %s: its claim ran out before delivery", record.idempotency_key)
             return
         try:
             if effect is None:

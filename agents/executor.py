@@ -239,6 +239,7 @@ class Executor:
                         due = await next_effect_due(conn)
             except Exception as exc:  # the loop must survive a database hiccup
                 self._claim = True  # the next pass looks at the outbox again
+                due = None  # not the due time read before it: that would spin, not wait a poll
                 if is_storage_error(exc):  # an outage: one line a poll, not a traceback
                     log.warning("outbox delivery waits for the database: %s", exc)
                 else:

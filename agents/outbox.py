@@ -72,8 +72,9 @@ class OutboxSender:
         self.batch = batch
         self.on_give_up = on_give_up
         self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
-        # rows a reconcile claimed for this sender in its own transaction (`hand_over`)
-        self._handed: list[tuple[OutboxRecord, Effect, datetime]] = []  # with lease end
+        # rows a reconcile claimed for this sender in its own transaction (`hand_over`),
+        # with the end of that claim
+        self._handed: list[tuple[OutboxRecord, Effect, datetime]] = []
         self.exhausted = False  # the last claim found fewer rows than a batch
         self.on_handed: Callable[[], None] | None = None  # told when rows are handed over
 
@@ -88,7 +89,7 @@ class OutboxSender:
         self._sent = sent + self._sent
 
     def hand_over(
-        self, claimed: list[OutboxRecord], effects: list[Effect], *, lease_until: datetime
+        self, claimed: list[OutboxRecord], effects: list[Effect], lease_until: datetime
     ) -> None:
         """Rows a committed transaction inserted already claimed for this sender until
         `lease_until`, with the effects they hold: delivered by the next `deliver_due`,
@@ -133,7 +134,7 @@ class OutboxSender:
             raise
         self.exhausted = len(records) < self.batch
         for record in records:
-            await self._deliver(record)
+            await self._deliver(record, until=now + self.lease)
         return handed + len(records)
 
     async def deliver_handed(self) -> int:
@@ -146,17 +147,11 @@ class OutboxSender:
         for i, (_record, effect, _until) in enumerate(handed):
             if isinstance(effect, UpdatePlanCard):
                 last_card[effect.plan_id] = i
-        for i, (record, effect, lease_until) in enumerate(handed):
+        for i, (record, effect, until) in enumerate(handed):
             if isinstance(effect, UpdatePlanCard) and last_card[effect.plan_id] != i:
                 self._sent.append(record.id)  # covered by the plan's later refresh
                 continue
-            if self.clock() >= lease_until:
-                # its claim ran out while it waited here (a long, paced delivery before
-                # it): a claim may have taken it since, or will – delivered from there,
-                # as a redelivery that checks the thread first, never from here as new
-                log.debug("outbox %s: handed over too long ago; left to a claim", record.id)
-                continue
-            await self._deliver(record, effect)
+            await self._deliver(record, effect, until=until)
         return len(handed)
 
     async def drain(self, *, until_empty: bool = True) -> int:
@@ -189,7 +184,17 @@ class OutboxSender:
             self._sent = sent + self._sent
             raise
 
-    async def _deliver(self, record: OutboxRecord, effect: Effect | None = None) -> None:
+    async def _deliver(
+        self, record: OutboxRecord, effect: Effect | None = None, *, until: datetime
+    ) -> None:
+        """Perform one row claimed for this sender until `until`. A claim that ran out
+        before its turn came (the deliveries before it took longer than the lease) is
+        not performed: the row is due for any sender again, and the claim that takes it
+        (this sender's next, or another replica's) counts a redelivery, which checks the
+        thread first – performing it here as well would post it twice."""
+        if self.clock() >= until:
+            log.debug("outbox %s: its claim ran out before delivery", record.idempotency_key)
+            return
         try:
             if effect is None:
                 effect = from_row(

@@ -272,8 +272,7 @@ class Reconciler:
         decision = stored.decision
         handed = {r.idempotency_key for r in stored.claimed}
         if stored.claimed and self.outbox is not None and preclaim is not None:
-            lease_until = preclaim.lease_until
-            self.outbox.hand_over(stored.claimed, decision.effects, lease_until=lease_until)
+            self.outbox.hand_over(stored.claimed, decision.effects, preclaim.lease_until)
         elif stored.claimed:  # the sender stopped meanwhile: any sender may take them now
             async with self.db.write() as conn:
                 for record in stored.claimed:

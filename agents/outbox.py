@@ -17,6 +17,7 @@ the effect belonged to, so no step waits for ever on an effect that will never h
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,7 +31,13 @@ from agents.errors import RunError
 from agents.failures import is_storage_error
 from storage.db import Database
 from storage.locks import run_transaction
-from storage.outbox import give_up_effect, hold_effect, retry_effect_later, settle_and_claim
+from storage.outbox import (
+    extend_claim,
+    give_up_effect,
+    hold_effect,
+    retry_effect_later,
+    settle_and_claim,
+)
 from storage.records import OutboxRecord
 
 log = logging.getLogger(__name__)
@@ -206,13 +213,38 @@ class OutboxSender:
                 await give_up_effect(conn, record.id, error=f"malformed: {exc}")
             return
         claimed = Claimed(effect, record.attempts, record.created_at)
+        keeper = asyncio.create_task(self._keep_claimed(record, until))
         try:
             if await self.perform(claimed):
                 return  # the work it started holds the row and settles it
         except Exception as exc:  # the performer is the network edge: any failure is retried
             await self._failed(record, effect, exc)
             return
+        finally:
+            keeper.cancel()
         self._sent.append(record.id)
+
+    async def _keep_claimed(self, record: OutboxRecord, until: datetime) -> None:
+        """While a delivery lasts (a post waiting its turn in a busy channel), renew its
+        claim before it runs out: another replica must not claim the row and, not finding
+        the post yet, post it as well. The renewal holds only while nobody claimed the
+        row since (its `attempts` unchanged); a delivery within half a lease costs nothing."""
+        half = self.lease.total_seconds() / 2
+        wait = max(0.0, (until - self.clock()).total_seconds() - half)
+        while True:
+            await asyncio.sleep(wait)
+            wait = half
+            try:
+                async with self.db.write() as conn:
+                    kept = await extend_claim(
+                        conn, record.id, record.attempts, self.clock() + self.lease
+                    )
+            except Exception as exc:  # the database is away: the claim may run out
+                log.debug("outbox %s: claim not renewed: %s", record.idempotency_key, exc)
+                continue
+            if not kept:
+                log.info("outbox %s: claimed by another sender meanwhile", record.idempotency_key)
+                return
 
     async def _failed(self, record: OutboxRecord, effect: Effect, exc: Exception) -> None:
         if is_storage_error(exc):  # the database is away: no delivery failed, none counted

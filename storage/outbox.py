@@ -187,6 +187,23 @@ async def claim_effects(
     )
 
 
+async def extend_claim(
+    conn: AsyncConnection, effect_id: int, attempts: int, until: datetime
+) -> bool:
+    """Keep a row claimed until `until` while its claim is still the caller's (nobody
+    claimed it since: `attempts` unchanged, still pending); whether it was."""
+    result = await conn.execute(
+        update(outbox_t)
+        .where(
+            outbox_t.c.id == effect_id,
+            outbox_t.c.state == "pending",
+            outbox_t.c.attempts == attempts,
+        )
+        .values(available_at=until)
+    )
+    return bool(result.rowcount)
+
+
 async def mark_effect_done(conn: AsyncConnection, effect_id: int, now: datetime) -> None:
     await conn.execute(
         update(outbox_t).where(outbox_t.c.id == effect_id).values(state="sent", sent_at=now)

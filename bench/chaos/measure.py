@@ -25,6 +25,7 @@ class Outcome:
     duplicate_dispatches: int
     duplicate_answers: int
     duplicate_notices: int
+    posted_twice: list[str] = field(default_factory=list)  # the keys of the duplicates
 
 
 def _meta(message: Message) -> tuple[str, dict[str, Any]]:
@@ -49,7 +50,16 @@ def outcome(messages: list[Message]) -> Outcome:
     def extra(counts: Counter[Any]) -> int:
         return sum(n - 1 for n in counts.values())
 
-    return Outcome(completed, ended, extra(seen[DISPATCH]), extra(seen[RESULT]), extra(notices))
+    twice = [
+        f"{kind.removeprefix('flotilla_')} of plan {plan} step {step} attempt {attempt}"
+        for kind in seen
+        for (plan, step, attempt), n in seen[kind].items()
+        if n > 1
+    ]
+    twice += [key for key, n in notices.items() if n > 1]
+    return Outcome(
+        completed, ended, extra(seen[DISPATCH]), extra(seen[RESULT]), extra(notices), twice
+    )
 
 
 @dataclass
@@ -178,6 +188,8 @@ def plan_figures(stack: Stack, figures: Figures) -> None:
     figures.add("duplicate dispatches", sum(o.duplicate_dispatches for o in outcomes))
     figures.add("duplicate answers", sum(o.duplicate_answers for o in outcomes))
     figures.add("duplicate notices", sum(o.duplicate_notices for o in outcomes))
+    if twice := [key for o in outcomes for key in o.posted_twice]:
+        figures.add("what was posted twice", "; ".join(twice[:5]))
     figures.add("model calls paid twice", model_paid_twice(stack))
     figures.add("model requests (answered 200)", _model_requests(stack))
     figures.add("HTTP statuses to Slack's deliveries", http_statuses(stack))

@@ -4,8 +4,10 @@ next transaction – and still exactly once across a crash."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +172,58 @@ async def test_a_handed_over_row_whose_claim_ran_out_is_left_to_the_replica_that
     await slow.drain()  # reaches its handed rows only now
     assert [e for e in slow_port.performed if e.kind == "post_dispatch"] == []
     assert max(Counter(RecordingPort(log).keys()).values()) == 1
+
+
+async def test_a_delivery_waiting_longer_than_its_claim_keeps_the_row(
+    db: Database, tmp_path: Path
+) -> None:
+    """Chaos experiment 1 (three replicas, 5 s leases, posts queued one a second in a busy
+    channel): a delivery still waiting for its turn when its claim would run out renews
+    the claim, so another replica does not claim the row and post it as well."""
+    clock = Clock()
+    log = tmp_path / "thread.jsonl"
+    lease = timedelta(seconds=0.4)
+    queued = RecordingPort(log)
+    slow = OutboxSender(db, queued, clock=clock, lease=lease)
+    reconciler = Reconciler(db, clock=clock)  # effects wait in the outbox for a claim
+    cid = await new_conversation(db, "h.6")
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
+    turn = asyncio.Event()
+    waiting = asyncio.Event()
+
+    async def post_in_turn(claimed: Claimed) -> bool:
+        if claimed.effect.kind == "post_dispatch":
+            waiting.set()
+            await turn.wait()  # the channel's queue
+        return await queued(claimed)
+
+    slow.perform = post_in_turn
+    delivering = asyncio.create_task(slow.drain())
+    await waiting.wait()
+    clock.advance(lease * 0.75)
+    await renewed(db, beyond=clock.now + lease * 0.5)
+    clock.advance(lease * 0.5)  # past the first claim, within the renewed one
+    other = OutboxSender(db, RecordingPort(log), clock=clock, lease=lease)
+    await other.drain()
+    turn.set()
+    await delivering
+    assert max(Counter(RecordingPort(log).keys()).values()) == 1
+
+
+async def renewed(db: Database, *, beyond: datetime) -> None:
+    """Until the dispatch's row is claimed beyond `beyond` (at most a few seconds: the
+    test then shows what happens without a renewal)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(3):
+            await _claimed_beyond(db, beyond)
+
+
+async def _claimed_beyond(db: Database, beyond: datetime) -> None:
+    while True:
+        async with db.read() as conn:
+            due = await conn.scalar(
+                select(outbox_t.c.available_at).where(outbox_t.c.kind == "post_dispatch")
+            )
+        if due is not None and due.replace(tzinfo=beyond.tzinfo) > beyond:
+            return
+        await asyncio.sleep(0.02)

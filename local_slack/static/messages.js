@@ -69,8 +69,23 @@ export function messageNode(msg, ctx, inThread) {
   const cached = S.nodes.get(key);
   if (cached && cached.sig === sig) return cached.node;
   const node = drawMessage(msg, ctx, inThread, key);
+  if (cached) keepTyped(cached.node, node);
   S.nodes.set(key, { sig, node });
   return node;
+}
+
+/** What a person typed into a message's inputs survives a redraw of that message (a
+ * client keeps a draft while the app edits the message, or the snapshot moves on). */
+function keepTyped(old, fresh) {
+  const before = old.querySelectorAll("textarea, input");
+  const after = fresh.querySelectorAll("textarea, input");
+  before.forEach((el, i) => {
+    const to = after[i];
+    if (!to || to.tagName !== el.tagName || to.type !== el.type) return;
+    if (el.type === "checkbox" || el.type === "radio") to.checked = el.checked;
+    else if (el.value && !to.value) to.value = el.value;
+    if (document.activeElement === el) setTimeout(() => to.focus(), 0);  // once it is placed
+  });
 }
 
 function drawMessage(msg, ctx, inThread, key) {

@@ -125,7 +125,6 @@ class AdmissionLoop:
         self._passing = asyncio.Lock()  # one pass at a time in this process
         self._loop: asyncio.Task[None] | None = None
         self._pruned_at: datetime | None = None
-        self.asked = False  # a run asked for a slot since the last pass here
         self.passes = 0  # passes this process ran (whole or cut short: no one waited)
         self._facts: dict[tuple[str, str], tuple[datetime, SlotFacts]] = {}
 
@@ -175,7 +174,6 @@ class AdmissionLoop:
                     result = await self._decide(conn)  # batch run is asked to pause now
             if result is not None:
                 await self._start(result.granted)
-        self.asked = True
         log.debug("%s asks for a slot: %s", run_key, state)
         if result is not None:
             await self._after(result)
@@ -213,7 +211,6 @@ class AdmissionLoop:
     async def run_pass(self) -> int:
         """One admission pass, then start what it granted; how many runs were granted."""
         async with self._passing:
-            self.asked = False
             self.passes += 1
             async with self.db.read() as conn:  # one read when nobody waits
                 idle = not await has_waiting(conn)

@@ -303,7 +303,7 @@ class Executor:
         redelivered = claimed.delivery > 1
         run_key, work = step_dispatch.work_of(self.context, effect, conversation, redelivered)
         if isinstance(effect, SCHEDULED):
-            slot = await slot_request(self.context, self.admission, effect, conversation)
+            slot = await slot_request(self.context, self.admission, effect, conversation, plan)
             if self._stopping:  # it waits in line: a running process grants it
                 now = self.context.clock()
                 queued = replace(slot, fast=None)

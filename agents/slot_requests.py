@@ -29,7 +29,7 @@ from agents.effects import (
     step_key,
     to_row,
 )
-from agents.plan import COMMANDER, StepFailed
+from agents.plan import COMMANDER, Plan, StepFailed
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
 from storage.records import ConversationRecord, RunRequestRecord
@@ -91,17 +91,24 @@ def fast_path(options: SchedulerOptions, agent: str, tools: list[str]) -> FastPa
 
 
 async def slot_request(
-    ctx: Context, admission: AdmissionLoop, effect: Scheduled, conversation: ConversationRecord
+    ctx: Context,
+    admission: AdmissionLoop,
+    effect: Scheduled,
+    conversation: ConversationRecord,
+    plan: Plan | None = None,
 ) -> SlotRequest:
     """What the effect's run asks the scheduler for (settings, quotas and the estimate
-    as the admission loop remembers them for a poll interval: usually no read at all)."""
+    as the admission loop remembers them for a poll interval: usually no read at all);
+    `plan`: the step's plan, if the caller just read it."""
     agent = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     plan_id = getattr(effect, "plan_id", None)
     facts = await admission.facts(conversation.team_id, agent)
     plan_steps = 0
     if plan_id is not None:
-        plan = ctx.reconciler.remembered(conversation.id) or await ctx.reconciler.plan(
-            conversation.id
+        plan = (
+            plan
+            or ctx.reconciler.remembered(conversation.id)
+            or await ctx.reconciler.plan(conversation.id)
         )
         plan_steps = len(plan.steps) if plan is not None and plan.id == plan_id else 0
     priority = priority_of(

@@ -240,13 +240,9 @@ async def prune_requests(conn: AsyncConnection, before: datetime) -> int:
     return int(result.rowcount or 0)
 
 
-async def plan_wait_reasons(conn: AsyncConnection, plan_id: int) -> dict[int, str]:
-    """Why each of a plan's steps still waits for a slot (step index → sentence)."""
-    return await conn.run_sync(wait_reasons, plan_id)
-
-
 def wait_reasons(conn: Connection, plan_id: int) -> dict[int, str]:
-    """`plan_wait_reasons` inside a synchronous unit of work (e.g. with the plan's load)."""
+    """Why each of a plan's steps still waits for a slot (step index → sentence), inside a
+    synchronous unit of work (the card's plan load)."""
     rows = conn.execute(
         select(requests_t.c.step_index, requests_t.c.wait_reason).where(
             requests_t.c.plan_id == plan_id,

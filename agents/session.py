@@ -215,7 +215,9 @@ class RunSession:
         spent_in = self.usage.input_tokens - self.recorded[0]
         spent_out = self.usage.output_tokens - self.recorded[1]
         if spent_in or spent_out:
-            telemetry.count_tokens(self.agent_name, self.model, spent_in, spent_out)
+            telemetry.count_tokens(
+                self.job.team_id, self.agent_name, self.model, spent_in, spent_out
+            )
             await record_usage(
                 conn,
                 team_id=self.job.team_id,

@@ -33,8 +33,8 @@ LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 
 TOKENS = Counter(
     "flotilla_model_tokens_total",
-    "Tokens used, by agent, model and direction (input or output).",
-    ["agent", "model", "direction"],
+    "Tokens used, by workspace, agent, model and direction (input or output).",
+    ["workspace", "agent", "model", "direction"],
     registry=REGISTRY,
 )
 MODEL_REQUESTS = Counter(
@@ -53,12 +53,14 @@ MODEL_SECONDS = Histogram(
 )
 
 
-def count_tokens(agent: str, model: str, input_tokens: int, output_tokens: int) -> None:
+def count_tokens(
+    workspace: str, agent: str, model: str, input_tokens: int, output_tokens: int
+) -> None:
     """Add a run's newly spent tokens (called where they are stored)."""
     if input_tokens:
-        TOKENS.labels(agent, model, "input").inc(input_tokens)
+        TOKENS.labels(workspace, agent, model, "input").inc(input_tokens)
     if output_tokens:
-        TOKENS.labels(agent, model, "output").inc(output_tokens)
+        TOKENS.labels(workspace, agent, model, "output").inc(output_tokens)
 
 
 def request_outcome(exc: BaseException | None) -> str:

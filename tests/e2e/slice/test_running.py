@@ -81,7 +81,16 @@ async def test_flotilla_run_answers_in_a_thread(
             async with aiohttp.ClientSession() as http:
                 base = f"http://127.0.0.1:{port}"
                 async with http.get(f"{base}/metrics") as response:
-                    assert 'flotilla_dispatches_total{kind="agent"} 2.0' in await response.text()
+                    metrics = await response.text()
+                    assert 'flotilla_dispatches_total{kind="agent"} 2.0' in metrics
+                    # tokens are counted per workspace, agent and model
+                    team = workspace.state.team_id
+                    assert any(
+                        line.startswith("flotilla_model_tokens_total{")
+                        and f'workspace="{team}"' in line
+                        and 'agent="researcher"' in line
+                        for line in metrics.splitlines()
+                    )
                 async with http.post(f"{base}/slack/events", data="{}") as response:
                     # HTTP mode verifies signatures; Socket Mode takes no requests here at all
                     assert response.status == (401 if mode == "http" else 404)

@@ -29,6 +29,7 @@ from agents.effects import (
 )
 from agents.errors import (
     OperationRejected,
+    PermanentError,
     PlanValidationError,
     RunError,
     StorageError,
@@ -70,7 +71,10 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
     except Exception as exc:  # a bug must not leave the plan stuck: counts as a failed turn
         if is_storage_error(exc):
             raise  # the database is away: the turn is taken again once it is back
-        log.exception("commander turn crashed", extra=ids(conversation, effect))
+        if isinstance(exc, PermanentError):  # e.g. Slack refused the reply: no traceback
+            log.warning("commander turn failed for good: %s", exc, extra=ids(conversation, effect))
+        else:
+            log.exception("commander turn crashed", extra=ids(conversation, effect))
         turn = Turn(errored=True)
     if turn.decision is not None:
         plan = turn.decision.plan

@@ -22,7 +22,7 @@ from datetime import timedelta
 from agents import step_runs, telemetry
 from agents.admission import PARK
 from agents.effects import Effect
-from agents.errors import TransientError
+from agents.errors import PermanentError, TransientError
 from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
@@ -178,9 +178,13 @@ class JobRunner:
             await self._hand_over(job, lease_key)  # this process stops: any takes it now
         elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
             await self._try_again(job, lease_key, ended)
+        elif isinstance(ended, PermanentError):  # refused for good (e.g. Slack, the post)
+            log.warning("%s failed for good: %s", job.key, ended)
+            await self._crashed(job, ended.public)
+            return await self._settle(job, lease_key)
         elif isinstance(ended, Exception):
             log.error("%s failed", job.key, exc_info=ended)
-            await self._crashed(job, ended)
+            await self._crashed(job)
             return await self._settle(job, lease_key)
         else:
             return await self._settle(job, lease_key)
@@ -236,11 +240,12 @@ class JobRunner:
         except Exception as exc:  # posted, but not kept in the thread's store (it is away)
             log.info("saying that storage is away: %s", exc)
 
-    async def _crashed(self, job: Job, exc: Exception) -> None:
-        """A job died of a bug: its step fails with a sentence, under its on_failure."""
+    async def _crashed(self, job: Job, why: str = "") -> None:
+        """A job died of a bug, or of a refusal that says `why` in a sentence: its step fails
+        with a sentence, under its on_failure."""
         with contextlib.suppress(Exception):
             await self._fail_step(
-                job, "an internal error stopped this step (the details are in the log)"
+                job, why or "an internal error stopped this step (the details are in the log)"
             )
 
     async def _fail_step(self, job: Job, reason: str) -> None:

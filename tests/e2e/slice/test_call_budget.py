@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import SUBMIT_ACTION
 from storage.db import Database
 from tests.e2e.slice.call_budget import counted_calls, per_step
 from tests.e2e.slice.conftest import REQUEST
@@ -30,9 +30,7 @@ async def test_the_walkthrough_diamond_costs_at_most_three_calls_a_step(
         run.stack.workspace.api_log.clear()
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         await run.says(root, "[offline model] commander:", from_="Flotilla")
         await run.quiesce()
         assert (await run.plan(root)).status == "completed"

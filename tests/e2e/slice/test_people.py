@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION, FormKey
+from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
 from bot.views.plan_card import CANCEL_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import call, plans, steer, text
@@ -61,9 +61,7 @@ async def test_an_interjection_edits_a_pending_step(start: Callable[..., Any]) -
         assert plan.steps[3].input == "Draft the sales note; mention the free trial."
         assert plan.steps[3].status == "pending"
 
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         writer = await run.says(root, "mention the free trial", from_="Flotilla")
         assert writer.text.startswith("@writer")
         await run.says(root, "[offline model] commander:")
@@ -75,18 +73,14 @@ async def test_only_the_requester_answers_a_form(start: Callable[..., Any]) -> N
     async with start() as run:
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")
-        await run.driver.click("dev", form, OPEN_ACTION)
-        await run.modal("dev")
-        await run.driver.submit("dev", {"field:tiers": "Pro"})
+        await run.driver.click("dev", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         await run.driver.wait_for(lambda: run.driver.ephemerals("dev"), what="a refusal")
         assert "who made the request" in run.driver.ephemerals("dev")[0].text
         plan = await run.plan(root)
         assert plan.steps[2].status == "in_progress"
 
         # a workspace admin may answer for them; a second answer is refused
-        await run.driver.click("alex", form, OPEN_ACTION)
-        await run.modal("alex")
-        await run.driver.submit("alex", {"field:tiers": "Enterprise"})
+        await run.driver.click("alex", form, SUBMIT_ACTION, values={"field:tiers": "Enterprise"})
         await run.says(root, "Answered by")
         await run.quiesce()
         plan = await run.plan(root)

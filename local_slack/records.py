@@ -240,7 +240,7 @@ def message_state(msg: Message, user: str) -> Json:
         element = block.get("element")
         if block.get("type") != "input" or not isinstance(element, dict):
             continue
-        block_id, action_id = block.get("block_id"), element.get("action_id")
+        block_id, action_id = str(block.get("block_id")), str(element.get("action_id"))
         entry = (typed.get(block_id) or {}).get(action_id)
         entry = entry or (initial.get(block_id) or {}).get(action_id)
         values.setdefault(block_id, {})[action_id] = entry or _empty_entry(element)

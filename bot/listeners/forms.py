@@ -76,11 +76,15 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         where, key = click.where(), form_key(click.action.button_value())
         _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
         values, errors = modal_values(click.state, form)
-        refusal = (
-            missing_sentence(errors)
-            if errors
-            else await handlers.answer_form(service, key=key, values=values, **where.model_dump())
-        )
+        if errors:  # a form closed meanwhile (a stale copy, a second click) says so first
+            refusal = await handlers.form_refusal(
+                service, key=key, **where.model_dump(exclude={"message_ts"})
+            )
+            refusal = refusal or missing_sentence(errors)
+        else:
+            refusal = await handlers.answer_form(
+                service, key=key, values=values, **where.model_dump()
+            )
         if refusal:
             await respond(text=refusal, response_type="ephemeral", replace_original=False)
 

@@ -163,16 +163,15 @@ def test_a_small_form_of_several_fields_is_answered_in_its_message() -> None:
     assert dicts[3]["block_id"] == key.encode()
 
     # what a click on [Submit] carries: the message's inputs as Slack's state.values
-    state = {"values": {
-        "field:tiers": {"value": {"type": "static_select", "selected_option": None}},
-        "field:notes": {"value": {"type": "plain_text_input", "value": "annual"}},
-    }}  # fmt: skip
+    notes = {"value": {"type": "plain_text_input", "value": "annual"}}
+    unpicked = {"value": {"type": "static_select", "selected_option": None}}
+    state = {"values": {"field:tiers": unpicked, "field:notes": notes}}
     values, errors = modal_values(state, form)
     assert values == {"notes": "annual"} and errors == {"field:tiers": "Tiers? is required."}
     sentence = missing_sentence(errors)
     assert "Tiers? is required." in sentence and sentence.endswith(".")
-    picked = {"type": "static_select", "selected_option": {"value": "Pro", "text": {}}}
-    state["values"]["field:tiers"]["value"] = picked
+    picked = {"value": {"type": "static_select", "selected_option": {"value": "Pro", "text": {}}}}
+    state = {"values": {"field:tiers": picked, "field:notes": notes}}
     assert modal_values(state, form) == ({"tiers": "Pro", "notes": "annual"}, {})
 
 

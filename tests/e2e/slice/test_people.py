@@ -113,16 +113,22 @@ async def test_a_second_submission_is_refused(start: Callable[..., Any]) -> None
         assert plan.steps[0].question.answer == {"answer": "2024 only"}
 
 
-async def test_a_blank_answer_keeps_the_modal_open_with_an_error(
+LARGE_FORM = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
+              + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False}
+                 for i in range(4)]}  # fmt: skip
+
+
+async def test_a_large_form_is_answered_in_a_modal_that_stays_open_on_a_blank_answer(
     start: Callable[..., Any],
 ) -> None:
-    form = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]}
-    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": form},
+    """More fields than a message holds (6 > 5): the [Answer] button opens the modal."""
+    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": LARGE_FORM},
              {"index": 2, "title": "Write", "assignee": "writer",
               "input": "Plan with {{step_1.output_summary}}"}]  # fmt: skip
     async with start(model=scripted(plans({"BUDGET": steps}))) as run:
         root = run.ask("BUDGET please")
         message = await run.says(root, "needs your input")
+        assert "Submit" not in str(message.blocks) and "field:budget" not in str(message.blocks)
         await run.driver.click("maya", message, OPEN_ACTION)
         await run.modal("maya")
         outcome = await run.driver.submit("maya", {"field:budget": "   ", "field:owner": "Dev"})
@@ -137,6 +143,8 @@ async def test_a_blank_answer_keeps_the_modal_open_with_an_error(
         await run.quiesce()
         plan = await run.plan(root)
         assert plan.steps[0].output_summary == "budget: 10k\nowner: Dev"
+        calls = [method for method, _ in run.stack.workspace.api_log]
+        assert calls.count("views.open") == 1
 
 
 async def test_an_empty_inline_answer_gets_a_hint(start: Callable[..., Any]) -> None:

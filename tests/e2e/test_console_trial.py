@@ -161,9 +161,7 @@ async def test_trial_answers_a_form_of_several_fields_in_its_message(stack: Loca
     await console.handle(":answer notes=the annual discount")  # the tier left out: told so
     await shows(console, lines, "(only visible to you) Nothing was recorded yet")
     await console.handle(":answer tiers=Pro")  # what was typed before is kept
-    answered = await driver.thread_has_message(
-        stack.channel.id, root.ts, containing="Answered by"
-    )
+    answered = await driver.thread_has_message(stack.channel.id, root.ts, containing="Answered by")
     assert "Pro" in answered.text and "the annual discount" in answered.text
     assert not [m for m, _ in stack.workspace.api_log if m == "views.open"]  # no modal
     await driver.thread_has_message(stack.channel.id, root.ts, containing="commander: Review")

@@ -21,7 +21,7 @@ from agents.inbox import (
     record_request,
     stored_result,
 )
-from agents.plan import COMMANDER, CancelPlan, StepAnswered
+from agents.plan import COMMANDER, CancelPlan, Step, StepAnswered
 from agents.step_runs import ids
 from bot.listeners.payloads import (
     FLOTILLA_EVENTS,
@@ -189,21 +189,11 @@ async def answer_form(
 ) -> str | None:
     """Record a form's answer (and the files attached to it). Returns a refusal sentence, or
     None when it was accepted."""
-    conversation = await service.find_conversation(channel, thread_ts)
-    plan = await service.reconciler.plan(conversation.id) if conversation else None
-    step = plan.step(key.step_index) if plan is not None else None
-    if conversation is None or plan is None or step is None or plan.id != key.plan_id:
-        return "This form belongs to a plan that no longer exists."
-    refusal = await _may_answer(service, conversation, user)
-    if refusal:
-        return refusal
+    found = await _open_form(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
+    if isinstance(found, str):
+        return found
+    conversation, step = found
     question = step.question
-    open_now = step.attempts == key.attempt and (
-        (step.assignee == "user" and step.status == "in_progress")
-        or (step.status == "blocked" and question is not None and question.round == key.round)
-    )
-    if not open_now:
-        return _closed(step.status, question.answered_by if question else None)
     decision = await service.reconciler.reconcile(
         conversation.id,
         event_key=f"{key.encode()}:answered",
@@ -254,6 +244,37 @@ async def _form_files(
     refused = _refused(Incoming(channel=conversation.channel_id, ts=where, text="", files=received))
     if refused is not None:
         service.events.start(lambda: _say(service, conversation, refused))
+
+
+async def form_refusal(
+    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
+) -> str | None:
+    """Why `user` cannot answer the form `key` now (a sentence), or None while it is theirs
+    to answer: a submission that is refused anyway is told so before what it lacks."""
+    found = await _open_form(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
+    return found if isinstance(found, str) else None
+
+
+async def _open_form(
+    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
+) -> str | tuple[ConversationRecord, Step]:
+    """The conversation and step of a form `user` may answer now, or why not (a sentence)."""
+    conversation = await service.find_conversation(channel, thread_ts)
+    plan = await service.reconciler.plan(conversation.id) if conversation else None
+    step = plan.step(key.step_index) if plan is not None else None
+    if conversation is None or plan is None or step is None or plan.id != key.plan_id:
+        return "This form belongs to a plan that no longer exists."
+    refused = await _may_answer(service, conversation, user)
+    if refused:
+        return refused
+    question = step.question
+    open_now = step.attempts == key.attempt and (
+        (step.assignee == "user" and step.status == "in_progress")
+        or (step.status == "blocked" and question is not None and question.round == key.round)
+    )
+    if not open_now:
+        return _closed(step.status, question.answered_by if question else None)
+    return conversation, step
 
 
 def _closed(status: str, answered_by: str | None) -> str:

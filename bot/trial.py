@@ -8,6 +8,7 @@ Both run the local Slack workspace, the real Bolt app over HTTP and a real datab
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION
+from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION
 from bot.views.plan_card import CANCEL_ACTION
 from local_slack import Driver, Message
 from local_slack.console import Console
@@ -38,7 +39,7 @@ You are @{person} in #{channel}; @dev is a teammate, @alex an admin. Try:
   @Flotilla [ask] research our launch emails and write a short report   (an agent asks you)
   > can we also mention the free trial?        reply in the thread you last wrote in
   :answer Pro                                  answer the open form (one field)
-  :answer tiers=Pro; notes=annual discount     answer a form with several fields
+  :answer tiers=Pro; notes=annual discount     answer a form with several fields (and Submit)
   :cancel                                      press the plan card's [Cancel plan]
   :thread                                      show the whole thread as it is now
   /flotilla help                               the slash command (agents, plans, usage, …)
@@ -64,6 +65,11 @@ def forms_in(driver: Driver, channel: str, thread_ts: str) -> list[Message]:
                 found.append(message)
                 break
     return found
+
+
+def has_action(message: Message, action_id: str) -> bool:
+    """Whether a message has an element `action_id` (a form's [Submit], its [Answer])."""
+    return f'"action_id": "{action_id}"' in json.dumps(message.blocks or [])
 
 
 def parse_answer(text: str) -> dict[str, str]:
@@ -157,7 +163,12 @@ class TrialConsole(Console):
             self.out("(no open form in this thread)")
             return
         form = forms[0]
-        if "=" in text:
+        if "=" in text and has_action(form, SUBMIT_ACTION):  # answered in the message itself
+            try:
+                await self.driver.click(self.person, form, SUBMIT_ACTION, values=parse_answer(text))
+            except (ValueError, LookupError) as exc:  # no such field, or no such option
+                self.out(f"({exc})")
+        elif "=" in text:
             await self.driver.click(self.person, form, OPEN_ACTION)
             await self.driver.wait_for(
                 lambda: self.driver.state.top_modal(self.person.id), what="the form's modal"
@@ -209,15 +220,13 @@ async def dev(database_url: str, options: Options, *, open_browser: bool | None 
 
 
 async def _walk_to_the_form(stack: LocalStack, driver: Driver) -> tuple[Message, Message]:
-    """The walkthrough up to the open form: the request, a teammate's interjection, and
-    @maya's modal open. Returns the thread's first message and the form message."""
+    """The walkthrough up to the open form (answered in its message): the request and a
+    teammate's interjection. Returns the thread's first message and the form message."""
     price_list = ("price-list.csv", DEMO_PRICE_LIST.encode(), "text/csv")
     root = driver.mention("maya", "launch", stack.commander, DEMO_REQUEST, files=[price_list])
     form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
     driver.post("dev", "launch", "can we also mention the free trial?", thread_ts=root.ts)
     await driver.thread_has_message("launch", root.ts, from_="Flotilla", containing="Noted")
-    await driver.click("maya", form, OPEN_ACTION)
-    await driver.wait_for(lambda: driver.state.top_modal(driver.person("maya").id), what="the form")
     return root, form
 
 
@@ -226,8 +235,9 @@ async def demo(database_url: str, options: Options) -> str:
     stack = await start_local_stack(database_url, options=options)
     try:
         driver = Driver(stack.workspace, default_timeout=60)
-        root, _ = await _walk_to_the_form(stack, driver)
-        await driver.submit("maya", {"field:tiers": "Pro", "field:notes": "the annual discount"})
+        root, form = await _walk_to_the_form(stack, driver)
+        answer = {"field:tiers": "Pro", "field:notes": "the annual discount"}
+        await driver.click("maya", form, SUBMIT_ACTION, values=answer)
         await driver.thread_has_message(
             "launch", root.ts, from_="Flotilla", containing="commander: Review"
         )
@@ -239,7 +249,8 @@ async def demo(database_url: str, options: Options) -> str:
 
 async def screenshot(path: str, database_url: str, chromium: str = "/usr/bin/chromium") -> None:
     """A PNG of the browser page: the walkthrough's thread with the plan card beside the
-    channel and the form's modal open (headless system Chromium via Playwright, a dev extra)."""
+    channel and the form open in its message, partly filled in (headless system Chromium via
+    Playwright, a dev extra)."""
     from playwright.async_api import async_playwright
 
     stack = await start_local_stack(database_url, options=Options())
@@ -251,7 +262,8 @@ async def screenshot(path: str, database_url: str, chromium: str = "/usr/bin/chr
             try:
                 page = await browser.new_page(viewport={"width": 1400, "height": 860})
                 await page.goto(f"{page_address(stack)}/{root.ts}")
-                await page.locator("#modal-backdrop .modal-title").wait_for()
+                notes = page.locator("#thread-messages .bk-input textarea")
+                await notes.fill("the annual discount")
                 card = page.locator("#thread-messages .message", has=page.locator(".bk-header"))
                 await card.scroll_into_view_if_needed()
                 await page.screenshot(path=path)

@@ -117,11 +117,23 @@ class Driver:
             who, channel, f"<@{app.bot_user_id}> {text}", thread_ts=thread_ts, files=files
         )
 
-    async def click(self, who: Who, msg: Message, action_id: str, *, value: Any = None) -> Delivery:
-        """A person clicks a button (or picks `value` in a select) of a message from an app."""
+    async def click(
+        self,
+        who: Who,
+        msg: Message,
+        action_id: str,
+        *,
+        value: Any = None,
+        values: dict[str, Any] | None = None,
+    ) -> Delivery:
+        """A person clicks a button (or picks `value` in a select) of a message from an app,
+        having typed `values` into the message's inputs first (see `type_into`); the click
+        carries the message's inputs in `state.values`, as Slack's does."""
         app = self.state.apps.get(msg.app_id or "")
         if app is None:
             raise ValueError("only messages posted by apps have interactive elements")
+        if values:
+            self.type_into(who, msg, values)
         element, block_id = _find_element(msg.blocks or [], action_id)
         return await interactivity_of(self.ws).message_action(
             self.person(who),
@@ -129,6 +141,25 @@ class Driver:
             msg,
             block_action(element, block_id, value, self.state.ts_clock.next()),
         )
+
+    def type_into(self, who: Who, msg: Message, values: dict[str, Any]) -> None:
+        """Type into (or pick in) a message's input blocks, as `who` sees the message; keys
+        are block_id or action_id. Nothing is sent: Slack's client keeps it until a click."""
+        person = self.person(who)
+        typed = msg.typed.setdefault(person.id, {})
+        known = False
+        for block in msg.blocks or []:
+            element = block.get("element")
+            if block.get("type") != "input" or not isinstance(element, dict):
+                continue
+            for key in (block["block_id"], element.get("action_id")):
+                if key in values:
+                    known = True
+                    entry = input_value(element, values[key])
+                    typed.setdefault(block["block_id"], {})[element["action_id"]] = entry
+        if values and not known:
+            raise LookupError(f"no input {sorted(values)!r} in this message")
+        self.state.changed()
 
     async def click_in_view(self, who: Who, action_id: str, *, value: Any = None) -> Delivery:
         """A person clicks an element of the modal they have open."""

@@ -16,7 +16,15 @@ from local_slack.api import WORKSPACE
 from local_slack.blocks import check_blocks, check_view
 from local_slack.events import Delivery, signed_post
 from local_slack.host import Workspace
-from local_slack.records import Ephemeral, InstalledApp, Json, Message, Person, View
+from local_slack.records import (
+    Ephemeral,
+    InstalledApp,
+    Json,
+    Message,
+    Person,
+    View,
+    message_state,
+)
 from local_slack.shapes import message_json
 from local_slack.web_views import assign_ids
 
@@ -134,7 +142,7 @@ class Interactivity:
                 "trigger_id": ws.state.issue_trigger(person.id, app.app_id, ws.clock()),
                 "channel": {"id": msg.channel, "name": ws.state.channels[msg.channel].name},
                 "message": message_json(ws.state, msg),
-                "state": {"values": {}},
+                "state": {"values": message_state(msg, person.id)},
                 "response_url": self.response_url(
                     app, msg.channel, person.id, message_ts=msg.ts, thread_ts=msg.thread_ts
                 ),

@@ -108,6 +108,9 @@ class Message:
     tasks: dict[str, Json] = field(default_factory=dict)
     plan_title: str | None = None
     task_display_mode: str | None = None
+    # what each person typed or picked in its inputs (client side, as in Slack): user id ->
+    # {block_id: {action_id: state entry}}; sent in `state.values` with their next click
+    typed: dict[str, Json] = field(default_factory=dict)
 
     @property
     def author(self) -> str:
@@ -225,6 +228,32 @@ def initial_values(spec: Json) -> Json:
                 entry = {"type": element.get("type"), name: element[key]}
                 values.setdefault(block.get("block_id"), {})[element.get("action_id")] = entry
     return values
+
+
+def message_state(msg: Message, user: str) -> Json:
+    """The `state.values` Slack sends with a click in `msg`: every input block of the message
+    as `user` left it (an input nobody touched holds its initial value, else null)."""
+    typed = msg.typed.get(user, {})
+    initial = initial_values({"blocks": msg.blocks or []})
+    values: Json = {}
+    for block in msg.blocks or []:
+        element = block.get("element")
+        if block.get("type") != "input" or not isinstance(element, dict):
+            continue
+        block_id, action_id = str(block.get("block_id")), str(element.get("action_id"))
+        entry = (typed.get(block_id) or {}).get(action_id)
+        entry = entry or (initial.get(block_id) or {}).get(action_id)
+        values.setdefault(block_id, {})[action_id] = entry or _empty_entry(element)
+    return values
+
+
+def _empty_entry(element: Json) -> Json:
+    kind = element.get("type")
+    if kind in ("static_select", "external_select", "radio_buttons"):
+        return {"type": kind, "selected_option": None}
+    if kind in ("multi_static_select", "multi_external_select", "checkboxes"):
+        return {"type": kind, "selected_options": []}
+    return {"type": kind, "value": None}
 
 
 def new_view_hash() -> str:

@@ -205,11 +205,28 @@ async def _message_action(act: PageAct) -> Json:
     if app is None:
         raise PageError("only messages from apps have interactive elements")
     element = find_element(msg.blocks or [], act.text("block_id"), act.text("action_id"))
+    _take_message_values(msg, act.person, act.args.get("values"))
     action = block_action(
         element, act.text("block_id"), act.args.get("value"), act.ws.state.ts_clock.next()
     )
     delivery = await interactivity_of(act.ws).message_action(act.person, app, msg, action)
     return {"acked": delivery.acked}
+
+
+def _take_message_values(msg: Message, person: Person, values: Any) -> None:
+    """What the person typed into the message's inputs, kept as their client's state."""
+    if not isinstance(values, dict):
+        return
+    typed = msg.typed.setdefault(person.id, {})
+    for block in msg.blocks or []:
+        element = block.get("element")
+        if block.get("type") != "input" or not isinstance(element, dict):
+            continue
+        given = values.get(block.get("block_id"), {})
+        action_id = element.get("action_id")
+        if isinstance(given, dict) and action_id in given:
+            value = given[action_id] if given[action_id] != "" else None
+            typed.setdefault(block["block_id"], {})[action_id] = input_value(element, value)
 
 
 def _take_values(view: View, values: Any) -> None:

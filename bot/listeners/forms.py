@@ -1,4 +1,5 @@
-"""Listeners for forms: an inline answer, the button that opens a form's modal, its submit.
+"""Listeners for forms: an inline answer (one field), the [Submit] of a small form answered
+in its message, the button that opens a larger form's modal, and the modal's submit.
 
 Each payload is parsed into its typed model first (`bot/listeners/inbound.py`); one that does
 not fit is answered by the guard with a sentence, and nothing from it reaches the handlers.
@@ -29,9 +30,11 @@ from bot.views.forms import (
     INLINE_ACTION,
     MODAL_CALLBACK,
     OPEN_ACTION,
+    SUBMIT_ACTION,
     FormKey,
     form_modal,
     inline_value,
+    missing_sentence,
     modal_files,
     modal_values,
 )
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
 
 def register_forms(app: AsyncApp, service: SlackService) -> None:
-    """Form answers (inline and in a modal)."""
+    """Form answers (in the form's message, and in a modal)."""
 
     @app.action(INLINE_ACTION)
     @guarded
@@ -59,6 +62,29 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         refusal = await handlers.answer_form(
             service, key=key, values={field_name: value}, **where.model_dump()
         )
+        if refusal:
+            await respond(text=refusal, response_type="ephemeral", replace_original=False)
+
+    @app.action(SUBMIT_ACTION)
+    @guarded
+    async def on_message_submit(ack: AsyncAck, body: Body, respond: AsyncRespond) -> None:
+        """A form answered in its message: [Submit] carries every input in `state.values`.
+        Checked as a modal's submission is; what is missing is told in a sentence, only to
+        the person (the form stays open with what they typed)."""
+        await ack()
+        click = parse(BlockActions, body, "a form's Submit")
+        where, key = click.where(), form_key(click.action.button_value())
+        _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
+        values, errors = modal_values(click.state, form)
+        if errors:  # a form closed meanwhile (a stale copy, a second click) says so first
+            refusal = await handlers.form_refusal(
+                service, key=key, **where.model_dump(exclude={"message_ts"})
+            )
+            refusal = refusal or missing_sentence(errors)
+        else:
+            refusal = await handlers.answer_form(
+                service, key=key, values=values, **where.model_dump()
+            )
         if refusal:
             await respond(text=refusal, response_type="ephemeral", replace_original=False)
 

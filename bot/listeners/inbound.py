@@ -190,6 +190,8 @@ class BlockActions(_Inbound):
     channel: _Id | None = None
     message: MessageRef | None = None
     actions: Annotated[list[Action], Field(min_length=1, max_length=25)]
+    # a message's inputs as the person left them: {"values": {block_id: {action_id: entry}}}
+    state: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
 
     @property
     def action(self) -> Action:

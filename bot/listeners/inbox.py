@@ -36,7 +36,7 @@ from bot.listeners.inbound import (
     parse,
 )
 from bot.views.admin import ADD_AGENT_ACTION, AGENT_CALLBACK
-from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION
+from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
 from bot.views.plan_card import CANCEL_ACTION
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Body = dict[str, Any]
-ACTIONS = frozenset({CANCEL_ACTION, INLINE_ACTION, OPEN_ACTION, ADD_AGENT_ACTION})
+ACTIONS = frozenset({CANCEL_ACTION, INLINE_ACTION, SUBMIT_ACTION, OPEN_ACTION, ADD_AGENT_ACTION})
 CALLBACKS = frozenset({MODAL_CALLBACK, AGENT_CALLBACK})
 COMMANDS = frozenset({"/flotilla"})
 REPLAYED = "flotilla_inbox_replayed"  # context key: the row a replayed request comes from

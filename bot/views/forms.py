@@ -1,8 +1,11 @@
 """Forms: a user step, or a question a blocked agent asked, as Block Kit.
 
-One field is answered inline in the thread (a text box or a menu in the message itself);
-several fields open a modal from an [Answer] button. Every element carries the form's key
-(plan, step, attempt, round) so a stale or repeated submission can be told apart.
+One field is answered inline in the thread (a text box or a menu in the message itself); a
+small form of several fields (up to `MAX_INLINE_FIELDS`, none a file) is answered in the
+message too: its input blocks and a [Submit] button, whose click carries every input's value
+in `state.values`. Larger forms, and forms with a file field, open a modal from an [Answer]
+button. Every element carries the form's key (plan, step, attempt, round) so a stale or
+repeated submission can be told apart.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ from slack_sdk.models.views import View
 from agents.plan import FormField, FormSpec
 
 INLINE_ACTION = "flotilla_form_inline"
+SUBMIT_ACTION = "flotilla_form_submit_inline"  # the [Submit] of a form answered in its message
 OPEN_ACTION = "flotilla_form_open"
 MODAL_CALLBACK = "flotilla_form_submit"
+MAX_INLINE_FIELDS = 5  # more fields than this open a modal
+FIELD_ACTION = "value"  # every field's element, in a modal or a message
 DEFAULT_FIELD = FormField(name="answer", label="Your answer", kind="long_text")
 
 
@@ -60,6 +66,23 @@ class FormKey:
 
 def fields_of(form: FormSpec | None) -> list[FormField]:
     return list(form.fields) if form and form.fields else [DEFAULT_FIELD]
+
+
+def answered_in_message(form: FormSpec | None) -> bool:
+    """Whether a form is answered in its message (no modal): up to `MAX_INLINE_FIELDS`
+    fields, none a file (file inputs live in modals only)."""
+    fields = fields_of(form)
+    return len(fields) <= MAX_INLINE_FIELDS and all(f.kind != "file" for f in fields)
+
+
+def _field_input(field: FormField) -> InputBlock:
+    """A field as an input block (in a modal, or in a form answered in its message)."""
+    return InputBlock(
+        block_id=f"field:{field.name}",
+        label=PlainTextObject(text=field.label[:2000]),
+        element=_element(field, FIELD_ACTION),
+        optional=not field.required,
+    )
 
 
 class FileInputElement(InputInteractiveElement):
@@ -117,6 +140,20 @@ def form_message(
                 dispatch_action=True,
             )
         )
+    elif answered_in_message(form):  # several fields: inputs, and a [Submit] that reads them
+        if question.strip() in {f.label.strip() for f in fields}:  # never ask the same twice
+            blocks[0] = SectionBlock(text=MarkdownTextObject(text=f"*{text}*"[:3000]))
+        blocks += [_field_input(field) for field in fields]
+        blocks.append(
+            ActionsBlock(
+                block_id=key.encode(),
+                elements=[
+                    ButtonElement(
+                        text="Submit", action_id=SUBMIT_ACTION, value=key.encode(), style="primary"
+                    )
+                ],
+            )
+        )
     else:
         blocks.append(
             ActionsBlock(
@@ -139,15 +176,7 @@ def form_modal(
     blocks: list[Block] = []
     if question.strip() not in {f.label.strip() for f in fields}:  # never ask the same twice
         blocks.append(SectionBlock(text=MarkdownTextObject(text=question[:3000])))
-    for field in fields:
-        blocks.append(
-            InputBlock(
-                block_id=f"field:{field.name}",
-                label=PlainTextObject(text=field.label[:2000]),
-                element=_element(field, "value"),
-                optional=not field.required,
-            )
-        )
+    blocks += [_field_input(field) for field in fields]
     return View(
         type="modal",
         callback_id=MODAL_CALLBACK,
@@ -162,13 +191,15 @@ def form_modal(
 def modal_values(
     state: Mapping[str, Any], form: FormSpec | None
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The submitted values and, per block, the errors to show (required fields left empty)."""
+    """The submitted values and, per block, the errors to show (required fields left empty).
+    `state` is a modal's submitted state, or a message's (a [Submit] click's `state`): both
+    are Slack's `{"values": {block_id: {action_id: entry}}}`."""
     values: dict[str, str] = {}
     errors: dict[str, str] = {}
-    blocks = state.get("values", {})
+    blocks = state.get("values") or {}
     for field in fields_of(form):
         block_id = f"field:{field.name}"
-        raw = blocks.get(block_id, {}).get("value", {})
+        raw = (blocks.get(block_id) or {}).get(FIELD_ACTION) or {}
         value = _value_of(raw)
         if value:
             values[field.name] = value
@@ -177,13 +208,21 @@ def modal_values(
     return values, errors
 
 
+def missing_sentence(errors: Mapping[str, str]) -> str:
+    """What a person reads when a form submitted in its message lacks a required answer."""
+    return (
+        f"Nothing was recorded yet: {' '.join(errors.values())} "
+        "Fill it in and press Submit again; what you typed is still in the form."
+    )
+
+
 def modal_files(state: Mapping[str, Any], form: FormSpec | None) -> list[dict[str, Any]]:
     """The files attached in a modal's file fields (Slack's file objects, as submitted)."""
     blocks = state.get("values", {})
     found: list[dict[str, Any]] = []
     for field in fields_of(form):
         if field.kind == "file":
-            raw = blocks.get(f"field:{field.name}", {}).get("value", {})
+            raw = blocks.get(f"field:{field.name}", {}).get(FIELD_ACTION, {})
             found += [f for f in raw.get("files") or [] if isinstance(f, dict)]
     return found
 

@@ -77,12 +77,13 @@ export function messageNode(msg, ctx, inThread) {
 /** What a person typed into a message's inputs survives a redraw of that message (a
  * client keeps a draft while the app edits the message, or the snapshot moves on). */
 function keepTyped(old, fresh) {
-  const before = old.querySelectorAll("textarea, input");
-  const after = fresh.querySelectorAll("textarea, input");
+  const before = old.querySelectorAll("textarea, input, select");
+  const after = fresh.querySelectorAll("textarea, input, select");
   before.forEach((el, i) => {
     const to = after[i];
     if (!to || to.tagName !== el.tagName || to.type !== el.type) return;
     if (el.type === "checkbox" || el.type === "radio") to.checked = el.checked;
+    else if (el.multiple) [...to.options].forEach((o, j) => (o.selected = el.options[j]?.selected || o.selected));
     else if (el.value && !to.value) to.value = el.value;
     if (document.activeElement === el) setTimeout(() => to.focus(), 0);  // once it is placed
   });
@@ -101,7 +102,8 @@ function drawMessage(msg, ctx, inThread, key) {
   if (msg.is_app) head.append(h("span", "app-badge", "APP"));
   head.append(h("span", "time", time(msg.ts)));
   if (msg.ephemeral) head.append(h("span", "only-you", "Only visible to you"));
-  const msgCtx = { ...ctx, act: (block, element, value) => messageAction(msg, block, element, value) };
+  const inputs = [];  // the message's input blocks, read back when one of its buttons is clicked
+  const msgCtx = { ...ctx, inputs, act: (block, element, value) => messageAction(msg, block, element, value, inputs) };
   const content = body.appendChild(h("div", "message-content"));
   if (msg.blocks && msg.blocks.length) content.append(renderBlocks(msg.blocks, msgCtx));
   else content.append(mrkdwn(msg.text, msgCtx));
@@ -132,10 +134,16 @@ function drawMessage(msg, ctx, inThread, key) {
   return el;
 }
 
-async function messageAction(msg, block, element, value) {
+/** A click in a message carries what the person typed into its inputs (Slack's `state`). */
+async function messageAction(msg, block, element, value, inputs) {
   if (msg.ephemeral) return toast("Buttons in ephemeral messages are not supported here.");
+  const values = {};
+  for (const input of inputs) {
+    const read = input.read();
+    (values[input.blockId] = values[input.blockId] || {})[input.actionId] = read === "" ? null : read;
+  }
   await act("message_action", {
-    channel: msg.channel, ts: msg.ts, block_id: block.block_id, action_id: element.action_id, value,
+    channel: msg.channel, ts: msg.ts, block_id: block.block_id, action_id: element.action_id, value, values,
   });
 }
 

@@ -151,6 +151,23 @@ async def test_trial_hints_when_a_reply_would_not_wake_the_commander(stack: Loca
     await stack.service.settle()  # the commander's turn ends before the stack stops
 
 
+async def test_trial_answers_a_form_of_several_fields_in_its_message(stack: LocalStack) -> None:
+    lines: list[str] = []
+    console = TrialConsole(stack, out=lines.append)
+    await console.handle(f"@Flotilla {REQUEST}")
+    root = stack.workspace.state.thread(stack.channel.id, console.thread_ts or "")[0]
+    driver = Driver(stack.workspace, default_timeout=20)
+    await driver.thread_has_message(stack.channel.id, root.ts, containing="needs your input")
+    await console.handle(":answer notes=the annual discount")  # the tier left out: told so
+    await shows(console, lines, "(only visible to you) Nothing was recorded yet")
+    await console.handle(":answer tiers=Pro")  # what was typed before is kept
+    answered = await driver.thread_has_message(stack.channel.id, root.ts, containing="Answered by")
+    assert "Pro" in answered.text and "the annual discount" in answered.text
+    assert not [m for m, _ in stack.workspace.api_log if m == "views.open"]  # no modal
+    await driver.thread_has_message(stack.channel.id, root.ts, containing="commander: Review")
+    await stack.service.settle()
+
+
 async def test_dev_prints_the_page_address_and_one_help_banner(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

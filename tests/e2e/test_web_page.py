@@ -124,6 +124,14 @@ def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
         await client.chat_postMessage(channel=meta["channel"], thread_ts=meta["thread_ts"],
                                       text=f"Created ticket *{title}* (size {size})")  # fmt: skip
 
+    @app.action("send_form")
+    async def on_send_form(ack: AsyncAck, body: dict[str, Any], say: AsyncSay) -> None:
+        await ack()
+        values = body["state"]["values"]  # the message's inputs, as Slack sends them
+        name = values["name_block"]["name"]["value"]
+        size = (values["size_block"]["size"]["selected_option"] or {}).get("value")
+        await say(text=f"Got {name} in size {size}")
+
     @app.command("/ticket")
     async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack(f"Filing _{command['text']}_ for <@{command['user_id']}>")
@@ -284,6 +292,43 @@ async def test_live_updates_edits_streaming_and_ephemeral_messages(
     await expect(page.locator("#me-avatar .avatar")).to_have_text("B")
     await expect(page.locator("#messages .message", has_text="Deploy")).to_have_count(1)
     await expect(page.locator("#messages .message.ephemeral")).to_have_count(0)
+    assert_no_page_errors(page)
+
+
+MESSAGE_FORM: list[dict[str, Any]] = [
+    {"type": "section", "text": text("mrkdwn", "Fill me in")},
+    {"type": "input", "block_id": "name_block", "label": text(PLAIN, "Name"),
+     "element": {"type": "plain_text_input", "action_id": "name"}},
+    {"type": "input", "block_id": "size_block", "label": text(PLAIN, "Size"),
+     "element": {"type": "static_select", "action_id": "size", "placeholder": text(PLAIN, "Pick"),
+                 "options": [{"text": text(PLAIN, "Small"), "value": "s"},
+                             {"text": text(PLAIN, "Large"), "value": "l"}]}},
+    {"type": "actions", "block_id": "acts", "elements": [
+        {"type": "button", "action_id": "send_form", "text": text(PLAIN, "Submit")}]},
+]  # fmt: skip
+
+
+async def test_a_form_in_a_message_keeps_what_was_typed_across_a_redraw_and_sends_it(
+    running: Running, browser: Browser
+) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    client, channel = running.client, running.channel
+    posted = await client.chat_postMessage(channel=channel, text="form", blocks=MESSAGE_FORM)
+    form = page.locator("#messages .message", has_text="Fill me in")
+    await form.locator(".bk-input", has_text="Name").locator("input").fill("Ada")
+    await form.locator(".bk-input", has_text="Size").locator("select").select_option("l")
+    message = running.workspace.state.message(channel, posted["ts"])
+    assert message is not None and message.typed == {}  # typing sends nothing
+    redrawn = [{**MESSAGE_FORM[0], "text": text("mrkdwn", "Fill me in, please")}]
+    await client.chat_update(channel=channel, ts=posted["ts"], text="form",
+                             blocks=redrawn + MESSAGE_FORM[1:])  # fmt: skip
+    await expect(form).to_contain_text("please")  # the message was drawn again
+    await expect(form.locator(".bk-input", has_text="Name").locator("input")).to_have_value("Ada")
+    await expect(form.locator("select")).to_have_value("l")
+    await form.locator(".bk-button", has_text="Submit").click()
+    await expect(page.locator("#messages .message", has_text="Got Ada")).to_contain_text(
+        "Got Ada in size l"
+    )
     assert_no_page_errors(page)
 
 

@@ -66,25 +66,28 @@ async def test_walkthrough_in_the_browser(stack: LocalStack, browser: Browser) -
     await expect(card.locator("b").first).to_be_visible()  # step titles are mrkdwn bold
     await expect(card.locator(".bk-button.bk-danger")).to_have_text("Cancel plan")
     form = thread.locator(".message", has_text="needs your input")
-    await expect(form.locator(".bk-button.bk-primary")).to_have_text("Answer")
+    await expect(form.locator(".bk-button.bk-primary")).to_have_text("Submit")
+    await expect(form.locator(".bk-input")).to_have_count(2)  # answered here, no modal
 
     await switch_to(page, "dev")  # a teammate chimes in while the plan waits
     await say(page, "can we also mention the free trial?", "#thread-composer")
     await expect(thread.locator(".message", has_text="Noted")).to_have_count(1)
 
     await switch_to(page, "maya")
-    await form.locator(".bk-button", has_text="Answer").click()
-    modal = page.locator("#modal-backdrop .modal")
-    await expect(modal.locator(".modal-title")).to_have_text("Step 3")
-    tiers = modal.locator(".bk-input", has=page.locator(".bk-label", has_text="tier"))
-    await modal.locator(".modal-submit").click()  # no tier chosen: refused under the field
-    await expect(tiers.locator(".bk-error")).to_have_text("Please complete this required field.")
-    await screenshot(page, "walkthrough-modal")
+    notes = form.locator(".bk-input", has_text="mention").locator("textarea")
+    await notes.fill("annual discount")
+    await form.locator(".bk-button", has_text="Submit").click()  # no tier chosen: told so
+    told = thread.locator(".message.ephemeral", has_text="Nothing was recorded yet")
+    await expect(told).to_contain_text("Which tiers should the note compare? is required.")
+    await expect(notes).to_have_value("annual discount")  # what was typed is still there
+    await screenshot(page, "walkthrough-form")
+    tiers = form.locator(".bk-input", has=page.locator(".bk-label", has_text="tier"))
     await tiers.locator("select").select_option("Pro")
-    await modal.locator(".bk-input", has_text="mention").locator("textarea").fill("annual discount")
-    await modal.locator(".modal-submit").click()
-    await expect(page.locator("#modal-backdrop")).to_be_hidden()
-    await expect(thread.locator(".message", has_text="Answered by")).to_contain_text("@maya")
+    await form.locator(".bk-button", has_text="Submit").click()
+    answered = thread.locator(".message", has_text="Answered by")
+    await expect(answered).to_contain_text("@maya")
+    await expect(answered).to_contain_text("annual discount")
+    await expect(page.locator("#modal-backdrop")).to_be_hidden()  # no modal at any point
     final = thread.locator(".message", has_text="[offline model] commander:")
     await expect(final).to_have_count(1)
     await expect(card.locator(".bk-context")).to_contain_text("completed")

@@ -108,6 +108,53 @@ async def test_block_actions_payload_is_signed_form_encoded_and_in_slack_shape(
     assert click["trigger_id"] and click["response_url"].startswith(driver.ws.base_url)
 
 
+SIZES = [{"text": plain("S"), "value": "s"}, {"text": plain("L"), "value": "l"}]
+MESSAGE_FORM: list[dict[str, Any]] = [
+    {"type": "input", "block_id": "name", "label": plain("Name"),
+     "element": {"type": "plain_text_input", "action_id": "value"}},
+    {"type": "input", "block_id": "size", "label": plain("Size"), "optional": True,
+     "element": {"type": "static_select", "action_id": "value", "placeholder": plain("Pick"),
+                 "options": SIZES}},
+    {"type": "input", "block_id": "notes", "label": plain("Notes"), "optional": True,
+     "element": {"type": "plain_text_input", "action_id": "value", "multiline": True,
+                 "initial_value": "none"}},
+    {"type": "actions", "block_id": "acts", "elements": [
+        {"type": "button", "action_id": "send", "text": plain("Submit"), "value": "k"}]},
+]  # fmt: skip
+
+
+async def test_a_click_in_a_message_carries_its_inputs_as_each_person_left_them(
+    setup: Setup, driver: Driver, receiver: Receiver, workspace: LocalWorkspace
+) -> None:
+    """Slack sends a message's input blocks with a click in it, in `state.values`
+    ({block_id: {action_id: entry}}): what this person typed or picked, else the initial
+    value, else null. Nothing is sent while typing; another person's typing is their own."""
+    resp = await setup.client.chat_postMessage(
+        channel=setup.channel, text="form", blocks=MESSAGE_FORM
+    )
+    msg = driver.state.message(setup.channel, resp["ts"])
+    assert msg is not None
+    bob = workspace.add_person("bob")
+    driver.type_into("bob", msg, {"name": "Bob's", "size": "L"})
+    driver.type_into("alice", msg, {"name": "Ada"})
+    assert receiver.requests == []  # typing sends nothing (no dispatch_action)
+    await driver.click("alice", msg, "send")
+    values = payload_of(receiver)["state"]["values"]
+    assert values == {
+        "name": {"value": {"type": "plain_text_input", "value": "Ada"}},
+        "size": {"value": {"type": "static_select", "selected_option": None}},
+        "notes": {"value": {"type": "plain_text_input", "value": "none"}},
+    }
+    await driver.click("alice", msg, "send", values={"size": "S"})  # typed before stays
+    values = payload_of(receiver)["state"]["values"]
+    assert values["name"]["value"]["value"] == "Ada"
+    assert values["size"]["value"]["selected_option"] == {"text": plain("S"), "value": "s"}
+    await driver.click(bob, msg, "send")
+    assert payload_of(receiver)["state"]["values"]["name"]["value"]["value"] == "Bob's"
+    with pytest.raises(LookupError):
+        driver.type_into("alice", msg, {"nowhere": "x"})
+
+
 async def test_trigger_id_is_valid_once_and_for_three_seconds(
     setup: Setup, driver: Driver, receiver: Receiver
 ) -> None:

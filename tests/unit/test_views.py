@@ -10,11 +10,14 @@ from slack_sdk.models.blocks import Block
 from agents.plan import FormField, FormSpec, Plan, Question, Step
 from bot.views.forms import (
     INLINE_ACTION,
+    MAX_INLINE_FIELDS,
     OPEN_ACTION,
+    SUBMIT_ACTION,
     FormKey,
     answered_message,
     form_message,
     form_modal,
+    missing_sentence,
     modal_values,
 )
 from bot.views.plan_card import CANCEL_ACTION, plan_card
@@ -139,7 +142,59 @@ def test_single_text_field_is_answered_inline() -> None:
     assert dicts[1]["element"]["action_id"] == INLINE_ACTION  # type: ignore[index]
 
 
-def test_single_select_is_a_menu_and_several_fields_open_a_modal() -> None:
+def test_a_small_form_of_several_fields_is_answered_in_its_message() -> None:
+    form = FormSpec(
+        fields=[
+            FormField(name="tiers", label="Tiers?", kind="select", options=["Pro", "Team"]),
+            FormField(name="notes", label="Notes", kind="long_text", required=False),
+        ]
+    )
+    key = FormKey(4, 3, 2, 1)
+    text, blocks = form_message(key, title="Choose", question="Tiers?", form=form, ask=None)
+    dicts = as_dicts(blocks)
+    assert [d["type"] for d in dicts] == ["section", "input", "input", "actions"]
+    assert "Tiers?" not in str(dicts[0])  # the question is the first field's label: once
+    assert [d["block_id"] for d in dicts[1:3]] == ["field:tiers", "field:notes"]
+    assert dicts[1]["element"]["type"] == "static_select"  # type: ignore[index]
+    assert dicts[2]["element"]["multiline"] is True and dicts[2]["optional"] is True  # type: ignore[index]
+    assert not any(d.get("dispatch_action") for d in dicts)  # only [Submit] sends
+    button = dicts[3]["elements"][0]  # type: ignore[index]
+    assert button["action_id"] == SUBMIT_ACTION and button["value"] == key.encode()
+    assert dicts[3]["block_id"] == key.encode()
+
+    # what a click on [Submit] carries: the message's inputs as Slack's state.values
+    notes = {"value": {"type": "plain_text_input", "value": "annual"}}
+    unpicked = {"value": {"type": "static_select", "selected_option": None}}
+    state = {"values": {"field:tiers": unpicked, "field:notes": notes}}
+    values, errors = modal_values(state, form)
+    assert values == {"notes": "annual"} and errors == {"field:tiers": "Tiers? is required."}
+    sentence = missing_sentence(errors)
+    assert "Tiers? is required." in sentence and sentence.endswith(".")
+    picked = {"value": {"type": "static_select", "selected_option": {"value": "Pro", "text": {}}}}
+    state = {"values": {"field:tiers": picked, "field:notes": notes}}
+    assert modal_values(state, form) == ({"tiers": "Pro", "notes": "annual"}, {})
+
+
+def test_large_forms_and_file_fields_keep_the_modal() -> None:
+    large = FormSpec(fields=[FormField(name=f"f{i}", label=f"F{i}") for i in range(6)])
+    assert len(large.fields) > MAX_INLINE_FIELDS
+    with_file = FormSpec(
+        fields=[FormField(name="a", label="A"), FormField(name="doc", label="D", kind="file")]
+    )
+    for form in (large, with_file):
+        dicts = as_dicts(
+            form_message(FormKey(1, 1, 1), title="t", question="q", form=form, ask=None)[1]
+        )
+        assert [d["type"] for d in dicts] == ["section", "actions"]
+        assert dicts[1]["elements"][0]["action_id"] == OPEN_ACTION  # type: ignore[index]
+    five = FormSpec(fields=[FormField(name=f"f{i}", label=f"F{i}") for i in range(5)])
+    dicts = as_dicts(
+        form_message(FormKey(1, 1, 1), title="t", question="q", form=five, ask=None)[1]
+    )
+    assert [d["type"] for d in dicts] == ["section"] + ["input"] * 5 + ["actions"]
+
+
+def test_single_select_is_a_menu_and_a_large_form_opens_a_modal() -> None:
     select = FormSpec(
         fields=[
             FormField(name="tiers", label="Tiers", kind="select", options=["Team", "Enterprise"])
@@ -152,6 +207,7 @@ def test_single_select_is_a_menu_and_several_fields_open_a_modal() -> None:
 
     several = FormSpec(
         fields=[FormField(name="a", label="A"), FormField(name="b", label="B", required=False)]
+        + [FormField(name=f"more{i}", label=f"More {i}", required=False) for i in range(4)]
     )
     dicts = as_dicts(
         form_message(FormKey(1, 1, 1), title="t", question="q", form=several, ask=None)[1]
@@ -162,16 +218,17 @@ def test_single_select_is_a_menu_and_several_fields_open_a_modal() -> None:
         FormKey(1, 1, 1), title="t", question="q", form=several, metadata={"channel": "C1"}
     ).to_dict()
     assert json.loads(view["private_metadata"]) == {"key": "form:1:1:1:1", "channel": "C1"}
-    assert [b["block_id"] for b in view["blocks"][1:]] == ["field:a", "field:b"]
+    assert [b["block_id"] for b in view["blocks"][1:3]] == ["field:a", "field:b"]
     # a question that is a field's own label is not shown twice
     same = form_modal(FormKey(1, 1, 1), title="t", question="A", form=several, metadata={})
-    assert [b["type"] for b in same.to_dict()["blocks"]] == ["input", "input"]
+    assert [b["type"] for b in same.to_dict()["blocks"]] == ["input"] * 6
 
     values, errors = modal_values(
         {
             "values": {
                 "field:a": {"value": {"type": "plain_text_input", "value": "  "}},
                 "field:b": {"value": {"type": "plain_text_input", "value": "x"}},
+                "field:more0": {"value": {"type": "plain_text_input", "value": None}},
             }
         },
         several,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import SUBMIT_ACTION
 from storage.db import Database
 from storage.runs import load_run
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
@@ -20,9 +20,7 @@ def addressed(run: Run, root: Any, agent: str) -> list[Any]:
 
 async def answer_the_form(run: Run, root: Any) -> None:
     form = await run.says(root, "needs your input")
-    await run.driver.click("maya", form, OPEN_ACTION)
-    await run.modal("maya")
-    await run.driver.submit("maya", {"field:tiers": "Pro"})
+    await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
     await run.says(root, "Answered by")
 
 

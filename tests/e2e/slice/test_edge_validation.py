@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from agents.failures import PUBLIC_STORAGE
 from bot.views.admin import AGENT_CALLBACK
-from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION
+from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
 from bot.views.plan_card import CANCEL_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import plans
@@ -160,6 +160,8 @@ async def test_signed_but_malformed_interactions_are_answered_with_a_sentence(
         clicks = [
             action(INLINE_ACTION, block_id="junk", value="an answer"),
             action(OPEN_ACTION, value="form:x:y"),
+            action(SUBMIT_ACTION, value="form:x:y"),
+            action(SUBMIT_ACTION, value="form:1:1:1:1") | {"state": {"values": "junk"}},
             action(CANCEL_ACTION, value="not a plan"),
             action(CANCEL_ACTION, value="9" * 3000),
         ]
@@ -168,7 +170,7 @@ async def test_signed_but_malformed_interactions_are_answered_with_a_sentence(
             status, answer = await post(url, body, headers_for(run, body, FORM))
             assert status == 200, (payload["actions"], status, answer)
         await run.driver.wait_for(
-            lambda: len(run.driver.ephemerals("maya")) == len(clicks), what="four sentences"
+            lambda: len(run.driver.ephemerals("maya")) == len(clicks), what="a sentence each"
         )
         assert all(e.text.endswith(".") for e in run.driver.ephemerals("maya"))
 
@@ -297,7 +299,11 @@ async def test_two_submits_of_one_form_modal_at_once_record_one(
     start: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    form = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]}
+    # 6 fields: more than a message holds, so a modal
+    form = {
+        "fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
+        + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False} for i in range(4)]
+    }
     steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": form},
              {"index": 2, "title": "Write", "assignee": "writer", "input": "Plan it"}]  # fmt: skip
     async with start(model=scripted(plans({"BUDGET": steps}))) as run:

@@ -29,7 +29,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline
 from agents.files import FilePolicy
 from agents.offline import first_prompt
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import OPEN_ACTION, SUBMIT_ACTION
 from local_slack import Message
 from storage.files import conversation_files
 from tests.e2e.slice.conftest import REQUEST, Run
@@ -297,9 +297,7 @@ async def test_files_attached_in_the_thread_are_fetched_and_readable_refused_one
         run.driver.post("dev", "launch", "some material", thread_ts=root.ts, files=files)
         said = await run.says(root, "I cannot use this attachment", from_="Flotilla")
         assert "run.exe is application/x-ms" in said.text and "a type I do not take" in said.text
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         await run.says(root, "[offline model] commander:", from_="Flotilla")
         await run.quiesce()
         writer = prompts.of("writer")

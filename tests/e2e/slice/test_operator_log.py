@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import SUBMIT_ACTION
 from tests.e2e.slice.conftest import REQUEST
 
 IDS = ("team", "channel", "thread_ts", "plan")
@@ -23,9 +23,7 @@ async def test_a_plan_is_told_in_the_log_with_its_ids(
     async with start() as run:
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         await run.says(root, "[offline model] commander:")
         await run.quiesce()
         plan = await run.plan(root)

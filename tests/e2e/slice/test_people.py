@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION, FormKey
+from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
 from bot.views.plan_card import CANCEL_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import call, plans, steer, text
@@ -61,9 +61,7 @@ async def test_an_interjection_edits_a_pending_step(start: Callable[..., Any]) -
         assert plan.steps[3].input == "Draft the sales note; mention the free trial."
         assert plan.steps[3].status == "pending"
 
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro"})
+        await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         writer = await run.says(root, "mention the free trial", from_="Flotilla")
         assert writer.text.startswith("@writer")
         await run.says(root, "[offline model] commander:")
@@ -75,18 +73,14 @@ async def test_only_the_requester_answers_a_form(start: Callable[..., Any]) -> N
     async with start() as run:
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")
-        await run.driver.click("dev", form, OPEN_ACTION)
-        await run.modal("dev")
-        await run.driver.submit("dev", {"field:tiers": "Pro"})
+        await run.driver.click("dev", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         await run.driver.wait_for(lambda: run.driver.ephemerals("dev"), what="a refusal")
         assert "who made the request" in run.driver.ephemerals("dev")[0].text
         plan = await run.plan(root)
         assert plan.steps[2].status == "in_progress"
 
         # a workspace admin may answer for them; a second answer is refused
-        await run.driver.click("alex", form, OPEN_ACTION)
-        await run.modal("alex")
-        await run.driver.submit("alex", {"field:tiers": "Enterprise"})
+        await run.driver.click("alex", form, SUBMIT_ACTION, values={"field:tiers": "Enterprise"})
         await run.says(root, "Answered by")
         await run.quiesce()
         plan = await run.plan(root)
@@ -119,16 +113,22 @@ async def test_a_second_submission_is_refused(start: Callable[..., Any]) -> None
         assert plan.steps[0].question.answer == {"answer": "2024 only"}
 
 
-async def test_a_blank_answer_keeps_the_modal_open_with_an_error(
+LARGE_FORM = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
+              + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False}
+                 for i in range(4)]}  # fmt: skip
+
+
+async def test_a_large_form_is_answered_in_a_modal_that_stays_open_on_a_blank_answer(
     start: Callable[..., Any],
 ) -> None:
-    form = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]}
-    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": form},
+    """More fields than a message holds (6 > 5): the [Answer] button opens the modal."""
+    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": LARGE_FORM},
              {"index": 2, "title": "Write", "assignee": "writer",
               "input": "Plan with {{step_1.output_summary}}"}]  # fmt: skip
     async with start(model=scripted(plans({"BUDGET": steps}))) as run:
         root = run.ask("BUDGET please")
         message = await run.says(root, "needs your input")
+        assert "Submit" not in str(message.blocks) and "field:budget" not in str(message.blocks)
         await run.driver.click("maya", message, OPEN_ACTION)
         await run.modal("maya")
         outcome = await run.driver.submit("maya", {"field:budget": "   ", "field:owner": "Dev"})
@@ -143,6 +143,8 @@ async def test_a_blank_answer_keeps_the_modal_open_with_an_error(
         await run.quiesce()
         plan = await run.plan(root)
         assert plan.steps[0].output_summary == "budget: 10k\nowner: Dev"
+        calls = [method for method, _ in run.stack.workspace.api_log]
+        assert calls.count("views.open") == 1
 
 
 async def test_an_empty_inline_answer_gets_a_hint(start: Callable[..., Any]) -> None:

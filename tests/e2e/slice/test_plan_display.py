@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import SUBMIT_ACTION
 from local_slack import Message
 from storage.slack_fallbacks import fallbacks_of
 from tests.e2e.slice.conftest import REQUEST, Run
@@ -45,9 +45,9 @@ async def test_the_native_plan_display_follows_the_step_statuses(
         appends = [o for n, o in run.stack.workspace.api_log if n == "chat.appendStream"]
         assert appends and set(appends) == {"ok"}
 
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro", "field:notes": "annual"})
+        await run.driver.click(
+            "maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro", "field:notes": "annual"}
+        )
         await run.says(root, "[offline model] commander:", from_="Flotilla")
         await run.quiesce()
         plan = await run.plan(root)

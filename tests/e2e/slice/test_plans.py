@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION
+from bot.views.forms import INLINE_ACTION, SUBMIT_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run
 
 
@@ -35,9 +35,12 @@ async def test_diamond_with_a_form_runs_to_the_synthesis(start: Callable[..., An
         researcher = run.stack.agent_apps["researcher"]
         assert dispatch_order(run, root) == [f"<@{researcher.bot_user_id}>", "@analyst"]
 
-        await run.driver.click("maya", form, OPEN_ACTION)
-        await run.modal("maya")
-        await run.driver.submit("maya", {"field:tiers": "Pro", "field:notes": "annual discount"})
+        await run.driver.click(
+            "maya",
+            form,
+            SUBMIT_ACTION,
+            values={"field:tiers": "Pro", "field:notes": "annual discount"},
+        )
         await run.says(root, "Answered by")
         final = await run.says(root, "[offline model] commander:", from_="Flotilla")
         await run.quiesce()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import SUBMIT_ACTION
 from local_slack import Message
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.conftest import client_for
@@ -18,9 +18,7 @@ from tests.e2e.slice.conftest import REQUEST, Run
 async def run_diamond(run: Run) -> Message:
     root = run.ask(REQUEST)
     form = await run.says(root, "needs your input")
-    await run.driver.click("maya", form, OPEN_ACTION)
-    await run.modal("maya")
-    await run.driver.submit("maya", {"field:tiers": "Pro"})
+    await run.driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
     await run.says(root, "[offline model] commander:")
     await run.quiesce()
     return root

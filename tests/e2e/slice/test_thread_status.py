@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents import offline
-from bot.views.forms import OPEN_ACTION
+from bot.views.forms import SUBMIT_ACTION
 from local_slack import Message
 from local_slack.web_agent_sessions import session_of
 from local_slack.web_assistant import live_statuses
@@ -31,9 +31,9 @@ def history(run: Run, root: Message) -> list[str]:
 
 
 async def answer_the_form(run: Run, form: Message) -> None:
-    await run.driver.click("maya", form, OPEN_ACTION)
-    await run.modal("maya")
-    await run.driver.submit("maya", {"field:tiers": "Pro", "field:notes": "annual discount"})
+    await run.driver.click(
+        "maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro", "field:notes": "annual discount"}
+    )
 
 
 async def test_the_session_status_follows_the_plan_through_a_form(

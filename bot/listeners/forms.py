@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.plan import FormSpec
 from bot import handlers
-from bot.listeners.guard import guarded
+from bot.listeners.guard import answer, guarded
 from bot.listeners.inbound import (
     BlockActions,
     Body,
@@ -61,8 +61,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         where, key = click.where(), form_key(click.action.block_id)
         value = inline_value(click.action.model_dump())
         if not value:
-            await respond(text="Please type an answer first.", response_type="ephemeral",
-                          replace_original=False)  # fmt: skip
+            await answer(ack, body, respond, "Please type an answer first.")
             return
         _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
         field_name = form.fields[0].name if form and form.fields else "answer"
@@ -73,8 +72,8 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             **where.model_dump(),
             rewrite=through_response_url(click, respond, context),
         )
-        if refusal:
-            await respond(text=refusal, response_type="ephemeral", replace_original=False)
+        if refusal:  # only to the person, through the click's response_url (never raises)
+            await answer(ack, body, respond, refusal)
 
     @app.action(SUBMIT_ACTION)
     @guarded
@@ -102,8 +101,8 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
                 **where.model_dump(),
                 rewrite=through_response_url(click, respond, context),
             )
-        if refusal:
-            await respond(text=refusal, response_type="ephemeral", replace_original=False)
+        if refusal:  # only to the person, through the click's response_url (never raises)
+            await answer(ack, body, respond, refusal)
 
     @app.action(OPEN_ACTION)
     @guarded

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION
+from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
 from local_slack import Message
 from local_slack.api import METHODS, Call
 from local_slack.interactivity import interactivity_of
 from tests.e2e.slice.call_budget import counted_calls
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import plans
+from tests.e2e.slice.test_bad_input import post
+from tests.e2e.slice.test_edge_validation import FORM, form_post, headers_for, tracebacks
 from tests.e2e.slice.test_inline_forms import STEPS as BUDGET_STEPS
 
 ASK = "[ask] research the history of our launch emails and write it up"
@@ -178,3 +180,43 @@ async def test_an_inline_answer_replayed_from_the_inbox_is_shown_with_chat_updat
         await resumed.quiesce()
         assert updated.count(question.ts) == 1  # its url may have expired: chat.update
         assert uses_of(resumed, last_click(resumed, INLINE_ACTION)) == 0
+
+
+async def test_a_submit_without_a_response_url_is_answered_without_a_traceback(
+    start: Callable[..., Any], updated: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slack's clicks carry a response_url; a signed one without it (the chaos suite's
+    generated input found it) is still taken: the form rewritten with chat.update, and a
+    repeat's refusal, which has nowhere to go, only logged – no traceback (there was one)."""
+    caplog.set_level(logging.INFO)
+    async with start(model=scripted(plans({"BUDGET": BUDGET_STEPS}))) as run:
+        root = run.ask("BUDGET please")
+        form = await run.says(root, "needs your input")
+        key = FormKey((await run.plan(root)).id, 1, 1, 1).encode()
+        size = {"type": "static_select",
+                "selected_option": {"text": {"type": "plain_text", "text": "Small"},
+                                    "value": "Small"}}  # fmt: skip
+        state = {"values": {"field:budget": {"value": {"type": "plain_text_input", "value": "9k"}},
+                            "field:size": {"value": size}}}  # fmt: skip
+
+        def click(action_ts: str) -> str:
+            return form_post({
+                "type": "block_actions", "user": {"id": run.driver.person("maya").id},
+                "team": {"id": run.stack.workspace.state.team_id},
+                "api_app_id": run.stack.commander.app_id, "trigger_id": f"1.2.{action_ts}",
+                "container": {"type": "message", "message_ts": form.ts,
+                              "channel_id": form.channel, "thread_ts": root.ts},
+                "actions": [{"type": "button", "action_id": SUBMIT_ACTION, "block_id": key,
+                             "value": key, "action_ts": action_ts}],
+                "state": state,
+            })  # fmt: skip
+
+        url = run.stack.commander.request_url or ""
+        for action_ts in ("1.0", "1.1"):  # the answer, then a repeat (refused)
+            body = click(action_ts)
+            status, _ = await post(url, body, headers_for(run, body, FORM))
+            assert status == 200
+            await answered(run, root, form)
+        await run.quiesce()
+        assert "Budget: 9k; Team size: Small" in form.text and updated.count(form.ts) == 1
+        assert not tracebacks(caplog), [r.getMessage() for r in tracebacks(caplog)]

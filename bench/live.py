@@ -8,7 +8,8 @@ channel with a burst of 2. Prints:
 1. Web API calls per plan step on the walkthrough's diamond (5 steps, one a form), by
    method. A streamed message (start, appends, stop) counts as one call; the status calls
    (agents.sessions.setStatus, assistant.threads.setStatus) are left out; a views.open
-   would be counted (the walkthrough's form is answered in its message: inputs and Submit).
+   would be counted (the walkthrough's form is answered in its message: inputs and Submit;
+   the answered form is rewritten through the click's response_url, not a Web API call).
 2. Time from a mention to the first visible sign of work in the thread (a session status,
    a status line or a first message), median over several mentions.
 3. chat.postMessage per channel: the most in any 10-second window during a 20-step chain,

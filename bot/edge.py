@@ -169,7 +169,7 @@ class _Action(_Shape):
 
 class _View(_Shape):
     type: str
-    callback_id: SlackName = ""
+    callback_id: SlackName  # Slack always sends it ("" for a view made without one)
 
 
 class _Event(_Shape):
@@ -187,6 +187,7 @@ class _Envelope(_Shape):
         "event_callback", "url_verification", "app_rate_limited",
         "block_actions", "view_submission", "view_closed",
     ]  # fmt: skip
+    team_id: SlackName | None = None  # every event_callback carries it
     user: Ref = None
     team: Ref = None
     channel: Ref = None
@@ -204,6 +205,8 @@ class _Envelope(_Shape):
                   "view_closed": self.view, "event_callback": self.event}  # fmt: skip
         if self.type in needed and needed[self.type] is None:
             raise ValueError(f"a {self.type} payload without its main part")
+        if self.type == "event_callback" and not self.team_id:
+            raise ValueError("an event_callback without its team_id")
         return self
 
 

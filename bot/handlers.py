@@ -7,7 +7,7 @@ or a job. They return refusals as sentences (shown ephemerally by the listener).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
+
+Rewrite = Callable[[str, list[dict[str, Any]]], Awaitable[bool]]
+"""Rewrites an answered form's own message in place with (text, blocks) – a click's
+response_url, chosen by the listener; False when it could not (then chat.update does)."""
 
 
 def _incoming(message: SlackMessage, policy: FilePolicy) -> Incoming:
@@ -186,9 +190,12 @@ async def answer_form(
     thread_ts: str,
     message_ts: str | None,
     files: Sequence[SlackFile] = (),
+    rewrite: Rewrite | None = None,
 ) -> str | None:
     """Record a form's answer (and the files attached to it). Returns a refusal sentence, or
-    None when it was accepted."""
+    None when it was accepted. The form's message then shows who answered what: rewritten
+    by `rewrite` when given (a click in the message: its response_url, no Web API call),
+    else – or when that fails – by chat.update."""
     found = await _open_form(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
     if isinstance(found, str):
         return found
@@ -225,9 +232,9 @@ async def answer_form(
             form=question.form if question is not None else step.form,
             user=user,
         )
-        await service.poster.update(
-            channel=channel, ts=message_ts, text=text, blocks=[b.to_dict() for b in blocks]
-        )
+        shown = [b.to_dict() for b in blocks]
+        if rewrite is None or not await rewrite(text, shown):
+            await service.poster.update(channel=channel, ts=message_ts, text=text, blocks=shown)
     return None
 
 

@@ -77,6 +77,10 @@ class Interactivity:
         self.ws = ws
         self.timeout = timeout
         self.response_targets: dict[str, ResponseTarget] = {}
+        # how long and how often a response_url works (Slack: 30 minutes, 5 uses); a test
+        # lowers them to see an app's fallback
+        self.response_url_seconds: float = RESPONSE_URL_TTL_SECONDS
+        self.response_url_uses = RESPONSE_URL_MAX_USES
 
     def _base(self, kind: str, person: Person, app: InstalledApp) -> Json:
         ws = self.ws
@@ -266,9 +270,9 @@ class Interactivity:
     def respond(self, token: str, body: Json) -> str | None:
         """Apply a response_url message; answer an error code, or None when applied."""
         target = self.response_targets.get(token)
-        if target is None or self.ws.clock() - target.issued_at > RESPONSE_URL_TTL_SECONDS:
+        if target is None or self.ws.clock() - target.issued_at > self.response_url_seconds:
             return "expired_url"
-        if target.uses >= RESPONSE_URL_MAX_USES:
+        if target.uses >= self.response_url_uses:
             return "used_url"
         blocks = body.get("blocks")
         if blocks is not None and check_blocks(blocks):
@@ -310,7 +314,8 @@ class Interactivity:
         return None
 
     def _change_original(self, original: Message, body: Json) -> None:
-        """replace_original / delete_original on the message the interaction came from."""
+        """replace_original / delete_original on the message the interaction came from: it
+        keeps its ts, author, thread and metadata; its text and blocks are the new ones."""
         state = self.ws.state
         previous = message_json(state, original)
         if body.get("delete_original"):

@@ -1,6 +1,7 @@
 """Generated bad input for the Slack edge (hypothesis strategies): random JSON values and
 bodies that are not JSON at all, and Slack's own payloads – `event_callback` (mention,
-message, App Home), `block_actions`, `view_submission`, slash commands – with one field
+message, App Home), `block_actions` (the plan card's Cancel, a form's [Submit] with its
+inputs in `state.values`), `view_submission`, slash commands – with one field
 broken (a wrong type, a missing or huge value, an id or `ts` of the wrong shape), and odd
 `X-Slack-Request-Timestamp` headers (`nan`, `inf`, negative, far away)."""
 
@@ -93,7 +94,19 @@ def templates(ids: Ids, unique: int) -> dict[str, tuple[dict[str, Any], list[str
         "actions": [{"type": "button", "action_id": "flotilla_plan_cancel", "value": "1",
                      "action_ts": "1.0"}],
     }  # fmt: skip
-    private = {"key": "form:1:1:1:1", "channel": ids.channel, "thread_ts": "1700000000.000001"}
+    key = "form:1:1:1:1"
+    submit = {  # a form's [Submit] in its message: the inputs travel in state.values
+        "type": "block_actions", "user": {"id": ids.user}, "team": {"id": ids.team},
+        "api_app_id": ids.app, "trigger_id": "1.2.4",
+        "container": {"type": "message", "message_ts": ts, "channel_id": ids.channel,
+                      "thread_ts": "1700000000.000001"},
+        "response_url": "http://127.0.0.1:9/response",
+        "actions": [{"type": "button", "action_id": "flotilla_form_submit_inline",
+                     "block_id": key, "value": key, "action_ts": "1.0"}],
+        "state": {"values": {"field:tiers": {"value": {"type": "plain_text_input",
+                                                       "value": "Pro"}}}},
+    }  # fmt: skip
+    private = {"key": key, "channel": ids.channel, "thread_ts": "1700000000.000001"}
     submission = {
         "type": "view_submission", "user": {"id": ids.user}, "team": {"id": ids.team},
         "api_app_id": ids.app,
@@ -107,6 +120,10 @@ def templates(ids: Ids, unique: int) -> dict[str, tuple[dict[str, Any], list[str
         "home": (home, ["event.user", "event.tab", "event"]),
         "click": (click, ["user.id", "user", "container.channel_id", "container.message_ts",
                           "actions.0.value", "actions", "actions.0", "actions.0.action_id"]),
+        "submit": (submit, ["state", "state.values", "state.values.field:tiers",
+                            "state.values.field:tiers.value",
+                            "state.values.field:tiers.value.value", "actions.0.value",
+                            "actions.0.block_id", "response_url"]),
         "submission": (submission, ["user.id", "view.private_metadata", "view.state", "view",
                                     "view.callback_id"]),
     }  # fmt: skip
@@ -138,7 +155,7 @@ def bad_requests(draw: st.DrawFn, ids: Ids) -> BadRequest:
     unique = draw(st.integers(1, 999_999))
     kind = draw(st.sampled_from(
         ["json", "form", "bytes", "nested", "command", "mention", "message", "home", "click",
-         "submission"]
+         "submit", "submission"]
     ))  # fmt: skip
     timestamp = draw(st.none() | st.none() | st.none() | ODD_TIMESTAMPS)
     body: bytes

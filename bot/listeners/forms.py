@@ -1,6 +1,10 @@
 """Listeners for forms: an inline answer (one field), the [Submit] of a small form answered
 in its message, the button that opens a larger form's modal, and the modal's submit.
 
+An answer clicked in the form's own message rewrites that message through the click's
+response_url (`bot/listeners/rewrite.py`: no Web API call); the modal's submission, a
+replayed click and a refused response_url use chat.update.
+
 Each payload is parsed into its typed model first (`bot/listeners/inbound.py`); one that does
 not fit is answered by the guard with a sentence, and nothing from it reaches the handlers.
 """
@@ -9,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.plan import FormSpec
 from bot import handlers
-from bot.listeners.guard import guarded
+from bot.listeners.guard import answer, guarded
 from bot.listeners.inbound import (
     BlockActions,
     Body,
@@ -26,6 +30,7 @@ from bot.listeners.inbound import (
     metadata_of,
     parse,
 )
+from bot.listeners.rewrite import through_response_url
 from bot.views.forms import (
     INLINE_ACTION,
     MODAL_CALLBACK,
@@ -48,26 +53,33 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
 
     @app.action(INLINE_ACTION)
     @guarded
-    async def on_inline_answer(ack: AsyncAck, body: Body, respond: AsyncRespond) -> None:
+    async def on_inline_answer(
+        ack: AsyncAck, body: Body, respond: AsyncRespond, context: AsyncBoltContext
+    ) -> None:
         await ack()
         click = parse(BlockActions, body, "a form answer")
         where, key = click.where(), form_key(click.action.block_id)
         value = inline_value(click.action.model_dump())
         if not value:
-            await respond(text="Please type an answer first.", response_type="ephemeral",
-                          replace_original=False)  # fmt: skip
+            await answer(ack, body, respond, "Please type an answer first.")
             return
         _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
         field_name = form.fields[0].name if form and form.fields else "answer"
         refusal = await handlers.answer_form(
-            service, key=key, values={field_name: value}, **where.model_dump()
+            service,
+            key=key,
+            values={field_name: value},
+            **where.model_dump(),
+            rewrite=through_response_url(click, respond, context),
         )
-        if refusal:
-            await respond(text=refusal, response_type="ephemeral", replace_original=False)
+        if refusal:  # only to the person, through the click's response_url (never raises)
+            await answer(ack, body, respond, refusal)
 
     @app.action(SUBMIT_ACTION)
     @guarded
-    async def on_message_submit(ack: AsyncAck, body: Body, respond: AsyncRespond) -> None:
+    async def on_message_submit(
+        ack: AsyncAck, body: Body, respond: AsyncRespond, context: AsyncBoltContext
+    ) -> None:
         """A form answered in its message: [Submit] carries every input in `state.values`.
         Checked as a modal's submission is; what is missing is told in a sentence, only to
         the person (the form stays open with what they typed)."""
@@ -83,10 +95,14 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             refusal = refusal or missing_sentence(errors)
         else:
             refusal = await handlers.answer_form(
-                service, key=key, values=values, **where.model_dump()
+                service,
+                key=key,
+                values=values,
+                **where.model_dump(),
+                rewrite=through_response_url(click, respond, context),
             )
-        if refusal:
-            await respond(text=refusal, response_type="ephemeral", replace_original=False)
+        if refusal:  # only to the person, through the click's response_url (never raises)
+            await answer(ack, body, respond, refusal)
 
     @app.action(OPEN_ACTION)
     @guarded

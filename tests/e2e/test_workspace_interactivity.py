@@ -292,6 +292,45 @@ async def test_response_url_replaces_the_original_message(
     assert msg.text == "Chosen: Go" and msg.blocks is None and msg.edited
 
 
+async def test_a_response_url_replacing_a_threaded_message_with_blocks_keeps_what_slack_keeps(
+    setup: Setup, driver: Driver, receiver: Receiver
+) -> None:
+    """The message keeps its ts, author, thread and metadata, shows the new text and blocks
+    (to the API too), and loses its inputs; the url works 5 times, then says used_url."""
+    root = await setup.client.chat_postMessage(channel=setup.channel, text="ticket")
+    meta = {"event_type": "form", "event_payload": {"key": "k"}}
+    resp = await setup.client.chat_postMessage(
+        channel=setup.channel, thread_ts=root["ts"], text="form", blocks=MESSAGE_FORM,
+        metadata=meta,
+    )  # fmt: skip
+    msg = driver.state.message(setup.channel, resp["ts"])
+    assert msg is not None
+    author = (msg.user, msg.bot_id, msg.app_id)
+    await driver.click("alice", msg, "send", values={"name": "Ada"})
+    url = payload_of(receiver)["response_url"]
+    answered = [{"type": "section", "text": {"type": "mrkdwn", "text": "✅ Answered: Ada"}}]
+    async with aiohttp.ClientSession() as http:
+        body = {"replace_original": True, "text": "Answered: Ada", "blocks": answered}
+        async with http.post(url, json=body) as reply:
+            assert reply.status == 200 and (await reply.json()) == {"ok": True}
+        assert (msg.ts, msg.thread_ts, msg.metadata) == (resp["ts"], root["ts"], meta)
+        assert (msg.user, msg.bot_id, msg.app_id) == author
+        assert msg.text == "Answered: Ada" and msg.blocks is not None
+        assert [b["type"] for b in msg.blocks] == ["section"] and "Answered: Ada" in str(msg.blocks)
+        replies = await setup.client.conversations_replies(
+            channel=setup.channel, ts=root["ts"], include_all_metadata=True
+        )
+        shown = replies["messages"][1]
+        assert (shown["ts"], shown["text"], shown["bot_id"]) == (msg.ts, "Answered: Ada", author[1])
+        assert "input" not in str(shown["blocks"]) and shown["metadata"] == meta
+        for _ in range(4):  # 5 uses in all
+            async with http.post(url, json=body) as reply:
+                assert reply.status == 200
+        async with http.post(url, json=body) as reply:
+            assert reply.status == 404 and (await reply.json())["error"] == "used_url"
+    assert len(driver.state.thread(setup.channel, root["ts"])) == 2  # nothing posted
+
+
 async def test_app_home_publish_hash_and_opened_event(
     setup: Setup, driver: Driver, receiver: Receiver, workspace: LocalWorkspace
 ) -> None:

@@ -48,7 +48,18 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 @pytest.mark.parametrize(
     ("body", "timestamp", "status"),
     [
-        (b'{"type": "event_callback", "event": {"type": "app_mention"}}', "1000", None),
+        (
+            b'{"type": "event_callback", "team_id": "T1", "event": {"type": "app_mention"}}',
+            "1000",
+            None,
+        ),
+        (b'{"type": "event_callback", "event": {"type": "app_mention"}}', "1000", 400),  # no team
+        (
+            b'{"type": "view_submission", "view": {"type": "modal", "callback_id": ""}}',
+            "1000",
+            None,
+        ),
+        (b'{"type": "view_submission", "view": {"type": "modal"}}', "1000", 400),  # no callback_id
         (b'{"type": "event_callback"}', "1000", 400),  # no event
         (b'{"type": "block_actions", "actions": [{"value": "1"}]}', "1000", 400),
         (b"[]", "1000", 400),

@@ -6,7 +6,9 @@ matter here: streamed answers, the native plan display, pacing at 1 message per 
 channel with a burst of 2. Prints:
 
 1. Web API calls per plan step on the walkthrough's diamond (5 steps, one a form), by
-   method. A streamed message (start, appends, stop) counts as one call; the status calls
+   method – once as the walkthrough shows it (the writer answers in the thread) and once
+   with the offline writer attaching its draft as `note.md` (an upload: two calls more).
+   A streamed message (start, appends, stop) counts as one call; the status calls
    (agents.sessions.setStatus, assistant.threads.setStatus) are left out; a views.open
    would be counted (the walkthrough's form is answered in its message: inputs and Submit;
    the answered form is rewritten through the click's response_url, not a Web API call).
@@ -44,6 +46,7 @@ from bot.service import Options  # noqa: E402
 from bot.views.forms import SUBMIT_ACTION  # noqa: E402
 from local_slack import Driver, Message  # noqa: E402
 from local_slack.api import METHODS  # noqa: E402
+from tests.e2e.slice.call_budget import walkthrough_model  # noqa: E402
 from tests.e2e.slice.scripts import plans  # noqa: E402
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
@@ -85,8 +88,8 @@ async def settle(stack: LocalStack, driver: Driver) -> None:
             return
 
 
-async def diamond(folder: Path) -> Counter[str]:
-    stack, driver = await stack_in(folder, "diamond")
+async def diamond(folder: Path, model: Any = None, name: str = "diamond") -> Counter[str]:
+    stack, driver = await stack_in(folder, name, model)
     try:
         stack.workspace.api_log.clear()
         root = driver.mention("maya", "launch", stack.commander, REQUEST)
@@ -94,6 +97,12 @@ async def diamond(folder: Path) -> Counter[str]:
         await driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
         await driver.thread_has_message("launch", root.ts, containing="commander: Review")
         await settle(stack, driver)
+        await driver.wait_for(  # the card's last edit (its Cancel button gone)
+            lambda: all(
+                "Cancel plan" not in str(m.blocks) for m in driver.thread("launch", root.ts)
+            ),
+            what="the final card",
+        )
         return Counter(method for method, _ in stack.workspace.api_log)
     finally:
         await stack.stop()
@@ -154,15 +163,19 @@ def per_step(calls: Counter[str]) -> tuple[int, Counter[str]]:
 async def main(runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        calls = await diamond(folder)
-        total, counted = per_step(calls)
-        print(f"1. walkthrough diamond ({DIAMOND_STEPS} steps), Web API calls:")
-        print(f"   {total} counted = {total / DIAMOND_STEPS:.1f} per step "
-              f"(streams as one call, status calls left out)")  # fmt: skip
-        for method, count in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
-            note = " (left out)" if method in STATUS_CALLS else ""
-            note = " (part of a stream)" if method in STREAM_REST else note
-            print(f"     {method:<28} {count:>3}{note}")
+        for label, model, name in (
+            ("as the walkthrough shows it", walkthrough_model(), "walkthrough"),
+            ("the offline writer attaching note.md", None, "diamond"),
+        ):
+            calls = await diamond(folder, model, name)
+            total, counted = per_step(calls)
+            print(f"1. walkthrough diamond ({DIAMOND_STEPS} steps), {label}, Web API calls:")
+            print(f"   {total} counted = {total / DIAMOND_STEPS:.1f} per step "
+                  f"(streams as one call, status calls left out)")  # fmt: skip
+            for method, count in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
+                note = " (left out)" if method in STATUS_CALLS else ""
+                note = " (part of a stream)" if method in STREAM_REST else note
+                print(f"     {method:<28} {count:>3}{note}")
         signs = await first_sign(folder, runs)
         print(f"2. mention -> first visible sign: median {statistics.median(signs) * 1000:.0f} ms, "
               f"max {max(signs) * 1000:.0f} ms over {len(signs)} mentions")  # fmt: skip

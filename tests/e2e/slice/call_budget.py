@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
+
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agents import offline
+from agents.streamed_function import streamed
+from agents.tools.files import WRITE_FILE
 
 STATUS_CALLS = frozenset({"agents.sessions.setStatus", "assistant.threads.setStatus"})
 STREAM_REST = frozenset({"chat.appendStream", "chat.stopStream"})  # a stream counts at its start
@@ -18,3 +26,14 @@ def counted_calls(api_log: Iterable[tuple[str, str]]) -> Counter[str]:
 
 def per_step(calls: Counter[str], steps: int) -> float:
     return sum(calls.values()) / steps
+
+
+def walkthrough_model() -> FunctionModel:
+    """The offline model, but its writer answers in the thread without attaching a file, as
+    the walkthrough shows it (the writer is not offered `write_file`)."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        tools = [t for t in info.function_tools if t.name != WRITE_FILE]
+        return offline.respond(messages, replace(info, function_tools=tools))
+
+    return FunctionModel(respond, stream_function=streamed(respond), model_name="walkthrough")

@@ -80,6 +80,11 @@ class SlackPort(Protocol):
         """Post the plan card once, then edit it in place (`first`: only if not posted)."""
         ...
 
+    async def card_posted(self, plan_id: int) -> bool:
+        """Whether the plan's card is in the thread already (then `show_card(first=True)`
+        does nothing: its plan need not be read)."""
+        ...
+
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
         """Replace the plan's open forms with `note` (no buttons left to click)."""
         ...

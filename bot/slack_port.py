@@ -242,6 +242,10 @@ class SlackPort(StepMessages, FileTransfers):
             return
         await self.plan_display.show(conversation, plan)  # under the card
 
+    async def card_posted(self, plan_id: int) -> bool:
+        """Whether the plan's card is posted (known here once posted: it never moves)."""
+        return (await self._card(plan_id)).posted is not None
+
     async def _card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory."""
         known = self._cards.get(plan_id)

@@ -146,11 +146,15 @@ class SlackPort(StepMessages, FileTransfers):
         result_of: StepTag | None,
         key: str,
         plan_id: int,
+        thread: list[MessageRecord] | None = None,
     ) -> SlackAnswerStream:
-        """A stream for the answer carrying `key` (see `bot/answer_stream.py`)."""
+        """A stream for the answer carrying `key` (see `bot/answer_stream.py`); `thread`:
+        the thread's stored messages as just read (else read here)."""
         identity = await self.identity(agent) if agent else None
-        async with self.db.read() as conn:
-            messages = await thread_messages(conn, conversation.id)
+        messages = thread
+        if messages is None:
+            async with self.db.read() as conn:
+                messages = await thread_messages(conn, conversation.id)
         left = next(
             (
                 m.ts

@@ -3,8 +3,11 @@
 `RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
 grows, each time in one small write transaction: after every model response, after every tool
 call that completes (see `agents/tool_journal.py`), and with the request of tool returns
-before it is sent. A run interrupted by a crash is continued from what was stored: a
-finished tool call is never run again, and a stored request is sent as it is. Each save also
+before it is sent. The run's end (its output tool's return, never sent to a model) is
+stored by `close`, with the run's final status: a crash before it continues from the stored
+answer, processing its output again without a model call. A run interrupted by a crash is
+continued from what was stored: a finished tool call is never run again, and a stored
+request is sent as it is. Each save also
 records the tokens spent since the previous one in the usage ledger (workspace, channel,
 plan, step, agent, model), in the same transaction, so the ledger and the stored history
 never disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
@@ -164,8 +167,8 @@ class RunSession:
                         messages.append(node.request)
                         self.journal = {}
                     self.messages, self.usage = messages, run.usage
-                    if journaled:
-                        saved = len(messages)
+                    if journaled or Agent.is_end_node(node):
+                        saved = len(messages)  # the end: `close` stores it with its status
                     elif len(messages) > saved:
                         await self.save("running", messages)
                         saved = len(messages)

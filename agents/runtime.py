@@ -50,6 +50,7 @@ from agents.run_results import (
 )
 from agents.session import (
     DEFAULT_LIMITS,
+    AtClose,
     RunLimits,
     RunSession,
     compact_history,
@@ -225,6 +226,7 @@ async def run_step(
     files: FilePolicy | None = None,
     show: ShowText | None = None,
     reads: StepReads | None = None,
+    at_close: AtClose | None = None,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -237,6 +239,7 @@ async def run_step(
     `fetch_policy` is for tests only (e.g. a loopback site); by default `http_fetch` reaches
     public addresses only. `show` sees the answer's text while the model writes it.
     `reads`: what the caller read of the step already (`agents.step_reads`; with its plan).
+    `at_close`: the caller's work in the transaction that stores the finished run.
     """
     deps = run_deps(job, [], spec, fetch_policy, db=db, files=files, model=model, now=now)
     reads, attached = await _load(db, job, deps, reads)
@@ -257,6 +260,7 @@ async def run_step(
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
         prompt=prompt, history=history, deferred=None, previous=previous, show=show,
+        at_close=at_close,
     )  # fmt: skip
 
 
@@ -274,9 +278,11 @@ async def resume_step(
     files: FilePolicy | None = None,
     show: ShowText | None = None,
     reads: StepReads | None = None,
+    at_close: AtClose | None = None,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question
-    (`reads`: its stored session and thread, if the caller read them already)."""
+    (`reads`: its stored session and thread, if the caller read them already; `at_close`:
+    as for `run_step`)."""
     if reads is None:
         reads = await read_step(db, job, with_plan=False, with_files=False)
     stored, thread = reads.stored, reads.thread
@@ -292,6 +298,7 @@ async def resume_step(
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
         prompt=None, history=history, deferred=deferred, previous=stored, show=show,
+        at_close=at_close,
     )  # fmt: skip
 
 
@@ -310,6 +317,7 @@ async def _drive_step(
     deferred: DeferredToolResults | None,
     previous: AgentRunRecord | None,
     show: ShowText | None = None,
+    at_close: AtClose | None = None,
 ) -> StepRunResult | StepQuestion:
     session = RunSession(db, job, spec.name, model_label(model), now, previous)
     output, messages = await drive(
@@ -323,7 +331,7 @@ async def _drive_step(
             raise PermanentError("The agent deferred a tool call Flotilla cannot answer.")
         await session.close("suspended", messages)
         return question
-    await session.close("finished", messages)
+    await session.close("finished", messages, at_close)
     return result_of(output, deps.files)
 
 

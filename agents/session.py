@@ -22,7 +22,7 @@ answer came back re-reports it without calling the model.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,6 +74,8 @@ class RunLimits:
 
 
 DEFAULT_LIMITS = RunLimits()
+# the caller's work in the transaction that closes a run (e.g. what it reads as the run ends)
+AtClose = Callable[[AsyncConnection], Awaitable[None]]
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
 
@@ -195,16 +197,24 @@ class RunSession:
         self.journal[part.tool_call_id] = part
         await self.save("running", self.messages)
 
-    async def save(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        """Store `messages` (with the journaled tool returns) and the tokens spent since."""
+    async def save(
+        self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None
+    ) -> None:
+        """Store `messages` (with the journaled tool returns) and the tokens spent since
+        (`also`: more work of the caller's in the same transaction)."""
         async with self._writing, self.db.write() as conn:
             await self._save(conn, status, messages)
+            if also is not None:
+                await also(conn)
 
-    async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
+    async def close(
+        self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None
+    ) -> None:
         """Store the session's final status (and any tokens not recorded yet); when storage
-        is away the history is kept in this process for the retry."""
+        is away the history is kept in this process for the retry. `also`: what the caller
+        reads (or writes) as the run ends, in the same transaction."""
         try:
-            await self.save(status, messages)
+            await self.save(status, messages, also)
         except Exception as exc:
             if is_storage_error(exc):
                 self._keep_unsaved(messages)

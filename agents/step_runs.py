@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.commander import commander_step_spec
 from agents.effects import (
@@ -116,16 +118,30 @@ def is_current(plan: Plan | None, effect: RunnableStep | ShowForm | AskUser) -> 
     )
 
 
-async def _after_run(
-    ctx: Context, effect: RunnableStep, run_key: str
-) -> tuple[bool, list[FileRecord]]:
+@dataclass(slots=True)
+class AfterRun:
     """Whether the step attempt is still current once its run is over (another process may
-    have stopped the plan meanwhile), and the files its run wrote – in one read."""
-    async with ctx.db.read() as conn:
-        loaded = await conn.run_sync(load_latest_plan, effect.conversation_id)
-        produced = await produced_files(conn, run_key=run_key)
-    plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
-    return is_current(plan, effect), produced
+    have stopped the plan meanwhile), and the files its run wrote: read in the transaction
+    that stores the finished run (`read`), else on their own (`seen`)."""
+
+    effect: RunnableStep
+    run_key: str
+    found: tuple[bool, list[FileRecord]] | None = None
+
+    async def read(self, conn: AsyncConnection) -> None:
+        loaded = await conn.run_sync(load_latest_plan, self.effect.conversation_id)
+        produced = await produced_files(conn, run_key=self.run_key)
+        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+        self.found = is_current(plan, self.effect), produced
+
+    async def seen(self, ctx: Context) -> tuple[bool, list[FileRecord]]:
+        """What was read as the run closed; read now if it was not (e.g. a run that had
+        finished before: nothing was stored)."""
+        if self.found is None:
+            async with ctx.db.read() as conn:
+                await self.read(conn)
+        assert self.found is not None
+        return self.found
 
 
 async def job_still_wanted(ctx: Context, job: Job) -> bool:
@@ -199,6 +215,7 @@ async def _execute(
     key = result_key(effect.plan_id, effect.step, effect.attempt)
     agent = None if spec.name == COMMANDER else spec.name
     fresh = not isinstance(effect, ResumeStep)
+    after = AfterRun(effect, job.run_key)
     # its session, thread, plan and received files: one read for the stream and the run
     reads = await read_step(ctx.db, job, with_plan=fresh, with_files=fresh)
     answer = await ctx.port.open_answer(
@@ -215,14 +232,14 @@ async def _execute(
         if isinstance(effect, ResumeStep):
             result = await resume_step(
                 ctx.db, job, spec, effect.answer, model=model, files=files, show=answer.show,
-                reads=reads,
+                reads=reads, at_close=after.read,
             )  # fmt: skip
         else:
             # its prompt carries them; a fetch changed its files (maybe the thread): read anew
             fetched = await fetch_attachments(ctx, conversation, reads.received)
             result = await run_step(
                 ctx.db, job, spec, model=model, files=files, show=answer.show,
-                reads=None if fetched else reads,
+                reads=None if fetched else reads, at_close=after.read,
             )  # fmt: skip
     except StorageError:
         with contextlib.suppress(Exception):  # Slack may still hear it; the database not
@@ -241,7 +258,7 @@ async def _execute(
         return StepBlocked(
             index=effect.step, attempt=effect.attempt, question=result.question, form=result.form
         )
-    current, produced = await _after_run(ctx, effect, job.run_key)
+    current, produced = await after.seen(ctx)
     if not current:
         await answer.discard()
         return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing

@@ -272,7 +272,7 @@ async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_m
         calls.append(len(messages))
         return final("Prices: A 10.", "A costs 10.")
 
-    async def killed(self: RunSession, status: str, messages: Any) -> None:
+    async def killed(self: RunSession, status: str, messages: Any, also: Any = None) -> None:
         raise RuntimeError("the process was killed before the run was closed")
 
     with monkeypatch.context() as patched:

@@ -61,8 +61,9 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
     await ctx.port.show_status(conversation, "processing", "working")  # seen at once
     text, wake = _what_happened(effect, plan, await _addressees(ctx))
     if isinstance(effect, MessageForCommander):
-        await _turn(ctx, conversation, effect, text, wake)
-        await show_status(ctx, conversation)
+        answered = await _turn(ctx, conversation, effect, text, wake)
+        changed = answered.decision.plan if answered.decision is not None else None
+        await show_status(ctx, conversation, changed)
         return  # a person's message: answered (or refused) in the thread
     try:
         turn = await _turn(ctx, conversation, effect, text, wake)
@@ -94,12 +95,16 @@ async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) ->
             operations=[AbortPlan(reason=gave_up(plan, errored=turn.errored))],
             assignees=await ctx.enabled_names(),
         )
-    await show_status(ctx, conversation)
+    await show_status(ctx, conversation, plan if follow == "done" else None)
 
 
-async def show_status(ctx: Context, conversation: ConversationRecord) -> None:
-    """After a turn: the thread's status as its plan now is (closed when none is at work)."""
-    plan = await ctx.reconciler.plan(conversation.id)
+async def show_status(
+    ctx: Context, conversation: ConversationRecord, plan: Plan | None = None
+) -> None:
+    """After a turn: the thread's status as its plan now is (closed when none is at work);
+    `plan`: as the turn just left it (else read)."""
+    if plan is None:
+        plan = await ctx.reconciler.plan(conversation.id)
     if plan is None or plan.status in TERMINAL_PLAN:
         await ctx.port.show_status(conversation, "closed")
         return

@@ -37,15 +37,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def fetch_attachments(ctx: Context, conversation: ConversationRecord) -> None:
+async def fetch_attachments(
+    ctx: Context, conversation: ConversationRecord, received: list[FileRecord] | None = None
+) -> bool:
     """Fetch the conversation's attachments (the request's and later replies') whose bytes
-    are not kept (yet, or any more)."""
-    async with ctx.db.read() as conn:
-        files = await received_files(conn, conversation.id)
+    are not kept (yet, or any more); `received`: its received files as just read (else
+    read here). True when any was tried (its files, and maybe the thread, changed)."""
+    if received is None:
+        async with ctx.db.read() as conn:
+            received = await received_files(conn, conversation.id)
     refused: list[str] = []
-    for file in files:
+    tried = False
+    for file in received:
         if file.state == "refused" or (file.state == "ready" and file.has_bytes):
             continue
+        tried = True
         reason = await _fetch(ctx, file)
         if reason is not None:
             async with ctx.db.write() as conn:
@@ -53,6 +59,7 @@ async def fetch_attachments(ctx: Context, conversation: ConversationRecord) -> N
                     refused.append(f"{file.name}: {reason}")
     if refused:
         await ctx.port.say(conversation, refusal_note(refused))
+    return tried
 
 
 async def _fetch(ctx: Context, file: FileRecord) -> str | None:
@@ -74,11 +81,17 @@ async def _fetch(ctx: Context, file: FileRecord) -> str | None:
 
 
 async def share_produced(
-    ctx: Context, conversation: ConversationRecord, run_key: str, agent: str | None
+    ctx: Context,
+    conversation: ConversationRecord,
+    run_key: str,
+    agent: str | None,
+    files: list[FileRecord] | None = None,
 ) -> list[FileRecord]:
-    """Upload the files a run wrote into the thread (each once); all of them, shared."""
-    async with ctx.db.read() as conn:
-        files = await produced_files(conn, run_key=run_key)
+    """Upload the files a run wrote into the thread (each once); all of them, shared.
+    `files`: the run's files as just read (else read here)."""
+    if files is None:
+        async with ctx.db.read() as conn:
+            files = await produced_files(conn, run_key=run_key)
     shared: list[FileRecord] = []
     for file in files:
         done = file.state == "shared"

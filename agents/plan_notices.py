@@ -18,7 +18,10 @@ log = logging.getLogger(__name__)
 async def show_card(
     context: Context, conversation: ConversationRecord, plan_id: int, *, first: bool
 ) -> None:
-    """Render the plan card from the plan as stored now, with its runs' wait reasons."""
+    """Render the plan card from the plan as stored now, with its runs' wait reasons
+    (`first`: only if it is not posted yet – a step's dispatch puts it above its message)."""
+    if first and await context.port.card_posted(plan_id):
+        return  # posted: the step's own card refresh (an effect of its own) renders it
     plan = await step_runs.load(context, conversation.id, plan_id, with_waits=True)
     if plan is not None:
         await context.port.show_card(conversation, plan, first=first)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agents.effects import AskUser, PostDispatch, ShowForm
     from agents.plan import Plan
     from agents.session_status import SessionStatus
-    from storage.records import ConversationRecord
+    from storage.records import ConversationRecord, MessageRecord
 
 
 class PostingRefused(PermanentError):
@@ -80,6 +80,11 @@ class SlackPort(Protocol):
         """Post the plan card once, then edit it in place (`first`: only if not posted)."""
         ...
 
+    async def card_posted(self, plan_id: int) -> bool:
+        """Whether the plan's card is in the thread already (then `show_card(first=True)`
+        does nothing: its plan need not be read)."""
+        ...
+
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
         """Replace the plan's open forms with `note` (no buttons left to click)."""
         ...
@@ -107,11 +112,13 @@ class SlackPort(Protocol):
         result_of: StepTag | None,
         key: str,
         plan_id: int,
+        thread: list[MessageRecord] | None = None,
     ) -> AnswerStream:
         """A stream for the answer carrying `key`, as the commander or `agent`: a step's
         answer (`result_of`) or the plan's final answer, in plan `plan_id` (people's 👍/👎 on
         it are kept for that plan and agent). It carries on a stream of `key` left
-        unfinished by a stopped process instead of starting another."""
+        unfinished by a stopped process instead of starting another (looked for in
+        `thread`, the thread's stored messages, when the caller read them already)."""
         ...
 
     async def show_status(

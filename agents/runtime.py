@@ -17,6 +17,7 @@ the orchestrator re-dispatches the first kind and applies `on_failure` to the se
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 from pydantic_ai import Agent
@@ -35,7 +36,6 @@ from agents.failures import classify_error
 from agents.files import FilePolicy
 from agents.models import model_label
 from agents.plan import Plan
-from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec
 from agents.run_results import (
     SUMMARY_MAX_CHARS,
@@ -50,6 +50,7 @@ from agents.run_results import (
 )
 from agents.session import (
     DEFAULT_LIMITS,
+    AtClose,
     RunLimits,
     RunSession,
     compact_history,
@@ -57,6 +58,7 @@ from agents.session import (
     unsaved_history,
 )
 from agents.step_files import PromptFiles, media_reader, prompt_files
+from agents.step_reads import StepReads, given, on_demand, read_step, read_step_in
 from agents.thread_window import Known, given_steps, prompt_with_context, thread_window
 from agents.tools.builtin import ASK_USER, ask_user, read_thread
 from agents.tools.context import RunDeps, RunJob
@@ -64,11 +66,8 @@ from agents.tools.files import read_file, write_file
 from agents.tools.http_fetch import http_fetch
 from agents.tools.mcp import mcp_toolsets
 from agents.tools.net_guard import FetchPolicy
-from storage.conversations import thread_messages
 from storage.db import Database
-from storage.plans import load_plan
 from storage.records import AgentRunRecord
-from storage.runs import load_run
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -182,38 +181,36 @@ def run_deps(
 
 async def load_session(db: Database, job: RunJob) -> tuple[AgentRunRecord | None, list[Any]]:
     """The stored session of `job.run_key` (if any) and the thread's stored messages."""
-    stored, thread, _plan, _files = await _load(db, job, with_plan=False)
-    return stored, thread
+    reads = await read_step(db, job, with_plan=False, with_files=False)
+    return reads.stored, reads.thread
 
 
 async def _load(
-    db: Database, job: RunJob, *, with_plan: bool, deps: RunDeps | None = None
-) -> tuple[AgentRunRecord | None, list[Any], Plan | None, PromptFiles]:
-    """`load_session`, and – in the same read, for a step's first prompt – its stored plan
-    and the files its prompt carries (given `deps`)."""
-    plan: Plan | None = None
-    files = PromptFiles()
-    async with db.read() as conn:
-        stored = await load_run(conn, job.run_key)
-        thread = (
-            await thread_messages(conn, job.conversation_id)
-            if job.conversation_id is not None
-            else []
-        )
-        if with_plan and job.plan_id is not None and not (stored and stored.messages):
-            loaded = await conn.run_sync(load_plan, job.plan_id)
-            plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
-            if deps is not None and job.conversation_id is not None:
-                files = await prompt_files(
-                    conn,
-                    conversation_id=job.conversation_id,
-                    request_ts=job.request_ts,
-                    plan=plan,
-                    step_index=job.step_index,
-                    policy=deps.file_policy,
-                    reads_media=deps.reads_media,
-                )
-    return stored, list(thread), plan, files
+    db: Database, job: RunJob, deps: RunDeps, reads: StepReads | None
+) -> tuple[StepReads, PromptFiles]:
+    """The step's reads (`reads`, when the caller read them already) and – for a first
+    prompt – the files it carries, in the same read transaction (or one opened only if
+    something is left to read)."""
+    async with AsyncExitStack() as stack:
+        if reads is None:
+            conn = await stack.enter_async_context(db.read())
+            reads = await read_step_in(conn, job, with_plan=True, with_files=False)
+            connect = given(conn)
+        else:
+            connect = on_demand(db, stack)
+        files = PromptFiles()
+        if reads.first and job.conversation_id is not None:
+            files = await prompt_files(
+                connect,
+                conversation_id=job.conversation_id,
+                request_ts=job.request_ts,
+                plan=reads.plan,
+                step_index=job.step_index,
+                policy=deps.file_policy,
+                reads_media=deps.reads_media,
+                received=reads.received,
+            )
+    return reads, files
 
 
 async def run_step(
@@ -228,6 +225,8 @@ async def run_step(
     fetch_policy: FetchPolicy | None = None,
     files: FilePolicy | None = None,
     show: ShowText | None = None,
+    reads: StepReads | None = None,
+    at_close: AtClose | None = None,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -239,9 +238,12 @@ async def run_step(
     built here from `spec` (passing them again would duplicate their tool names).
     `fetch_policy` is for tests only (e.g. a loopback site); by default `http_fetch` reaches
     public addresses only. `show` sees the answer's text while the model writes it.
+    `reads`: what the caller read of the step already (`agents.step_reads`; with its plan).
+    `at_close`: the caller's work in the transaction that stores the finished run.
     """
     deps = run_deps(job, [], spec, fetch_policy, db=db, files=files, model=model, now=now)
-    stored, thread, plan, attached = await _load(db, job, with_plan=True, deps=deps)
+    reads, attached = await _load(db, job, deps, reads)
+    stored, thread, plan = reads.stored, reads.thread, reads.plan
     deps.thread = thread
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
@@ -258,6 +260,7 @@ async def run_step(
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
         prompt=prompt, history=history, deferred=None, previous=previous, show=show,
+        at_close=at_close,
     )  # fmt: skip
 
 
@@ -274,9 +277,15 @@ async def resume_step(
     fetch_policy: FetchPolicy | None = None,
     files: FilePolicy | None = None,
     show: ShowText | None = None,
+    reads: StepReads | None = None,
+    at_close: AtClose | None = None,
 ) -> StepRunResult | StepQuestion:
-    """Continue a suspended run with a person's answer to its `ask_user` question."""
-    stored, thread = await load_session(db, job)
+    """Continue a suspended run with a person's answer to its `ask_user` question
+    (`reads`: its stored session and thread, if the caller read them already; `at_close`:
+    as for `run_step`)."""
+    if reads is None:
+        reads = await read_step(db, job, with_plan=False, with_files=False)
+    stored, thread = reads.stored, reads.thread
     if stored is None or stored.status != "suspended":
         raise PermanentError("There is no suspended run waiting for this answer.")
     history = load_messages(stored.messages)
@@ -289,6 +298,7 @@ async def resume_step(
     return await _drive_step(
         db, job, spec, agent, model, deps, limits, now,
         prompt=None, history=history, deferred=deferred, previous=stored, show=show,
+        at_close=at_close,
     )  # fmt: skip
 
 
@@ -307,6 +317,7 @@ async def _drive_step(
     deferred: DeferredToolResults | None,
     previous: AgentRunRecord | None,
     show: ShowText | None = None,
+    at_close: AtClose | None = None,
 ) -> StepRunResult | StepQuestion:
     session = RunSession(db, job, spec.name, model_label(model), now, previous)
     output, messages = await drive(
@@ -320,7 +331,7 @@ async def _drive_step(
             raise PermanentError("The agent deferred a tool call Flotilla cannot answer.")
         await session.close("suspended", messages)
         return question
-    await session.close("finished", messages)
+    await session.close("finished", messages, at_close)
     return result_of(output, deps.files)
 
 

@@ -3,8 +3,11 @@
 `RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
 grows, each time in one small write transaction: after every model response, after every tool
 call that completes (see `agents/tool_journal.py`), and with the request of tool returns
-before it is sent. A run interrupted by a crash is continued from what was stored: a
-finished tool call is never run again, and a stored request is sent as it is. Each save also
+before it is sent. The run's end (its output tool's return, never sent to a model) is
+stored by `close`, with the run's final status: a crash before it continues from the stored
+answer, processing its output again without a model call. A run interrupted by a crash is
+continued from what was stored: a finished tool call is never run again, and a stored
+request is sent as it is. Each save also
 records the tokens spent since the previous one in the usage ledger (workspace, channel,
 plan, step, agent, model), in the same transaction, so the ledger and the stored history
 never disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
@@ -19,7 +22,7 @@ answer came back re-reports it without calling the model.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,6 +74,8 @@ class RunLimits:
 
 
 DEFAULT_LIMITS = RunLimits()
+# the caller's work in the transaction that closes a run (e.g. what it reads as the run ends)
+AtClose = Callable[[AsyncConnection], Awaitable[None]]
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
 
@@ -164,8 +169,8 @@ class RunSession:
                         messages.append(node.request)
                         self.journal = {}
                     self.messages, self.usage = messages, run.usage
-                    if journaled:
-                        saved = len(messages)
+                    if journaled or Agent.is_end_node(node):
+                        saved = len(messages)  # the end: `close` stores it with its status
                     elif len(messages) > saved:
                         await self.save("running", messages)
                         saved = len(messages)
@@ -192,16 +197,24 @@ class RunSession:
         self.journal[part.tool_call_id] = part
         await self.save("running", self.messages)
 
-    async def save(self, status: str, messages: Sequence[ModelMessage]) -> None:
-        """Store `messages` (with the journaled tool returns) and the tokens spent since."""
+    async def save(
+        self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None
+    ) -> None:
+        """Store `messages` (with the journaled tool returns) and the tokens spent since
+        (`also`: more work of the caller's in the same transaction)."""
         async with self._writing, self.db.write() as conn:
             await self._save(conn, status, messages)
+            if also is not None:
+                await also(conn)
 
-    async def close(self, status: str, messages: Sequence[ModelMessage]) -> None:
+    async def close(
+        self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None
+    ) -> None:
         """Store the session's final status (and any tokens not recorded yet); when storage
-        is away the history is kept in this process for the retry."""
+        is away the history is kept in this process for the retry. `also`: what the caller
+        reads (or writes) as the run ends, in the same transaction."""
         try:
-            await self.save(status, messages)
+            await self.save(status, messages, also)
         except Exception as exc:
             if is_storage_error(exc):
                 self._keep_unsaved(messages)

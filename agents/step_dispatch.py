@@ -29,11 +29,11 @@ Work = Callable[[], Awaitable[None]]
 async def post_form(
     ctx: Context, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
 ) -> None:
-    if not await step_runs.still_current(ctx, effect):
+    plan = await step_runs.current_plan(ctx, effect)
+    if plan is None:
         return  # the plan moved on (cancelled, aborted): no form to show
     if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
         return
-    plan = await ctx.reconciler.plan(effect.conversation_id)
     await plan_notices.show_card(ctx, conversation, effect.plan_id, first=True)
     await ctx.port.post_form(conversation, effect, plan)
     if isinstance(effect, ShowForm):

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 from pydantic_ai.messages import BinaryContent, UserContent
 from pydantic_ai.models import Model
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.effects import step_key
 from agents.files import FilePolicy, as_text, describe, fenced, is_text, rendered_output
 from agents.plan import Plan
 from agents.plan_validation import STEP_REF, TEMPLATE
+from agents.step_reads import Connect
 from storage.files import produced_files, read_bytes, received_files
 from storage.records import FileRecord
 
@@ -71,7 +71,7 @@ def output_refs(template: str) -> list[int]:
 
 
 async def prompt_files(
-    conn: AsyncConnection,
+    connect: Connect,
     *,
     conversation_id: int,
     request_ts: str | None,
@@ -79,28 +79,32 @@ async def prompt_files(
     step_index: int | None,
     policy: FilePolicy,
     reads_media: Callable[[str], bool],
+    received: list[FileRecord] | None = None,
 ) -> PromptFiles:
-    """The files a step's first prompt carries (see the module's docstring)."""
+    """The files a step's first prompt carries (see the module's docstring); `received`:
+    the conversation's received files as just read (else read here). `connect` is asked
+    for a connection only when something is left to read (bytes, upstream outputs)."""
     out = PromptFiles()
     lines: list[str] = []
-    received = await received_files(conn, conversation_id)
+    if received is None:
+        received = await received_files(await connect(), conversation_id)
     for file in received:
         if file.message_ts == request_ts:
-            lines.append(await _attachment(conn, file, policy, reads_media, out))
+            lines.append(await _attachment(connect, file, policy, reads_media, out))
     if lines:
         out.text = "\n".join([ATTACHED_HEADER, *lines])
     later = [f for f in received if f.message_ts != request_ts and f.state == "ready"]
     if later:
         named = "\n".join(f"- {describe(f)}" for f in later)
         out.text = "\n\n".join(t for t in (out.text, f"{LATER_HEADER}\n{named}") if t)
-    outputs = await _upstream_outputs(conn, plan, step_index, policy)
+    outputs = await _upstream_outputs(connect, plan, step_index, policy)
     if outputs:
         out.text = "\n\n".join(t for t in (out.text, OUTPUTS_HEADER + "\n" + outputs) if t)
     return out
 
 
 async def _attachment(
-    conn: AsyncConnection,
+    connect: Connect,
     file: FileRecord,
     policy: FilePolicy,
     reads_media: Callable[[str], bool],
@@ -108,7 +112,7 @@ async def _attachment(
 ) -> str:
     if file.state == "refused":
         return f"- {describe(file)}: not available ({file.refusal or 'refused'})"
-    data = await read_bytes(conn, file) if file.has_bytes else None
+    data = await read_bytes(await connect(), file) if file.has_bytes else None
     if data is None:
         return f"- {describe(file)}: not fetched; try `read_file` later"
     if is_text(file.mimetype, file.name):
@@ -121,7 +125,7 @@ async def _attachment(
 
 
 async def _upstream_outputs(
-    conn: AsyncConnection, plan: Plan | None, step_index: int | None, policy: FilePolicy
+    connect: Connect, plan: Plan | None, step_index: int | None, policy: FilePolicy
 ) -> str:
     step = plan.step(step_index) if plan is not None and step_index is not None else None
     if plan is None or step is None:
@@ -129,6 +133,7 @@ async def _upstream_outputs(
     refs = output_refs(step.input)
     if not refs:
         return ""
+    conn = await connect()
     produced = await produced_files(conn, plan_id=plan.id)
     lines: list[str] = []
     for index in refs:

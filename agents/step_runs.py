@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.commander import commander_step_spec
 from agents.effects import (
@@ -42,8 +44,10 @@ from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
-from storage.plans import LoadedPlan, load_plan
-from storage.records import ConversationRecord
+from agents.step_reads import read_step
+from storage.files import produced_files
+from storage.plans import LoadedPlan, load_latest_plan, load_plan
+from storage.records import ConversationRecord, FileRecord
 from storage.run_requests import wait_reasons
 
 if TYPE_CHECKING:
@@ -99,15 +103,45 @@ async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser)
 async def current_plan(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> Plan | None:
     """The stored plan, if the effect's step attempt is still in flight in it."""
     plan = await ctx.reconciler.plan(effect.conversation_id)
+    return plan if is_current(plan, effect) else None
+
+
+def is_current(plan: Plan | None, effect: RunnableStep | ShowForm | AskUser) -> bool:
+    """Whether the effect's step attempt is in flight in `plan` (the conversation's newest)."""
     if plan is None or plan.id != effect.plan_id or plan.status in TERMINAL_PLAN:
-        return None
+        return False
     step = plan.step(effect.step)
-    current = (
+    return (
         step is not None
         and step.attempts == effect.attempt
         and step.status in ("in_progress", "blocked")
     )
-    return plan if current else None
+
+
+@dataclass(slots=True)
+class AfterRun:
+    """Whether the step attempt is still current once its run is over (another process may
+    have stopped the plan meanwhile), and the files its run wrote: read in the transaction
+    that stores the finished run (`read`), else on their own (`seen`)."""
+
+    effect: RunnableStep
+    run_key: str
+    found: tuple[bool, list[FileRecord]] | None = None
+
+    async def read(self, conn: AsyncConnection) -> None:
+        loaded = await conn.run_sync(load_latest_plan, self.effect.conversation_id)
+        produced = await produced_files(conn, run_key=self.run_key)
+        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+        self.found = is_current(plan, self.effect), produced
+
+    async def seen(self, ctx: Context) -> tuple[bool, list[FileRecord]]:
+        """What was read as the run closed; read now if it was not (e.g. a run that had
+        finished before: nothing was stored)."""
+        if self.found is None:
+            async with ctx.db.read() as conn:
+                await self.read(conn)
+        assert self.found is not None
+        return self.found
 
 
 async def job_still_wanted(ctx: Context, job: Job) -> bool:
@@ -180,19 +214,33 @@ async def _execute(
     files = ctx.options.files
     key = result_key(effect.plan_id, effect.step, effect.attempt)
     agent = None if spec.name == COMMANDER else spec.name
+    fresh = not isinstance(effect, ResumeStep)
+    after = AfterRun(effect, job.run_key)
+    # its session, thread, plan and received files: one read for the stream and the run
+    reads = await read_step(ctx.db, job, with_plan=fresh, with_files=fresh)
     answer = await ctx.port.open_answer(
-        conversation, agent=agent, result_of=effect, key=key, plan_id=effect.plan_id
+        conversation,
+        agent=agent,
+        result_of=effect,
+        key=key,
+        plan_id=effect.plan_id,
+        thread=reads.thread,
     )
     try:
         model = await ctx.choose_model(spec.model)
         # the runtime builds the agent's own MCP toolsets from `spec`
         if isinstance(effect, ResumeStep):
             result = await resume_step(
-                ctx.db, job, spec, effect.answer, model=model, files=files, show=answer.show
-            )
+                ctx.db, job, spec, effect.answer, model=model, files=files, show=answer.show,
+                reads=reads, at_close=after.read,
+            )  # fmt: skip
         else:
-            await fetch_attachments(ctx, conversation)  # its prompt carries them
-            result = await run_step(ctx.db, job, spec, model=model, files=files, show=answer.show)
+            # its prompt carries them; a fetch changed its files (maybe the thread): read anew
+            fetched = await fetch_attachments(ctx, conversation, reads.received)
+            result = await run_step(
+                ctx.db, job, spec, model=model, files=files, show=answer.show,
+                reads=None if fetched else reads, at_close=after.read,
+            )  # fmt: skip
     except StorageError:
         with contextlib.suppress(Exception):  # Slack may still hear it; the database not
             await answer.discard()
@@ -210,13 +258,14 @@ async def _execute(
         return StepBlocked(
             index=effect.step, attempt=effect.attempt, question=result.question, form=result.form
         )
-    if not await still_current(ctx, effect):
+    current, produced = await after.seen(ctx)
+    if not current:
         await answer.discard()
         return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing
     ts: str | None = None
     try:
         # the files it wrote go into the thread first (each once), then its answer
-        shared = await share_produced(ctx, conversation, job.run_key, agent)
+        shared = await share_produced(ctx, conversation, job.run_key, agent, produced)
         if not (redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name)):
             ts = await answer.finish(result.message)
     except TransientError:

@@ -266,8 +266,7 @@ async def _open_form(
     service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
 ) -> str | tuple[ConversationRecord, Step]:
     """The conversation and step of a form `user` may answer now, or why not (a sentence)."""
-    conversation = await service.find_conversation(channel, thread_ts)
-    plan = await service.reconciler.plan(conversation.id) if conversation else None
+    conversation, plan = await service.find_plan(channel, thread_ts)
     step = plan.step(key.step_index) if plan is not None else None
     if conversation is None or plan is None or step is None or plan.id != key.plan_id:
         return "This form belongs to a plan that no longer exists."
@@ -306,8 +305,7 @@ async def cancel_plan(
     service: SlackService, *, plan_id: int, user: str, channel: str, thread_ts: str
 ) -> str | None:
     """Cancel a plan from its card. Returns a refusal sentence, or None when cancelled."""
-    conversation = await service.find_conversation(channel, thread_ts)
-    plan = await service.reconciler.plan(conversation.id) if conversation else None
+    conversation, plan = await service.find_plan(channel, thread_ts)
     if conversation is None or plan is None or plan.id != plan_id:
         return "This plan no longer exists."
     if plan.status not in ("running", "paused"):

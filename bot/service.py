@@ -29,6 +29,8 @@ from agents.executor import Executor
 from agents.files import FilePolicy
 from agents.lru import LRUCache
 from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
+from agents.plan import Plan
+from agents.plan_store import plan_from_rows
 from agents.reconciler import Reconciler
 from agents.registry import seed_default_agents
 from agents.roster import Roster
@@ -42,6 +44,7 @@ from storage.agents import get_agent
 from storage.conversations import find_conversation
 from storage.db import Database
 from storage.locks import ConversationLocks
+from storage.plans import load_latest_plan
 from storage.records import AgentRecord, ConversationRecord
 from storage.workspaces import ensure_workspace
 
@@ -280,6 +283,18 @@ class SlackService:
     async def find_conversation(self, channel: str, thread_ts: str) -> ConversationRecord | None:
         async with self.db.read() as conn:
             return await find_conversation(conn, self.team_id, channel, thread_ts)
+
+    async def find_plan(
+        self, channel: str, thread_ts: str
+    ) -> tuple[ConversationRecord | None, Plan | None]:
+        """A thread's conversation and its newest plan as stored, in one read."""
+        async with self.db.read() as conn:
+            conversation = await find_conversation(conn, self.team_id, channel, thread_ts)
+            if conversation is None:
+                return None, None
+            loaded = await conn.run_sync(load_latest_plan, conversation.id)
+        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+        return conversation, plan
 
     async def agent(self, name: str) -> AgentRecord | None:
         async with self.db.read() as conn:

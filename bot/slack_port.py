@@ -146,11 +146,15 @@ class SlackPort(StepMessages, FileTransfers):
         result_of: StepTag | None,
         key: str,
         plan_id: int,
+        thread: list[MessageRecord] | None = None,
     ) -> SlackAnswerStream:
-        """A stream for the answer carrying `key` (see `bot/answer_stream.py`)."""
+        """A stream for the answer carrying `key` (see `bot/answer_stream.py`); `thread`:
+        the thread's stored messages as just read (else read here)."""
         identity = await self.identity(agent) if agent else None
-        async with self.db.read() as conn:
-            messages = await thread_messages(conn, conversation.id)
+        messages = thread
+        if messages is None:
+            async with self.db.read() as conn:
+                messages = await thread_messages(conn, conversation.id)
         left = next(
             (
                 m.ts
@@ -241,6 +245,10 @@ class SlackPort(StepMessages, FileTransfers):
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
             return
         await self.plan_display.show(conversation, plan)  # under the card
+
+    async def card_posted(self, plan_id: int) -> bool:
+        """Whether the plan's card is posted (known here once posted: it never moves)."""
+        return (await self._card(plan_id)).posted is not None
 
     async def _card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory."""

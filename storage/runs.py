@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -39,7 +39,8 @@ async def save_run(
     input_tokens: int = 0,
     output_tokens: int = 0,
 ) -> None:
-    """Store a run's message history (after every model turn) and its status."""
+    """Store a run's message history (after every model turn) and its status: one
+    statement, inserting the run's row the first time."""
     values = dict(
         agent_name=agent_name,
         model=model,
@@ -49,19 +50,17 @@ async def save_run(
         output_tokens=output_tokens,
         updated_at=now,
     )
-    result = await conn.execute(update(runs_t).where(runs_t.c.run_key == run_key).values(**values))
-    if result.rowcount:
-        return
-    await conn.execute(
-        insert(runs_t).values(
-            run_key=run_key,
-            conversation_id=conversation_id,
-            plan_id=plan_id,
-            step_index=step_index,
-            created_at=now,
-            **values,
-        )
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(runs_t).values(
+        run_key=run_key,
+        conversation_id=conversation_id,
+        plan_id=plan_id,
+        step_index=step_index,
+        created_at=now,
+        **values,
     )
+    stmt = stmt.on_conflict_do_update(index_elements=[runs_t.c.run_key], set_=values)
+    await conn.execute(stmt)
 
 
 async def load_run(conn: AsyncConnection, run_key: str) -> AgentRunRecord | None:

@@ -21,6 +21,7 @@ from sqlalchemy import Table, insert, select
 from agents.errors import PermanentError, RunError, TransientError
 from agents.registry import AgentSpec
 from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
+from agents.session import RunSession
 from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.records import MessageRecord
@@ -257,6 +258,32 @@ def failing(exc: Exception) -> FunctionModel:
         raise exc
 
     return FunctionModel(script)
+
+
+async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_model(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after the model's answer was stored and before the run was closed: the run
+    continues from the stored answer (its output tool call) and pays nothing again."""
+    job = await make_job(db)
+    calls: list[int] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(len(messages))
+        return final("Prices: A 10.", "A costs 10.")
+
+    async def killed(self: RunSession, status: str, messages: Any, also: Any = None) -> None:
+        raise RuntimeError("the process was killed before the run was closed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RunSession, "close", killed)
+        with pytest.raises(RuntimeError):
+            await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+    result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+
+    assert result == StepRunResult("Prices: A 10.", "A costs 10.", [])
+    assert calls == [1]  # the model answered once
+    assert (await stored_run(db, job.run_key)).status == "finished"
 
 
 @pytest.mark.parametrize(

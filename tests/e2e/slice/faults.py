@@ -19,7 +19,7 @@ from bot.identities import make_client
 from bot.slack_port import SlackPort
 from local_slack import Message
 from storage.outbox import outbox_t
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, MessageRecord
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.scripts import Script, tools_of
 
@@ -153,9 +153,10 @@ class LostAnswer(FaultyPort):
         result_of: StepTag | None,
         key: str,
         plan_id: int,
+        thread: list[MessageRecord] | None = None,
     ) -> Any:
         stream = await super().open_answer(
-            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id, thread=thread
         )
         finish = stream.finish
 
@@ -183,9 +184,10 @@ class BrokenAnswers(FaultyPort):
         result_of: StepTag | None,
         key: str,
         plan_id: int,
+        thread: list[MessageRecord] | None = None,
     ) -> Any:
         stream = await super().open_answer(
-            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id, thread=thread
         )
         if agent == self.broken:
 

@@ -15,7 +15,7 @@ from agents.errors import TransientError
 from agents.ports import StepTag
 from bot.channel_pacing import ChannelBucket
 from local_slack import Message
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, MessageRecord
 from storage.slack_fallbacks import fallbacks_of
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import FaultyPort
@@ -107,9 +107,10 @@ class StopsMidStream(FaultyPort):
         result_of: StepTag | None,
         key: str,
         plan_id: int,
+        thread: list[MessageRecord] | None = None,
     ) -> Any:
         stream = await super().open_answer(
-            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id
+            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id, thread=thread
         )
         if not self.left.is_set() and stream.ts is None:
             original = stream.finish

@@ -43,7 +43,7 @@ from agents.admission_policy import (
 )
 from agents.clock import Clock, woken
 from agents.failures import is_storage_error, storage_error
-from agents.scheduler import NORMAL, URGENT, Admission, Limits, Running, RunRequest, admit
+from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from storage.agents import get_agent
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
@@ -154,26 +154,18 @@ class AdmissionLoop:
 
     async def enqueue(self, *, run_key: str, effect_key: str, **values: Any) -> str:
         """Ask for a slot for a run (idempotent) and park its outbox row until granted;
-        the request's state ("granted": another process runs it now)."""
-        urgent = int(values.get("priority", NORMAL)) <= URGENT
-        async with self._passing if urgent else contextlib.nullcontext():
-            now = self.clock()
-            result: PassResult | None = None
-            async with self.db.write() as conn:
-                state = await enqueue_request(
-                    conn, run_key=run_key, effect_key=effect_key, now=now, **values
-                )
-                if state != "granted":
-                    await hold_effect(conn, effect_key, now + PARK)
-                if urgent and state == "waiting":  # the pass in the same transaction: it
-                    result = await self._decide(conn)  # waits for a slot, batch runs see it
-            if result is not None:
-                await self._start(result.granted)
+        the request's state ("granted": another process runs it now). An urgent run that
+        waits needs no pass to be seen: the first batch run at a model-turn boundary gives
+        it its slot (`agents/preemption.py`)."""
+        now = self.clock()
+        async with self.db.write() as conn:
+            state = await enqueue_request(
+                conn, run_key=run_key, effect_key=effect_key, now=now, **values
+            )
+            if state != "granted":
+                await hold_effect(conn, effect_key, now + PARK)
         log.debug("%s asks for a slot: %s", run_key, state)
-        if result is not None:
-            await self._after(result)
-        else:
-            self.wake()
+        self.wake()
         return state
 
     # --- the loop -----------------------------------------------------------------------

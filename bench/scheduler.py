@@ -5,7 +5,8 @@ beside it.
 Three admission loops (three "processes", each its own engine) share one SQLite file and
 grant run requests (`storage/run_requests.py`) exactly as replicas do; a simulated run holds
 its slot for a number of model turns, renews its lease and checks at each turn boundary
-whether it was asked to pause (as a job's heartbeat does), and settles its request. Not the
+whether urgent work waits for its slot (then the first run to get there hands it over and
+pauses, as a job's stored turn does), and settles its request. Not the
 Slack layer, not the model, not the executor's jobs: the scheduling machinery alone, with
 real rows, leases and passes (`tests/e2e/slice/test_scheduler.py` covers the executor's
 side of a pause through the Bolt app).
@@ -16,7 +17,7 @@ side of a pause through the Bolt app).
   and FIFO (the same loop deciding first come, first served) side by side; then weighted
   (A's channel weight 2): shares against the weights.
 - Priority: 4 batch runs of 10 turns fill the 4 slots; an urgent run arrives; how long,
-  in model turns, until it starts (it preempts a batch run at its next boundary).
+  in model turns, until it starts (the first batch run to reach a boundary yields).
 - Resume fidelity: 50 runs of 5 turns with forced preemptions (urgent work arriving) and
   two "kill -9"s at random turn boundaries (a process stops mid-turn and renews nothing;
   its short lease expires and another process resumes each run from its last stored

@@ -30,6 +30,14 @@ from storage.run_requests import requests_t, requeue_request
 from storage.tables import Json
 
 _others = requests_t.alias("others")
+
+
+def _waits(state: Any) -> Any:
+    """A request waits (or waits again, paused). Not `IN (…)`: an IN list of literals is an
+    expanding parameter, rendered into the SQL again at every execution."""
+    return (state == "waiting") | (state == "preempted")
+
+
 # a request's own columns, as `agents/slot_requests.py` fills them
 COLUMNS = (
     "effect_key", "effect_kind", "effect", "conversation_id", "team_id", "channel_id",
@@ -77,7 +85,7 @@ def _room() -> Any:
     held = select(func.count()).select_from(_others)
     agent_cap = bindparam("b_agent_cap", type_=Integer)
     return and_(
-        ~exists().where(o.state.in_(("waiting", "preempted")), o.run_key != key),
+        ~exists().where(_waits(o.state), o.run_key != key),
         held.where(live).scalar_subquery() < bindparam("b_capacity"),
         held.where(live, o.holder == bindparam("b_owner")).scalar_subquery()
         < bindparam("b_process_capacity"),
@@ -111,7 +119,7 @@ def _statements(dialect: Any) -> tuple[Any, Any]:
     regrant = (
         update(requests_t)
         .where(
-            c.run_key == bindparam("b_run_key"), again | c.state.in_(("waiting", "preempted")), room
+            c.run_key == bindparam("b_run_key"), again | _waits(c.state), room
         )
         .values(
             {
@@ -151,19 +159,21 @@ async def renew_request(conn: AsyncConnection, run_key: str, owner: str, until: 
     return renewed is not None
 
 
-_OTHERS_WAIT = exists().where(_others.c.state.in_(("waiting", "preempted")))
+_FINISH = (  # built once: a run's settle pays no statement construction
+    update(requests_t)
+    .where(requests_t.c.run_key == bindparam("b_key", type_=String))
+    .values(
+        state="done", holder=None, lease_until=None, preempt=False,
+        finished_at=bindparam("b_now", type_=requests_t.c.finished_at.type),
+    )
+    .returning(exists().where(_waits(_others.c.state)))
+)  # fmt: skip
 
 
 async def finish_request(conn: AsyncConnection, run_key: str, now: datetime) -> bool:
     """The run ended (done, failed, cancelled): its slot is free. True when other runs
     wait for a slot (asked in the same statement: an idle deployment runs no pass)."""
-    others = await conn.scalar(
-        update(requests_t)
-        .where(requests_t.c.run_key == run_key)
-        .values(state="done", holder=None, lease_until=None, finished_at=now, preempt=False)
-        .returning(_OTHERS_WAIT)
-    )
-    return bool(others)
+    return bool(await conn.scalar(_FINISH, {"b_key": run_key, "b_now": now}))
 
 
 async def holders(conn: AsyncConnection) -> dict[str, tuple[str, datetime]]:
@@ -180,7 +190,7 @@ def _for_a_slot(table: Any, priority_at_most: Any) -> Any:
     """Requests waiting only for a slot (no quota, budget or pause keeps them), this urgent."""
     t = table.c
     return and_(
-        t.state.in_(("waiting", "preempted")),
+        _waits(t.state),
         t.priority <= priority_at_most,
         t.wait_kind.is_(None) | (t.wait_kind == "capacity"),
     )
@@ -241,7 +251,7 @@ async def pass_slot(
     )
     if conn.dialect.name == "postgresql":
         chosen = chosen.with_for_update(skip_locked=True)
-    conditions = [c.run_key == chosen.scalar_subquery(), c.state.in_(("waiting", "preempted"))]
+    conditions = [c.run_key == chosen.scalar_subquery(), _waits(c.state)]
     if from_run is not None:
         o = _others.c
         conditions.append(

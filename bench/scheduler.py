@@ -25,7 +25,8 @@ side of a pause through the Bolt app).
   uninterrupted total.
 - Idle cost (`bench/scheduler_idle.py`): one process, one workspace, no contention, the
   executor's real jobs with and without a slot request: the round trips, transactions and
-  time the scheduler adds per run, beside `bench/reconcile.py`'s per-step reconcile.
+  time the scheduler adds per run, beside `bench/reconcile.py`'s per-step reconcile
+  (`bench/scheduler_callgrind.py` counts the same in instructions, steady under load).
 
 An earlier version "sometimes stalled with an idle event loop": that was the product's
 admission loop swallowing its own cancellation on Python 3.11 (see
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import random
 import statistics
 import sys
@@ -119,9 +121,12 @@ async def fairness(
     return line
 
 
-async def urgent_wait(tmp: Path, trial: int, turn: float) -> tuple[float, float]:
+async def urgent_wait(tmp: Path, trial: int, turn: float) -> tuple[float, float, int, float]:
     """Model turns from an urgent run's arrival to its start, the 4 slots full of batch;
-    seconds from the paused batch run's turn boundary to that start."""
+    seconds from the paused batch run's turn boundary to that start; batch boundaries
+    reached between its arrival and that boundary (0: the first one after it yielded);
+    the batch runs' turns as measured, boundary to boundary (the model's time plus storing
+    the turn), in seconds (median)."""
     h = Harness(await fresh(tmp, f"priority-{trial}"), turn)
     await h.start()
     batch = [f"B-{i}" for i in range(4)]
@@ -133,20 +138,34 @@ async def urgent_wait(tmp: Path, trial: int, turn: float) -> tuple[float, float]
     await h.ask("U-0", "urgent", 1, priority=URGENT)
     await h.until_done([*batch, "U-0"])
     await h.stop()
-    started = h.granted["U-0"]
-    return (started - h.enqueued["U-0"]) / turn, started - min(h.paused_at, default=started)
+    started, arrived = h.granted["U-0"], h.enqueued["U-0"]
+    paused = min(h.paused_at, default=started)
+    missed = sum(1 for _, at in h.boundary_at if arrived < at < paused)
+    periods = [
+        b - a
+        for key in batch
+        for a, b in itertools.pairwise(at for k, at in h.boundary_at if k == key)
+    ]
+    return (started - arrived) / turn, started - paused, missed, statistics.median(periods)
 
 
 def priority(tmp: Path, trials: int) -> str:
     turn = 0.05
     trials_run = [asyncio.run(urgent_wait(tmp, trial, turn)) for trial in range(trials)]
-    waits = sorted(w for w, _ in trials_run)
-    after = statistics.median(a for _, a in trials_run)
+    waits = sorted(w for w, _, _, _ in trials_run)
+    after = statistics.median(a for _, a, _, _ in trials_run)
+    each = ", ".join(f"{w:.2f} ({m})" for w, _, m, _ in trials_run)
+    measured = sorted(w * turn / p for w, _, _, p in trials_run)
+    period = statistics.median(p for _, _, _, p in trials_run)
     return (
         f"priority: an urgent run started {statistics.median(waits):.2f} model turns after it "
         f"arrived (median of {trials}; {waits[0]:.2f}–{waits[-1]:.2f}; goal ≤ 1; 4 batch runs "
         f"of 10 turns of {turn * 1000:g} ms held the 4 slots), {after * 1000:.0f} ms (median) "
-        "after the paused batch run reached its turn boundary"
+        f"after the paused batch run reached its turn boundary\n  trials: {each} – turns "
+        "(batch boundaries reached after it arrived, before the one that yielded)\n"
+        f"  in the batch runs' turns as measured (boundary to boundary, median "
+        f"{period * 1000:.0f} ms): {statistics.median(measured):.2f} median, "
+        f"{measured[0]:.2f}–{measured[-1]:.2f}"
     )
 
 

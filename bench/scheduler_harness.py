@@ -105,6 +105,7 @@ class Harness:
     dead: set[str] = field(default_factory=set)
     resumes: Counter[str] = field(default_factory=Counter)  # grants after the first
     boundaries: int = 0  # turn boundaries reached (where a kill may fall)
+    boundary_at: list[tuple[str, float]] = field(default_factory=list)  # run, when
     paused_at: list[float] = field(default_factory=list)  # a run reached its boundary, paused
     yields: int = 0  # runs that gave their slot to urgent work
 
@@ -182,6 +183,7 @@ class Harness:
                 break
             self.boundaries += 1
             at = time.perf_counter()
+            self.boundary_at.append((key, at))
             passed: RunRequestRecord | None = None
             async with db.write() as conn:  # the turn boundary: the turn is stored here
                 until = self.clock() + self.lease

@@ -162,9 +162,12 @@ async def grant_request(
     return bool(result.rowcount)
 
 
-_SET_WAIT = (
+_SET_WAIT = (  # only while it waits: a run at a boundary may have handed it a slot since
     update(requests_t)
-    .where(requests_t.c.run_key == bindparam("key"))
+    .where(
+        requests_t.c.run_key == bindparam("key"),
+        (requests_t.c.state == "waiting") | (requests_t.c.state == "preempted"),
+    )
     .values(wait_kind=bindparam("kind"), wait_reason=bindparam("reason"))
 )
 

@@ -19,18 +19,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from agents import step_runs, telemetry
-from agents.admission import PARK
 from agents.effects import Effect
 from agents.errors import TransientError
 from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
-from agents.preemption import BOUNDARY, Preempted, TurnBoundary
+from agents.preemption import BOUNDARY, Preempted, turn_boundary
 from agents.run_context import Context, Job, Work
-from agents.scheduler import PREEMPTIBLE_FROM, URGENT
 from agents.slot_requests import SlotRequest, claim_slot
 from storage.outbox import (
     fail_held_effect,
@@ -39,10 +35,9 @@ from storage.outbox import (
     hold_effect,
 )
 from storage.records import RunRequestRecord
-from storage.run_request_leases import finish_request, give_way, renew_request, urgent_waits
+from storage.run_request_leases import finish_request, renew_request
 from storage.run_requests import (
     drop_request,
-    get_request,
     requeue_request,
     requeue_requests_of,
 )
@@ -127,7 +122,8 @@ class JobRunner:
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
             ended: BaseException | None = None
-            BOUNDARY.set(self._boundary(job, lease_key))  # urgent work: yield at a turn's end
+            yields = job.scheduled and self.start_passed is not None  # …to urgent work
+            BOUNDARY.set(turn_boundary(self.context, job, self.owner) if yields else None)
             try:
                 await work()
             except (asyncio.CancelledError, Exception) as exc:
@@ -323,38 +319,10 @@ class JobRunner:
             await finish_effect(conn, job.key, now)
         return others_wait
 
-    def _boundary(self, job: Job, lease_key: str) -> TurnBoundary | None:
-        """How a scheduled batch run yields its slot to urgent work at a model-turn boundary
-        (`agents/preemption.py`); None when it never does (unscheduled, or preemption off)."""
-        ctx = self.context
-        if not job.scheduled or not ctx.options.scheduler.preempt or self.start_passed is None:
-            return None
-
-        async def wants(conn: AsyncConnection) -> bool:
-            return await urgent_waits(
-                conn, lease_key, priority_at_most=URGENT, yields_from=PREEMPTIBLE_FROM
-            )
-
-        async def give(conn: AsyncConnection) -> bool:
-            now = ctx.clock()
-            until = now + ctx.options.lease
-            key = await give_way(
-                conn, lease_key, self.owner, now=now, until=until, priority_at_most=URGENT
-            )
-            if key is None:
-                return False  # another run gave way first, or nobody waits now: go on
-            await hold_effect(conn, job.key, now + PARK)  # it waits in its place again
-            job.passed = await get_request(conn, key)
-            if job.passed is not None:
-                await hold_effect(conn, job.passed.effect_key, until)
-            return True
-
-        return TurnBoundary(wants, give, job.pause)
-
     async def _pause(self, job: Job) -> None:
         """Paused for urgent work at a model-turn boundary: the run waits again in its
         place, its history stored (it resumes without re-paying); its slot went to the
-        urgent run in the same transaction (`_boundary`), started here at once."""
+        urgent run in the same transaction (`turn_boundary`), started here at once."""
         passed, job.passed = job.passed, None
         if passed is not None and self.start_passed is not None:
             telemetry.admitted(self.context.clock() - passed.enqueued_at)

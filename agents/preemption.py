@@ -1,15 +1,15 @@
 """Urgent work: the first lower-priority run to reach a model-turn boundary yields its slot.
 
-A scheduled run's job sets `BOUNDARY` for its task. Whenever the run stores its history
-(`RunSession.save`), the same transaction reads in one statement whether an urgent run
-waits only for a slot this run may give (`TurnBoundary.wants`). At a model-turn boundary
-– everything paid for is stored, the next model request not sent yet – a run that saw one
-gives way: in one transaction its slot is handed straight to that urgent run and it waits
-again in its place (`TurnBoundary.give_way`). The hand-over is conditional on the waiter
-still waiting, so of several runs reaching a boundary together exactly one yields and the
-others go on; a run pauses only when a waiter received its slot. Once that committed,
-`check_pause` raises `Preempted` and the job starts the urgent run in the freed slot; the
-paused run resumes later from its stored history, re-paying nothing.
+A scheduled run's job sets `BOUNDARY` (`turn_boundary`) for its task. Whenever the run
+stores its history (`RunSession.save`), the same transaction reads in one statement whether
+an urgent run waits only for a slot this run may give (`TurnBoundary.wants`). At a model-
+turn boundary – everything paid for is stored, the next model request not sent yet – a run
+that saw one gives way: in one transaction its slot is handed straight to that urgent run
+and it waits again in its place (`TurnBoundary.give_way`). The hand-over is conditional on
+the waiter still waiting, so of several runs reaching a boundary together exactly one yields
+and the others go on; a run pauses only when a waiter received its slot. Once that
+committed, `check_pause` raises `Preempted` and the job starts the urgent run in the freed
+slot; the paused run resumes later from its stored history, re-paying nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agents.admission import PARK
+from agents.run_context import Context, Job
+from agents.scheduler import PREEMPTIBLE_FROM, URGENT
+from storage.outbox import hold_effect
+from storage.run_request_leases import give_way, urgent_waits
+from storage.run_requests import get_request
 
 
 @dataclass(slots=True)
@@ -77,3 +84,31 @@ def check_pause() -> None:
     turn = BOUNDARY.get()
     if turn is not None and turn.paused.is_set():
         raise Preempted("paused for urgent work")
+
+
+def turn_boundary(ctx: Context, job: Job, owner: str) -> TurnBoundary | None:
+    """How a scheduled job's run yields its slot to urgent work (None: preemption is off).
+    The hand-over also parks the run's outbox row (it waits in its place again) and holds
+    the urgent run's row for its lease; the job starts that run (`job.passed`)."""
+    if not ctx.options.scheduler.preempt or job.run_key is None:
+        return None
+    run_key = job.run_key
+
+    async def wants(conn: AsyncConnection) -> bool:
+        return await urgent_waits(
+            conn, run_key, priority_at_most=URGENT, yields_from=PREEMPTIBLE_FROM
+        )
+
+    async def give(conn: AsyncConnection) -> bool:
+        now = ctx.clock()
+        until = now + ctx.options.lease
+        key = await give_way(conn, run_key, owner, now=now, until=until, priority_at_most=URGENT)
+        if key is None:
+            return False  # another run gave way first, or nobody waits now: go on
+        await hold_effect(conn, job.key, now + PARK)
+        job.passed = await get_request(conn, key)
+        if job.passed is not None:
+            await hold_effect(conn, job.passed.effect_key, until)
+        return True
+
+    return TurnBoundary(wants, give, job.pause)

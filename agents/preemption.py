@@ -2,12 +2,12 @@
 
 A scheduled run's job sets `BOUNDARY` (`turn_boundary`) for its task. Whenever the run
 stores its history (`RunSession.save`), the same transaction reads in one statement whether
-an urgent run waits only for a slot this run may give (`TurnBoundary.wants`). At a model-
-turn boundary – everything paid for is stored, the next model request not sent yet – a run
-that saw one gives way: in one transaction its slot is handed straight to that urgent run
-and it waits again in its place (`TurnBoundary.give_way`). The hand-over is conditional on
-the waiter still waiting, so of several runs reaching a boundary together exactly one yields
-and the others go on; a run pauses only when a waiter received its slot. Once that
+an urgent run waits only for a slot this run may give (`TurnBoundary.wants`). At a
+model-turn boundary – everything paid for is stored, the next model request not sent yet – a
+run that saw one gives way: in one transaction its slot is handed straight to that urgent
+run and it waits again in its place (`TurnBoundary.give_way`). The hand-over is conditional
+on the waiter still waiting, so of several runs reaching a boundary together exactly one
+yields and the others go on; a run pauses only when a waiter received its slot. Once that
 committed, `check_pause` raises `Preempted` and the job starts the urgent run in the freed
 slot; the paused run resumes later from its stored history, re-paying nothing.
 """

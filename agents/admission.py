@@ -6,8 +6,9 @@ have room, otherwise it waits in line and its outbox row is parked. An admission
 one at a time across the deployment (`lock_admission`) – reads the queue, lets the pure
 core (`agents/scheduler.py`) decide, and in the same transaction grants slots to this
 process (a granted request is the run's lease; the outbox row is held until the lease
-ends, so the job's heartbeat renews both together), writes why the others wait, and asks
-batch runs to pause for urgent work. After commit the granted runs start here; plans
+ends, so the job's heartbeat renews both together), and writes why the others wait (urgent work
+waiting for a slot is given one by the first batch run to reach a model-turn boundary:
+`agents/preemption.py`). After commit the granted runs start here; plans
 whose waiting reasons changed get their card updated (and only those). Passes run on a
 wake-up (a run put in line, a slot freed while others wait) and every `poll_seconds`
 (other processes' work, expired leases).
@@ -42,13 +43,12 @@ from agents.admission_policy import (
 )
 from agents.clock import Clock, woken
 from agents.failures import is_storage_error, storage_error
-from agents.scheduler import NORMAL, URGENT, Admission, Limits, Running, RunRequest, admit
+from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from storage.agents import get_agent
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
 from storage.records import RunRequestRecord
 from storage.run_requests import (
-    ask_to_preempt,
     drop_request,
     enqueue_request,
     expire_grants,
@@ -93,7 +93,6 @@ class PassResult:
     granted: tuple[RunRequestRecord, ...] = ()
     changed_plans: frozenset[tuple[int, int]] = frozenset()  # (conversation, plan)
     refused: tuple[tuple[RunRequestRecord, str], ...] = ()
-    preempted: tuple[str, ...] = ()
 
 
 class AdmissionLoop:
@@ -112,15 +111,11 @@ class AdmissionLoop:
         show_waits: ShowWaits,
         refuse: Refuse,
         decide: Decide = admit,
-        pause_here: Callable[[str], None] | None = None,
     ) -> None:
         self.db, self.owner, self.team_id, self.clock = db, owner, team_id, clock
         self.options, self.lease = options, lease
         self.start_run, self.show_waits, self.refuse = start, show_waits, refuse
         self.decide = decide  # the pure core (a benchmark passes plain FIFO to compare)
-        # asks a run of this process to pause at its next turn boundary, without waiting
-        # for its heartbeat to read the request (other processes' runs read it there)
-        self.pause_here = pause_here
         self._wake = asyncio.Event()
         self._passing = asyncio.Lock()  # one pass at a time in this process
         self._loop: asyncio.Task[None] | None = None
@@ -159,26 +154,18 @@ class AdmissionLoop:
 
     async def enqueue(self, *, run_key: str, effect_key: str, **values: Any) -> str:
         """Ask for a slot for a run (idempotent) and park its outbox row until granted;
-        the request's state ("granted": another process runs it now)."""
-        urgent = int(values.get("priority", NORMAL)) <= URGENT
-        async with self._passing if urgent else contextlib.nullcontext():
-            now = self.clock()
-            result: PassResult | None = None
-            async with self.db.write() as conn:
-                state = await enqueue_request(
-                    conn, run_key=run_key, effect_key=effect_key, now=now, **values
-                )
-                if state != "granted":
-                    await hold_effect(conn, effect_key, now + PARK)
-                if urgent and state == "waiting":  # the pass in the same transaction: a
-                    result = await self._decide(conn)  # batch run is asked to pause now
-            if result is not None:
-                await self._start(result.granted)
+        the request's state ("granted": another process runs it now). An urgent run that
+        waits needs no pass to be seen: the first batch run at a model-turn boundary gives
+        it its slot (`agents/preemption.py`)."""
+        now = self.clock()
+        async with self.db.write() as conn:
+            state = await enqueue_request(
+                conn, run_key=run_key, effect_key=effect_key, now=now, **values
+            )
+            if state != "granted":
+                await hold_effect(conn, effect_key, now + PARK)
         log.debug("%s asks for a slot: %s", run_key, state)
-        if result is not None:
-            await self._after(result)
-        else:
-            self.wake()
+        self.wake()
         return state
 
     # --- the loop -----------------------------------------------------------------------
@@ -260,7 +247,7 @@ class AdmissionLoop:
         )
         by_key = {r.run_key: r for r in queue}
         log.debug("admission pass: %d granted, %d waiting", len(decision.grants), len(waiting))
-        return await self._apply(conn, decision, by_key, options, len(granted), now)
+        return await self._apply(conn, decision, by_key, options, now)
 
     async def _apply(
         self,
@@ -268,7 +255,6 @@ class AdmissionLoop:
         decision: Admission,
         by_key: dict[str, RunRequestRecord],
         options: SchedulerOptions,
-        running: int,
         now: datetime,
     ) -> PassResult:
         until = now + self.lease
@@ -301,13 +287,7 @@ class AdmissionLoop:
                 changed |= _plan_of(record)
                 telemetry.refused(wait.kind)
         await set_wait_reasons(conn, reasons)
-        preempted: list[str] = []
-        if running + len(granted) >= options.capacity:  # the deployment is full
-            for key in decision.preempt:
-                if not by_key[key].preempt:
-                    await ask_to_preempt(conn, key)
-                    preempted.append(key)
-        return PassResult(tuple(granted), frozenset(changed), tuple(refused), tuple(preempted))
+        return PassResult(tuple(granted), frozenset(changed), tuple(refused))
 
     async def _start(self, granted: tuple[RunRequestRecord, ...]) -> None:
         for record in granted:
@@ -325,11 +305,6 @@ class AdmissionLoop:
                 await self.show_waits(conversation_id, plan_id)
             except Exception:  # the card shows the reason at its next update
                 log.warning("could not show why plan %s waits", plan_id, exc_info=True)
-        if result.preempted:
-            log.info("asked %d run(s) to pause for urgent work", len(result.preempted))
-            if self.pause_here is not None:
-                for key in result.preempted:
-                    self.pause_here(key)
 
     async def _prune(self, conn: AsyncConnection, now: datetime) -> None:
         window = self.options.share_window

@@ -39,7 +39,7 @@ class SchedulerOptions:
     default_estimate: int = 2_000  # tokens a run of an agent with no history is expected to use
     poll_seconds: float = 2.0  # an admission pass at least this often (other processes' work)
     share_window: timedelta = timedelta(minutes=10)  # recent grants count towards shares
-    preempt: bool = True  # urgent work may pause batch runs at a model-turn boundary
+    preempt: bool = True  # urgent work takes a batch run's slot at a model-turn boundary
 
 
 def with_overrides(options: SchedulerOptions, settings: Mapping[str, Any]) -> SchedulerOptions:
@@ -104,7 +104,6 @@ def limits_of(options: SchedulerOptions, budgets: Mapping[str, Budget]) -> Limit
         tool_caps=dict(options.tool_caps),
         weights=dict(options.weights),
         budgets=dict(budgets),
-        preempt_at_or_below=URGENT if options.preempt else 0,
     )
 
 

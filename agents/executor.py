@@ -86,7 +86,6 @@ class Executor:
             start=self._start_granted,
             show_waits=self._show_waits,
             refuse=self._refused,
-            pause_here=self._pause_here,
         )
         self.runner = JobRunner(
             context,
@@ -333,13 +332,6 @@ class Executor:
         """A granted run whose step moved on: its slot, lease and row are let go unrun."""
         await let_go_unrun(self.context, record, self.owner)
         self.admission.wake()
-
-    def _pause_here(self, run_key: str) -> None:
-        """Urgent work waits: a run of this process asked to pause stops at its next
-        model-turn boundary (a run elsewhere reads the request at its heartbeat)."""
-        for job in self.jobs.values():
-            if job.run_key == run_key and job.scheduled:
-                job.pause.set()
 
     def _slot_freed(self, job: Job, preempted: bool) -> None:
         """A job let its slot go: another run may start now (and a paused one says so)."""

@@ -20,15 +20,13 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from agents import step_runs, telemetry
-from agents.admission import PARK
 from agents.effects import Effect
 from agents.errors import PermanentError, TransientError
 from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
-from agents.preemption import PAUSE, Preempted
+from agents.preemption import BOUNDARY, Preempted, turn_boundary
 from agents.run_context import Context, Job, Work
-from agents.scheduler import URGENT
 from agents.slot_requests import SlotRequest, claim_slot
 from storage.outbox import (
     fail_held_effect,
@@ -37,10 +35,9 @@ from storage.outbox import (
     hold_effect,
 )
 from storage.records import RunRequestRecord
-from storage.run_request_leases import finish_request, pass_slot, renew_request
+from storage.run_request_leases import finish_request, renew_request
 from storage.run_requests import (
     drop_request,
-    get_request,
     requeue_request,
     requeue_requests_of,
 )
@@ -125,7 +122,8 @@ class JobRunner:
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
             ended: BaseException | None = None
-            PAUSE.set(job.pause)  # the run checks it at each model-turn boundary
+            yields = job.scheduled and self.start_passed is not None  # …to urgent work
+            BOUNDARY.set(turn_boundary(self.context, job, self.owner) if yields else None)
             try:
                 await work()
             except (asyncio.CancelledError, Exception) as exc:
@@ -170,8 +168,10 @@ class JobRunner:
                 await self._storage_away(job, lease_key, ended)
                 return True
         self.outages.pop(job.key)
-        if isinstance(ended, Preempted) and not job.cancelled:
-            await self._pause(job, lease_key)
+        if isinstance(ended, Preempted):  # its slot went to urgent work as it paused
+            await self._pause(job)
+            if job.cancelled:  # …and the plan was stopped meanwhile: over, not waiting
+                await self._settle(job, lease_key)
         elif isinstance(ended, asyncio.CancelledError):
             if job.cancelled:  # the plan was stopped: the work is over, not handed on
                 return await self._settle(job, lease_key)
@@ -281,15 +281,14 @@ class JobRunner:
         ctx = self.context
         while True:
             await asyncio.sleep(ctx.options.heartbeat.total_seconds())
+            if job.pause.is_set():
+                return  # it gave its slot to urgent work: nothing left to renew
             try:
                 until = ctx.clock() + ctx.options.lease
                 async with ctx.db.write() as conn:
                     # the lease first: every transaction locks request, lease, row in turn
                     if job.scheduled:  # the granted request is the run's lease
-                        pause = await renew_request(conn, lease_key, self.owner, until)
-                        if pause:
-                            job.pause.set()  # urgent work waits: stop at the next turn
-                        kept = pause is not None
+                        kept = await renew_request(conn, lease_key, self.owner, until)
                     else:
                         kept = await renew_run(conn, lease_key, self.owner, until)
                     if kept:
@@ -302,6 +301,8 @@ class JobRunner:
                 continue
             if wanted:
                 continue
+            if job.pause.is_set():
+                return  # it gave its slot away as this beat renewed: not a lost lease
             if not kept:
                 log.warning("lost the lease on %s (this process was too slow)", lease_key)
                 job.lease_lost = True
@@ -323,28 +324,16 @@ class JobRunner:
             await finish_effect(conn, job.key, now)
         return others_wait
 
-    async def _pause(self, job: Job, lease_key: str) -> None:
+    async def _pause(self, job: Job) -> None:
         """Paused for urgent work at a model-turn boundary: the run waits again in its
-        place, its history stored (it resumes without re-paying), and its slot goes to the
-        urgent run in the same transaction, started here at once (`start_passed`)."""
-        now = self.context.clock()
-        until = now + self.context.options.lease
-        passed: RunRequestRecord | None = None
-        async with self.context.db.write() as conn:
-            await requeue_request(conn, lease_key, self.owner, preempted=True)
-            await hold_effect(conn, job.key, now + PARK)
-            if self.start_passed is not None:
-                key = await pass_slot(
-                    conn, self.owner, now=now, until=until, priority_at_most=URGENT
-                )
-                passed = await get_request(conn, key) if key is not None else None
-                if passed is not None:
-                    await hold_effect(conn, passed.effect_key, until)
-                    telemetry.admitted(now - passed.enqueued_at)
+        place, its history stored (it resumes without re-paying); its slot went to the
+        urgent run in the same transaction (`turn_boundary`), started here at once."""
+        passed, job.passed = job.passed, None
         if passed is not None and self.start_passed is not None:
+            telemetry.admitted(self.context.clock() - passed.enqueued_at)
             await self.start_passed(passed)
         telemetry.preempted()
-        log.info("%s paused for urgent work", lease_key)
+        log.info("%s paused for urgent work", job.run_key)
 
     async def _hand_over(
         self, job: Job, lease_key: str, *, after: timedelta = timedelta(0), quietly: bool = True

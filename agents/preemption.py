@@ -1,17 +1,48 @@
-"""A run asked to pause for urgent work stops at its next model-turn boundary.
+"""Urgent work: the first lower-priority run to reach a model-turn boundary yields its slot.
 
-The job running a step sets `PAUSE` (an event) for its task; the scheduler asks through
-the run request's row, which the job's heartbeat reads; the session checks the event
-right after it stored the history (`RunSession.drive`) and raises `Preempted` there, so
-nothing paid for is lost and the resumed run sends the stored history on.
+A scheduled run's job sets `BOUNDARY` (`turn_boundary`) for its task. Whenever the run
+stores its history (`RunSession.save`), the same transaction reads in one statement whether
+an urgent run waits only for a slot this run may give (`TurnBoundary.wants`). At a
+model-turn boundary – everything paid for is stored, the next model request not sent yet – a
+run that saw one gives way: in one transaction its slot is handed straight to that urgent
+run and it waits again in its place (`TurnBoundary.give_way`). The hand-over is conditional
+on the waiter still waiting, so of several runs reaching a boundary together exactly one
+yields and the others go on; a run pauses only when a waiter received its slot. Once that
+committed, `check_pause` raises `Preempted` and the job starts the urgent run in the freed
+slot; the paused run resumes later from its stored history, re-paying nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 
-PAUSE: ContextVar[asyncio.Event | None] = ContextVar("flotilla_pause", default=None)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agents.admission import PARK
+from agents.run_context import Context, Job
+from agents.scheduler import PREEMPTIBLE_FROM, URGENT
+from storage.outbox import hold_effect
+from storage.run_request_leases import give_way, urgent_waits
+from storage.run_requests import get_request
+
+
+@dataclass(slots=True)
+class TurnBoundary:
+    """How one scheduled run yields at a model-turn boundary (set up by its job)."""
+
+    # one statement in a turn's transaction: does an urgent run wait for this run's slot?
+    wants: Callable[[AsyncConnection], Awaitable[bool]]
+    # the hand-over in a transaction: True when a waiter received the slot (then it pauses)
+    give_way: Callable[[AsyncConnection], Awaitable[bool]]
+    paused: asyncio.Event  # set once the hand-over committed: stop at this boundary
+    wanted: bool = False  # the last stored turn saw an urgent run waiting
+    handed: bool = False  # handed over in the transaction now open (paused at its commit)
+
+
+BOUNDARY: ContextVar[TurnBoundary | None] = ContextVar("flotilla_boundary", default=None)
 
 
 class Preempted(asyncio.CancelledError):
@@ -20,8 +51,64 @@ class Preempted(asyncio.CancelledError):
     A `CancelledError`, so no `except Exception` on the way treats it as a failure."""
 
 
+async def at_stored_turn(conn: AsyncConnection, *, boundary: bool) -> None:
+    """In the transaction that stores a run's history: read whether an urgent run waits,
+    and at a model-turn boundary (`boundary`) give way in this same transaction."""
+    turn = BOUNDARY.get()
+    if turn is None or turn.paused.is_set():
+        return
+    turn.wanted = await turn.wants(conn)
+    if boundary and turn.wanted:
+        turn.wanted = False
+        turn.handed = await turn.give_way(conn)
+
+
+def committed() -> None:
+    """The stored turn's transaction committed: a hand-over in it now pauses the run."""
+    turn = BOUNDARY.get()
+    if turn is not None and turn.handed:
+        turn.handed = False
+        turn.paused.set()
+
+
+def wants_to_give_way() -> bool:
+    """At a boundary with nothing new to store: whether the last stored turn (e.g. a tool's
+    return, a moment ago) saw an urgent run waiting – then the hand-over is tried in a
+    transaction of its own (`at_stored_turn(conn, boundary=True)`)."""
+    turn = BOUNDARY.get()
+    return turn is not None and turn.wanted and not turn.paused.is_set()
+
+
 def check_pause() -> None:
-    """Raise `Preempted` when this run was asked to pause (call at a turn boundary)."""
-    event = PAUSE.get()
-    if event is not None and event.is_set():
+    """Raise `Preempted` when this run gave its slot away (call at a turn boundary)."""
+    turn = BOUNDARY.get()
+    if turn is not None and turn.paused.is_set():
         raise Preempted("paused for urgent work")
+
+
+def turn_boundary(ctx: Context, job: Job, owner: str) -> TurnBoundary | None:
+    """How a scheduled job's run yields its slot to urgent work (None: preemption is off).
+    The hand-over also parks the run's outbox row (it waits in its place again) and holds
+    the urgent run's row for its lease; the job starts that run (`job.passed`)."""
+    if not ctx.options.scheduler.preempt or job.run_key is None:
+        return None
+    run_key = job.run_key
+
+    async def wants(conn: AsyncConnection) -> bool:
+        return await urgent_waits(
+            conn, run_key, priority_at_most=URGENT, yields_from=PREEMPTIBLE_FROM
+        )
+
+    async def give(conn: AsyncConnection) -> bool:
+        now = ctx.clock()
+        until = now + ctx.options.lease
+        key = await give_way(conn, run_key, owner, now=now, until=until, priority_at_most=URGENT)
+        if key is None:
+            return False  # another run gave way first, or nobody waits now: go on
+        await hold_effect(conn, job.key, now + PARK)
+        job.passed = await get_request(conn, key)
+        if job.passed is not None:
+            await hold_effect(conn, job.passed.effect_key, until)
+        return True
+
+    return TurnBoundary(wants, give, job.pause)

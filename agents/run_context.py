@@ -17,7 +17,7 @@ from agents.reconciler import Reconciler
 from agents.roster import Roster
 from storage.conversations import get_conversation
 from storage.db import Database
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, RunRequestRecord
 
 Work = Callable[[], Awaitable[None]]
 CONVERSATION_CACHE_SIZE = 1000  # conversation records kept in memory per process
@@ -54,8 +54,9 @@ class Job:
     cancelled: bool = False  # the plan was stopped: the work is over, not handed on
     lease_lost: bool = False  # another process took the lease: it settles the row
     working: bool = True  # False once the work ended: its heartbeat then cancels nothing
-    # set when the scheduler asks the run to pause for urgent work (agents/preemption.py)
+    # set once the run gave its slot to urgent work at a turn boundary (agents/preemption.py)
     pause: asyncio.Event = field(default_factory=asyncio.Event)
+    passed: RunRequestRecord | None = None  # the urgent run its slot went to, to start here
 
 
 @dataclass(slots=True)

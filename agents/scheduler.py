@@ -2,7 +2,7 @@
 
 `admit(waiting, running, limits, now)` decides, from the runs waiting and the runs in
 flight, which runs are granted a slot, why each other one waits (a sentence a person can
-read), and which running batch runs to preempt for urgent work. No I/O, no clock read:
+read). No I/O, no clock read:
 the async loop that claims run requests in the database and grants leases calls it.
 
 Order (learned from Temporal's fairness keys, Hatchet's group round robin, Inngest's key
@@ -30,6 +30,7 @@ INTERACTIVE = 2  # a person waits: a short plan, a form just answered, a follow-
 NORMAL = 3
 LONG = 4  # a long plan's step: batch work unless an admin says otherwise
 BATCH = 5
+PREEMPTIBLE_FROM = LONG  # a running run this unurgent gives its slot to urgent work
 WaitKind = Literal["capacity", "agent", "tool", "budget"]
 
 
@@ -81,8 +82,6 @@ class Limits:
     weights: Mapping[str, float] = field(default_factory=dict)
     # tenant or workspace -> budget (a run must fit both its channel's and its workspace's)
     budgets: Mapping[str, Budget] = field(default_factory=dict)
-    preempt_at_or_below: int = URGENT  # waiting runs this urgent may preempt …
-    preemptible_from: int = BATCH - 1  # … running runs this unurgent
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +98,6 @@ class Admission:
 
     grants: tuple[str, ...] = ()
     waits: Mapping[str, Wait] = field(default_factory=dict)
-    preempt: tuple[str, ...] = ()  # running keys to suspend at their next turn boundary
 
 
 def admit(
@@ -157,7 +155,7 @@ def admit(
             spent[request.workspace] += request.estimate_tokens
     line = [k for k, w in waits.items() if w.kind == "capacity"]
     waits |= {key: _in_line(position) for position, key in enumerate(line, start=1)}
-    return Admission(tuple(grants), waits, _preempt(waiting, running, waits, limits))
+    return Admission(tuple(grants), waits)
 
 
 def _ws(workspace: str) -> str:
@@ -231,25 +229,3 @@ def in_line(position: int) -> str:
     if position <= 5:
         return "in line (a few ahead)"
     return "in line (5+ ahead)"
-
-
-def _preempt(
-    waiting: Sequence[RunRequest],
-    running: Sequence[Running],
-    waits: Mapping[str, Wait],
-    limits: Limits,
-) -> tuple[str, ...]:
-    """One batch run to suspend for each urgent run waiting only for a free slot: the
-    least urgent first, then the one started last (it loses the least work)."""
-    urgent = [
-        r
-        for r in waiting
-        if r.priority <= limits.preempt_at_or_below
-        and (wait := waits.get(r.key)) is not None
-        and wait.kind == "capacity"
-    ]
-    victims = sorted(
-        (r for r in running if r.priority >= limits.preemptible_from),
-        key=lambda r: (-r.priority, -r.started_at.timestamp(), r.key),
-    )
-    return tuple(r.key for r in victims[: len(urgent)])

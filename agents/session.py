@@ -40,18 +40,17 @@ from pydantic_ai.tools import DeferredToolResults
 from pydantic_ai.usage import RunUsage, UsageLimits
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents import telemetry
+from agents import preemption, telemetry
 from agents.answer_text import ShowText, can_stream, relay
 from agents.clock import Clock
 from agents.failures import is_storage_error
 from agents.lru import LRUCache
 from agents.models import resolve_model
-from agents.preemption import PAUSE, check_pause
+from agents.preemption import check_pause
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Database
 from storage.records import AgentRunRecord
-from storage.run_request_leases import asked_to_pause
 from storage.runs import save_run
 from storage.usage import record_usage
 
@@ -169,13 +168,17 @@ class RunSession:
                         messages.append(node.request)
                         self.journal = {}
                     self.messages, self.usage = messages, run.usage
+                    boundary = Agent.is_model_request_node(node)  # all paid for is stored
+                    looked = False  # for urgent work at this boundary
                     if journaled or Agent.is_end_node(node):
                         saved = len(messages)  # the end: `close` stores it with its status
                     elif len(messages) > saved:
-                        await self.save("running", messages)
-                        saved = len(messages)
+                        await self.save("running", messages, boundary=boundary)
+                        saved, looked = len(messages), boundary
                     if Agent.is_model_request_node(node):
-                        check_pause()  # a model-turn boundary: all paid for is stored
+                        if not looked:
+                            await self.give_way_if_wanted()
+                        check_pause()  # a model-turn boundary: yielded for urgent work?
                         if streaming and show is not None:
                             async with node.stream(run.ctx) as events:
                                 await relay(events, show)
@@ -198,14 +201,34 @@ class RunSession:
         await self.save("running", self.messages)
 
     async def save(
-        self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None
+        self,
+        status: str,
+        messages: Sequence[ModelMessage],
+        also: AtClose | None = None,
+        *,
+        boundary: bool = False,
     ) -> None:
         """Store `messages` (with the journaled tool returns) and the tokens spent since
-        (`also`: more work of the caller's in the same transaction)."""
-        async with self._writing, self.db.write() as conn:
-            await self._save(conn, status, messages)
-            if also is not None:
-                await also(conn)
+        (`also`: more work of the caller's in the same transaction); a scheduled run looks
+        for urgent work in the same transaction and, at a model-turn `boundary`, gives its
+        slot way to it there (`agents/preemption.py`)."""
+        async with self._writing:
+            async with self.db.write() as conn:
+                await self._save(conn, status, messages)
+                if also is not None:
+                    await also(conn)
+                if status == "running":
+                    await preemption.at_stored_turn(conn, boundary=boundary)
+            preemption.committed()
+
+    async def give_way_if_wanted(self) -> None:
+        """A boundary with nothing new to store: when the last stored turn saw urgent work
+        waiting, the hand-over is tried in a transaction of its own."""
+        if preemption.wants_to_give_way():
+            async with self._writing:
+                async with self.db.write() as conn:
+                    await preemption.at_stored_turn(conn, boundary=True)
+                preemption.committed()
 
     async def close(
         self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None
@@ -258,10 +281,6 @@ class RunSession:
             output_tokens=self.usage.output_tokens,
         )
         self.recorded = (self.usage.input_tokens, self.usage.output_tokens)
-        pause = PAUSE.get()  # a scheduled run: asked to pause for urgent work? (elsewhere:
-        if status == "running" and pause is not None and not pause.is_set():  # a pass here
-            if await asked_to_pause(conn, self.job.run_key):  # sets the event at once)
-                pause.set()
 
 
 # --- context compaction -------------------------------------------------------------------

@@ -18,12 +18,21 @@ from sqlalchemy import event
 
 from agents.admission import AdmissionLoop
 from agents.admission_policy import SchedulerOptions
-from agents.scheduler import URGENT, Admission, Limits, Running, RunRequest, Wait, admit
+from agents.scheduler import (
+    PREEMPTIBLE_FROM,
+    URGENT,
+    Admission,
+    Limits,
+    Running,
+    RunRequest,
+    Wait,
+    admit,
+)
 from storage.db import Database
 from storage.migrate import upgrade
 from storage.records import RunRequestRecord
-from storage.run_request_leases import finish_request, pass_slot, renew_request
-from storage.run_requests import get_request, requeue_request
+from storage.run_request_leases import finish_request, give_way, renew_request, urgent_waits
+from storage.run_requests import get_request
 
 LEASE = timedelta(seconds=30)
 
@@ -96,7 +105,9 @@ class Harness:
     dead: set[str] = field(default_factory=set)
     resumes: Counter[str] = field(default_factory=Counter)  # grants after the first
     boundaries: int = 0  # turn boundaries reached (where a kill may fall)
+    boundary_at: list[tuple[str, float]] = field(default_factory=list)  # run, when
     paused_at: list[float] = field(default_factory=list)  # a run reached its boundary, paused
+    yields: int = 0  # runs that gave their slot to urgent work
 
     async def start(self, *, run: bool = True) -> None:
         for i in range(self.processes):
@@ -172,20 +183,24 @@ class Harness:
                 break
             self.boundaries += 1
             at = time.perf_counter()
+            self.boundary_at.append((key, at))
             passed: RunRequestRecord | None = None
-            async with db.write() as conn:  # the turn boundary: asked to pause?
+            async with db.write() as conn:  # the turn boundary: the turn is stored here
                 until = self.clock() + self.lease
-                pause = await renew_request(conn, key, owner, until)
-                if pause:  # as a job's pause: its slot goes to the urgent run at once
-                    await requeue_request(conn, key, owner, preempted=True)
-                    urgent = await pass_slot(
-                        conn, owner, now=self.clock(), until=until, priority_at_most=URGENT
+                await renew_request(conn, key, owner, until)
+                # as a job's stored turn: does urgent work wait for this run's slot? Then
+                # it is handed over at once, unless another run at its boundary was first
+                if await urgent_waits(
+                    conn, key, priority_at_most=URGENT, yields_from=PREEMPTIBLE_FROM
+                ):
+                    urgent = await give_way(
+                        conn, key, owner, now=self.clock(), until=until, priority_at_most=URGENT
                     )
                     passed = await get_request(conn, urgent) if urgent else None
-            if pause:
+            if passed is not None:
                 self.paused_at.append(at)
-                if passed is not None:
-                    await self._starter(db, owner)(passed)
+                self.yields += 1
+                await self._starter(db, owner)(passed)
                 self._wake_all()
                 return
         async with db.write() as conn:

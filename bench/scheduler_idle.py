@@ -54,7 +54,9 @@ async def _nothing(*_: Any) -> None:
     return None
 
 
-async def per_run_cost(tmp: Path, n: int, scheduled: bool) -> tuple[float, float, float, int]:
+async def per_run_cost(
+    tmp: Path, n: int, scheduled: bool, options: ExecutorOptions = OPTIONS
+) -> tuple[float, float, float, int]:
     """Round trips and transactions per run, seconds per run, admission passes."""
     tmp.mkdir(parents=True, exist_ok=True)
     db = Database(f"sqlite+aiosqlite:///{tmp / 'idle.db'}")
@@ -68,13 +70,13 @@ async def per_run_cost(tmp: Path, n: int, scheduled: bool) -> tuple[float, float
     ctx = cast(
         Context,
         SimpleNamespace(
-            db=db, clock=lambda: datetime.now(UTC), options=OPTIONS, observer=Observer(),
+            db=db, clock=lambda: datetime.now(UTC), options=options, observer=Observer(),
             reconciler=Remembered(),
         ),
     )  # fmt: skip
     admission = AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=ctx.clock, options=OPTIONS.scheduler,
-        lease=OPTIONS.lease, start=_nothing, show_waits=_nothing, refuse=_started_nowhere,
+        db, owner="p1", team_id=lambda: "T1", clock=ctx.clock, options=options.scheduler,
+        lease=options.lease, start=_nothing, show_waits=_nothing, refuse=_started_nowhere,
     )  # fmt: skip
     runner = JobRunner(ctx, owner="p1", on_slot_freed=lambda *_: admission.wake(),
                        on_queued=admission.wake)  # fmt: skip

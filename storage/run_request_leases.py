@@ -26,10 +26,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.run_requests import requests_t
+from storage.run_requests import requests_t, requeue_request
 from storage.tables import Json
 
 _others = requests_t.alias("others")
+
+
+def _waits(state: Any) -> Any:
+    """A request waits (or waits again, paused). Not `IN (…)`: an IN list of literals is an
+    expanding parameter, rendered into the SQL again at every execution."""
+    return (state == "waiting") | (state == "preempted")
+
+
 # a request's own columns, as `agents/slot_requests.py` fills them
 COLUMNS = (
     "effect_key", "effect_kind", "effect", "conversation_id", "team_id", "channel_id",
@@ -77,7 +85,7 @@ def _room() -> Any:
     held = select(func.count()).select_from(_others)
     agent_cap = bindparam("b_agent_cap", type_=Integer)
     return and_(
-        ~exists().where(o.state.in_(("waiting", "preempted")), o.run_key != key),
+        ~exists().where(_waits(o.state), o.run_key != key),
         held.where(live).scalar_subquery() < bindparam("b_capacity"),
         held.where(live, o.holder == bindparam("b_owner")).scalar_subquery()
         < bindparam("b_process_capacity"),
@@ -111,7 +119,7 @@ def _statements(dialect: Any) -> tuple[Any, Any]:
     regrant = (
         update(requests_t)
         .where(
-            c.run_key == bindparam("b_run_key"), again | c.state.in_(("waiting", "preempted")), room
+            c.run_key == bindparam("b_run_key"), again | _waits(c.state), room
         )
         .values(
             {
@@ -135,12 +143,10 @@ def _statements(dialect: Any) -> tuple[Any, Any]:
 _STATEMENTS = {"postgresql": _statements(postgresql), "sqlite": _statements(sqlite)}
 
 
-async def renew_request(
-    conn: AsyncConnection, run_key: str, owner: str, until: datetime
-) -> bool | None:
-    """Extend `owner`'s grant – the run's lease – in one statement; None when it lost it
-    (it expired and was granted elsewhere), else True when the run is asked to pause."""
-    preempt = await conn.scalar(
+async def renew_request(conn: AsyncConnection, run_key: str, owner: str, until: datetime) -> bool:
+    """Extend `owner`'s grant – the run's lease – in one statement; False when it lost it
+    (it expired and was granted elsewhere, or the run gave its slot away)."""
+    renewed = await conn.scalar(
         update(requests_t)
         .where(
             requests_t.c.run_key == run_key,
@@ -148,27 +154,26 @@ async def renew_request(
             requests_t.c.state == "granted",
         )
         .values(lease_until=until)
-        .returning(requests_t.c.preempt)
+        .returning(requests_t.c.id)
     )
-    return None if preempt is None else bool(preempt)
+    return renewed is not None
 
 
-_OTHERS_WAIT = exists().where(
-    _others.c.state.in_(("waiting", "preempted"))
-    | ((_others.c.state == "granted") & (_others.c.preempt.is_(True)))
-)
+_FINISH = (  # built once: a run's settle pays no statement construction
+    update(requests_t)
+    .where(requests_t.c.run_key == bindparam("b_key", type_=String))
+    .values(
+        state="done", holder=None, lease_until=None, preempt=False,
+        finished_at=bindparam("b_now", type_=requests_t.c.finished_at.type),
+    )
+    .returning(exists().where(_waits(_others.c.state)))
+)  # fmt: skip
 
 
 async def finish_request(conn: AsyncConnection, run_key: str, now: datetime) -> bool:
     """The run ended (done, failed, cancelled): its slot is free. True when other runs
     wait for a slot (asked in the same statement: an idle deployment runs no pass)."""
-    others = await conn.scalar(
-        update(requests_t)
-        .where(requests_t.c.run_key == run_key)
-        .values(state="done", holder=None, lease_until=None, finished_at=now, preempt=False)
-        .returning(_OTHERS_WAIT)
-    )
-    return bool(others)
+    return bool(await conn.scalar(_FINISH, {"b_key": run_key, "b_now": now}))
 
 
 async def holders(conn: AsyncConnection) -> dict[str, tuple[str, datetime]]:
@@ -181,39 +186,105 @@ async def holders(conn: AsyncConnection) -> dict[str, tuple[str, datetime]]:
     return {str(key): (str(holder), until) for key, holder, until in rows}
 
 
-async def asked_to_pause(conn: AsyncConnection, run_key: str) -> bool:
-    """Whether a granted run was asked to pause for urgent work (read at its turn boundary,
-    in the transaction that stores the turn: a run elsewhere notices within one turn)."""
-    return bool(
-        await conn.scalar(select(requests_t.c.preempt).where(requests_t.c.run_key == run_key))
+def _for_a_slot(table: Any, priority_at_most: Any) -> Any:
+    """Requests waiting only for a slot (no quota, budget or pause keeps them), this urgent."""
+    t = table.c
+    return and_(
+        _waits(t.state),
+        t.priority <= priority_at_most,
+        t.wait_kind.is_(None) | (t.wait_kind == "capacity"),
     )
+
+
+async def urgent_waits(
+    conn: AsyncConnection, run_key: str, *, priority_at_most: int, yields_from: int
+) -> bool:
+    """Whether this granted run (its priority at least `yields_from`) may give its slot to
+    an urgent run (priority at most `priority_at_most`, more urgent than it) waiting only
+    for a slot. One statement, read in the transaction that stores a model turn (so a run
+    that stores turns pays nothing more for it); `give_way` then hands the slot over."""
+    params = dict(b_key=run_key, b_at_most=priority_at_most, b_from=yields_from)
+    return bool(await conn.scalar(_URGENT_WAITS, params))
+
+
+def _urgent_waits() -> Any:
+    me = requests_t.c
+    waiter = exists().where(
+        _for_a_slot(_others, bindparam("b_at_most", type_=Integer)),
+        _others.c.priority < me.priority,
+    )
+    return select(waiter).where(
+        me.run_key == bindparam("b_key", type_=String),
+        me.state == "granted",
+        me.priority >= bindparam("b_from", type_=Integer),
+    )
+
+
+_URGENT_WAITS = _urgent_waits()  # built once: a stored turn pays no statement construction
+_chosen = requests_t.alias("chosen")
 
 
 async def pass_slot(
-    conn: AsyncConnection, owner: str, *, now: datetime, until: datetime, priority_at_most: int
+    conn: AsyncConnection,
+    owner: str,
+    *,
+    now: datetime,
+    until: datetime,
+    priority_at_most: int,
+    from_run: str | None = None,
 ) -> str | None:
-    """A paused run's slot handed straight to the most urgent run waiting only for a slot
-    (its priority at most `priority_at_most`), granted to `owner` in the pause's own
-    transaction – no wait for the next admission pass. Its run key, or None."""
-    c = requests_t.c
-    key = await conn.scalar(
-        select(c.run_key)
-        .where(
-            c.state.in_(("waiting", "preempted")),
-            c.priority <= priority_at_most,
-            c.wait_kind.is_(None) | (c.wait_kind == "capacity"),
-        )
-        .order_by(c.priority, c.enqueued_at, c.id)
+    """A slot handed straight to the most urgent run waiting only for a slot (its priority
+    at most `priority_at_most`), granted to `owner` in the caller's transaction – no wait
+    for the next admission pass. Its run key, or None (nothing written).
+
+    One conditional statement, so two runs handing over at once never both hand to the
+    same waiter: on SQLite write transactions are serialised; on PostgreSQL the waiter's
+    row is locked by the subquery and a concurrent hand-over skips it (`SKIP LOCKED`),
+    taking the next waiter or none. With `from_run`, only while `owner` still holds that
+    run's grant (a run whose lease was lost hands nothing over)."""
+    c, w = requests_t.c, _chosen.c
+    chosen = (
+        select(w.run_key)
+        .where(_for_a_slot(_chosen, priority_at_most))
+        .order_by(w.priority, w.enqueued_at, w.id)
         .limit(1)
     )
-    if key is None:
-        return None
-    await conn.execute(
+    if conn.dialect.name == "postgresql":
+        chosen = chosen.with_for_update(skip_locked=True)
+    conditions = [c.run_key == chosen.scalar_subquery(), _waits(c.state)]
+    if from_run is not None:
+        o = _others.c
+        conditions.append(
+            exists().where(o.run_key == from_run, o.holder == owner, o.state == "granted")
+        )
+    key = await conn.scalar(
         update(requests_t)
-        .where(c.run_key == key, c.state.in_(("waiting", "preempted")))
+        .where(*conditions)
         .values(
             state="granted", holder=owner, lease_until=until, granted_at=now,
             grants=c.grants + 1, wait_reason=None, wait_kind=None, preempt=False,
         )
+        .returning(c.run_key)
     )  # fmt: skip
-    return str(key)
+    return None if key is None else str(key)
+
+
+async def give_way(
+    conn: AsyncConnection,
+    run_key: str,
+    owner: str,
+    *,
+    now: datetime,
+    until: datetime,
+    priority_at_most: int,
+) -> str | None:
+    """A run at a model-turn boundary yields: its slot handed to the most urgent run
+    waiting only for a slot (`pass_slot`, only while `owner` still holds `run_key`), and
+    it waits again in its place, paused – both or nothing, in the caller's transaction.
+    The run key that received the slot, or None: nobody did, and the run goes on."""
+    key = await pass_slot(
+        conn, owner, now=now, until=until, priority_at_most=priority_at_most, from_run=run_key
+    )
+    if key is not None:
+        await requeue_request(conn, run_key, owner, preempted=True)
+    return key

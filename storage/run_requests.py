@@ -116,12 +116,7 @@ async def get_request(conn: AsyncConnection, run_key: str) -> RunRequestRecord |
 async def has_waiting(conn: AsyncConnection) -> bool:
     """Whether any request waits (a cheap look before a whole admission pass)."""
     found = await conn.scalar(
-        select(requests_t.c.id)
-        .where(
-            requests_t.c.state.in_(("waiting", "preempted"))
-            | ((requests_t.c.state == "granted") & (requests_t.c.preempt.is_(True)))
-        )
-        .limit(1)
+        select(requests_t.c.id).where(requests_t.c.state.in_(("waiting", "preempted"))).limit(1)
     )
     return found is not None
 
@@ -167,9 +162,12 @@ async def grant_request(
     return bool(result.rowcount)
 
 
-_SET_WAIT = (
+_SET_WAIT = (  # only while it waits: a run at a boundary may have handed it a slot since
     update(requests_t)
-    .where(requests_t.c.run_key == bindparam("key"))
+    .where(
+        requests_t.c.run_key == bindparam("key"),
+        (requests_t.c.state == "waiting") | (requests_t.c.state == "preempted"),
+    )
     .values(wait_kind=bindparam("kind"), wait_reason=bindparam("reason"))
 )
 
@@ -180,15 +178,6 @@ async def set_wait_reasons(conn: AsyncConnection, waits: list[tuple[str, str, st
     if waits:
         rows = [{"key": key, "kind": kind, "reason": reason[:200]} for key, kind, reason in waits]
         await conn.execute(_SET_WAIT, rows)
-
-
-async def ask_to_preempt(conn: AsyncConnection, run_key: str) -> None:
-    """Ask a granted run to pause at its next model-turn boundary (its heartbeat reads it)."""
-    await conn.execute(
-        update(requests_t)
-        .where(requests_t.c.run_key == run_key, requests_t.c.state == "granted")
-        .values(preempt=True)
-    )
 
 
 async def requeue_request(

@@ -81,7 +81,7 @@ class RunRequestRow(Base):
     wait_kind: Mapped[str | None] = mapped_column(String(16))
     holder: Mapped[str | None] = mapped_column(String(100))
     lease_until: Mapped[datetime | None] = mapped_column(Timestamp)
-    preempt: Mapped[bool] = mapped_column(Boolean, default=False)  # asked to pause
+    preempt: Mapped[bool] = mapped_column(Boolean, default=False)  # unused (was: asked to pause)
     grants: Mapped[int] = mapped_column(Integer, default=0)  # times granted (resumes)
     enqueued_at: Mapped[datetime] = mapped_column(Timestamp)
     granted_at: Mapped[datetime | None] = mapped_column(Timestamp)

@@ -9,15 +9,14 @@ from typing import Any
 
 from storage.db import Database
 from storage.run_request_leases import (
-    asked_to_pause,
     finish_request,
     grant_at_once,
     holders,
     pass_slot,
     renew_request,
+    urgent_waits,
 )
 from storage.run_requests import (
-    ask_to_preempt,
     enqueue_request,
     get_request,
     grant_request,
@@ -74,12 +73,10 @@ async def test_granted_at_once_while_caps_have_room_and_nobody_waits(db: Databas
 async def test_a_grant_is_the_runs_lease(db: Database) -> None:
     assert await fast(db, "r1")
     async with db.write() as conn:
-        assert await renew_request(conn, "r1", "p1", LATER) is False
-        assert await renew_request(conn, "r1", "p2", LATER) is None  # not p2's
-        await ask_to_preempt(conn, "r1")
-        assert await renew_request(conn, "r1", "p1", LATER) is True
+        assert await renew_request(conn, "r1", "p1", LATER)
+        assert not await renew_request(conn, "r1", "p2", LATER)  # not p2's
         await finish_request(conn, "r1", NOW)
-        assert await renew_request(conn, "r1", "p1", LATER) is None  # ended
+        assert not await renew_request(conn, "r1", "p1", LATER)  # ended
 
 
 async def test_a_paused_runs_slot_goes_to_the_most_urgent_run_waiting_for_a_slot(
@@ -91,7 +88,8 @@ async def test_a_paused_runs_slot_goes_to_the_most_urgent_run_waiting_for_a_slot
                 conn, run_key=key, now=NOW, **values(key) | {"priority": priority}
             )
         await set_wait_reasons(conn, [("urgent", "agent", "waiting: researcher busy (2/2)")])
-        assert not await asked_to_pause(conn, "normal")
+        # none of them holds a slot: none has one to give
+        assert not await urgent_waits(conn, "batch", priority_at_most=1, yields_from=4)
         # "urgent" waits for its agent, not for a slot: the later urgent run is given it
         assert await pass_slot(conn, "p1", now=NOW, until=LATER, priority_at_most=1) == (
             "urgent-later"

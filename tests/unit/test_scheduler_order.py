@@ -22,7 +22,6 @@ from agents.scheduler import (
     _blocked,
     _in_line,
     _order,
-    _preempt,
     _workspaces,
     _ws,
     admit,
@@ -73,7 +72,7 @@ def admit_one_at_a_time(
             spent[request.workspace] += request.estimate_tokens
     line = [k for k, w in waits.items() if w.kind == "capacity"]
     waits |= {key: _in_line(position) for position, key in enumerate(line, start=1)}
-    return Admission(tuple(grants), waits, _preempt(waiting, running, waits, limits))
+    return Admission(tuple(grants), waits)
 
 
 @SETTINGS

@@ -18,6 +18,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from agents import offline, telemetry
 from agents.admission_policy import SchedulerOptions
 from agents.offline import first_prompt
+from agents.scheduler import URGENT as URGENT_PRIORITY
 from local_slack import Message
 from storage.audit import audit_trail
 from storage.run_requests import queued_requests
@@ -186,20 +187,22 @@ class ReadsTheThreadFirst:
         return None if answered(messages) else call("read_thread", {"last": 5})
 
 
-async def asked_to_pause(run: Run) -> None:
-    """Until the scheduler asked a running run to pause (its row says so) and the run's
-    heartbeat has read it."""
+async def urgent_waits_for_a_slot(run: Run) -> None:
+    """Until an urgent run waits only for a slot (a batch run gives it one at its next
+    model-turn boundary)."""
 
-    async def asked() -> None:
+    async def waits() -> None:
         while True:
             async with run.service.db.read() as conn:
-                flagged = any(r.preempt for r in await queued_requests(conn))
-            jobs = run.service.executor.jobs.values()
-            if flagged and any(j.pause.is_set() for j in jobs):
+                queue = await queued_requests(conn)
+            if any(
+                r.state == "waiting" and r.priority <= URGENT_PRIORITY and r.wait_kind == "capacity"
+                for r in queue
+            ):
                 return
             await asyncio.sleep(0.02)
 
-    await asyncio.wait_for(asked(), 20)
+    await asyncio.wait_for(waits(), 20)
 
 
 class CommanderGate(Gate):
@@ -230,8 +233,8 @@ async def test_urgent_work_pauses_a_batch_run_at_a_turn_boundary_and_it_resumes(
         await gate.reached()
         assert "now urgent work" in await command(run, "alex", "urgent")  # the channel
         urgent = run.ask("HURRY please")
-        await asked_to_pause(run)  # the urgent turn waits for the one slot
-        gate.release.set()  # the batch run answers its first turn: a tool call, then a pause
+        await urgent_waits_for_a_slot(run)  # the urgent turn waits for the one slot
+        gate.release.set()  # the batch run answers its first turn: a tool call, then it yields
         await urgent_gate.reached()  # the urgent turn runs in the one slot...
         await card_shows(run, batch, "paused for urgent work")  # ...the batch run waits
         assert "paused for urgent work" in await command(run, "maya", "queue")

@@ -32,6 +32,7 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelRequestPart,
+    ModelResponse,
     ToolReturnPart,
     UserContent,
 )
@@ -77,14 +78,37 @@ DEFAULT_LIMITS = RunLimits()
 AtClose = Callable[[AsyncConnection], Awaitable[None]]
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
+OUTPUT_TOOL = "final_result"  # pydantic-ai's output tool (`final_result`, `final_result_<T>`)
 
 
 def unsaved_history(run_key: str, stored: list[ModelMessage] | None) -> list[ModelMessage] | None:
-    """The newer of a run's stored history and the one this process could not store."""
+    """The newer of a run's stored history and the one this process could not store,
+    ready to continue from (`resumable`)."""
     unsaved = _UNSAVED.get(run_key)
     if unsaved is not None and len(unsaved) >= len(stored or []):
-        return unsaved
-    return stored
+        return resumable(unsaved)
+    return resumable(stored) if stored is not None else None
+
+
+def resumable(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """A history to continue a run from: without a last request that only returns the
+    output tool's result. pydantic-ai appends that request when a run ends; a run whose
+    close could not store it (the database went away, or the process died) would send it
+    to the model as a new turn and pay for a second answer. Without it, the run goes on
+    from the response that carries its answer and ends without a model call."""
+    last = messages[-1] if messages else None
+    if (
+        len(messages) >= 2
+        and isinstance(last, ModelRequest)
+        and isinstance(messages[-2], ModelResponse)
+        and last.parts
+        and all(
+            isinstance(p, ToolReturnPart) and p.tool_name.startswith(OUTPUT_TOOL)
+            for p in last.parts
+        )
+    ):
+        return messages[:-1]
+    return messages
 
 
 def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:

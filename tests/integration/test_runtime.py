@@ -286,6 +286,42 @@ async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_m
     assert (await stored_run(db, job.run_key)).status == "finished"
 
 
+async def test_a_run_whose_close_met_a_storage_outage_returns_its_answer_without_the_model(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database went away as the run was closed: the history kept in this process ends
+    with the output tool's return, and the run, taken again once storage is back, ends from
+    the answer it has – before, that last request was sent to the model as a new turn."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    job = await make_job(db)
+    calls: list[int] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(len(messages))
+        return final("Prices: A 10.", "A costs 10.")
+
+    save = RunSession.save
+
+    async def away_at_close(self: RunSession, status: str, *args: Any, **kwargs: Any) -> None:
+        if status == "finished":
+            locked = sqlite3.OperationalError("database is locked")
+            raise OperationalError("UPDATE agent_runs", {}, locked)
+        await save(self, status, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RunSession, "save", away_at_close)
+        with pytest.raises(OperationalError):  # a storage outage: the job tries again
+            await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+    result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+
+    assert result == StepRunResult("Prices: A 10.", "A costs 10.", [])
+    assert calls == [1]  # the model answered once
+    assert (await stored_run(db, job.run_key)).status == "finished"
+
+
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [

@@ -33,6 +33,8 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
+    TextPart,
+    ToolCallPart,
     ToolReturnPart,
     UserContent,
 )
@@ -111,6 +113,18 @@ def resumable(messages: list[ModelMessage]) -> list[ModelMessage]:
     return messages
 
 
+def text_answer(messages: Sequence[ModelMessage]) -> str | None:
+    """The answer a history ends with when its last message is a model response in words
+    only (no tool call): a run resumed there is over – every Flotilla agent takes text as
+    its output – and must not ask the model again (pydantic-ai would send the history,
+    instructions and all, as a new request)."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, ModelResponse) or any(isinstance(p, ToolCallPart) for p in last.parts):
+        return None
+    text = "".join(p.content for p in last.parts if isinstance(p, TextPart))
+    return text or None
+
+
 def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
     """A JSON-safe form of a message history, for `agent_runs.messages`."""
     return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
@@ -166,6 +180,9 @@ class RunSession:
         pending, self.journal = split_journal(history or [])
         self.messages = messages = list(pending)
         saved = len(messages)
+        answer = text_answer(pending) if prompt is None and deferred is None else None
+        if answer is not None:  # resumed after its answer came back: nothing to ask again
+            return answer, messages
         resolved = telemetry.measured(resolve_model(model) if isinstance(model, str) else model)
         streaming = show is not None and can_stream(resolved)
         journal = ToolJournal(write=self.record_tool_return, stored=dict(self.journal))

@@ -286,6 +286,33 @@ async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_m
     assert (await stored_run(db, job.run_key)).status == "finished"
 
 
+async def test_a_run_stopped_after_an_answer_in_words_returns_it_without_the_model(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model answered in words (no output tool) and the process died before the run was
+    closed: resumed, the run ends with that answer – before, pydantic-ai sent the stored
+    history (instructions, prompt, answer) to the model again, a second paid request."""
+    job = await make_job(db)
+    calls: list[int] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(len(messages))
+        return ModelResponse(parts=[TextPart("Prices: A 10.")])
+
+    async def killed(self: RunSession, status: str, messages: Any, also: Any = None) -> None:
+        raise RuntimeError("the process was killed before the run was closed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RunSession, "close", killed)
+        with pytest.raises(RuntimeError):
+            await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+    result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+
+    assert isinstance(result, StepRunResult) and result.message == "Prices: A 10."
+    assert calls == [1]  # the model answered once
+    assert (await stored_run(db, job.run_key)).status == "finished"
+
+
 async def test_a_run_whose_close_met_a_storage_outage_returns_its_answer_without_the_model(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -87,6 +87,7 @@ class Executor:
             start=self._start_granted,
             show_waits=self._show_waits,
             refuse=self._refused,
+            roster=context.agents,  # one cache of the agents table, forgotten on admins' edits
         )
         self.runner = JobRunner(
             context,

@@ -43,6 +43,7 @@ from agents.admission_policy import (
 )
 from agents.clock import Clock, woken
 from agents.failures import is_storage_error, storage_error
+from agents.roster import Roster
 from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from storage.agents import get_agent
 from storage.db import Database
@@ -87,6 +88,16 @@ class SlotFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class _Kept:
+    """The facts of a workspace and agent kept for a poll interval (not the agent's record:
+    the roster keeps that)."""
+
+    options: SchedulerOptions
+    settings: Mapping[str, Any]
+    estimate: int
+
+
+@dataclass(frozen=True, slots=True)
 class PassResult:
     """What one admission pass did."""
 
@@ -111,8 +122,11 @@ class AdmissionLoop:
         show_waits: ShowWaits,
         refuse: Refuse,
         decide: Decide = admit,
+        roster: Roster | None = None,
     ) -> None:
         self.db, self.owner, self.team_id, self.clock = db, owner, team_id, clock
+        # the agents as the process knows them (the executor's: one cache of the table)
+        self.roster = roster if roster is not None else Roster(db, team_id)
         self.options, self.lease = options, lease
         self.start_run, self.show_waits, self.refuse = start, show_waits, refuse
         self.decide = decide  # the pure core (a benchmark passes plain FIFO to compare)
@@ -121,29 +135,41 @@ class AdmissionLoop:
         self._loop: asyncio.Task[None] | None = None
         self._pruned_at: datetime | None = None
         self.passes = 0  # passes this process ran (whole or cut short: no one waited)
-        self._facts: dict[tuple[str, str], tuple[datetime, SlotFacts]] = {}
+        # (team, agent) -> until when, the settings with overrides, the settings, the estimate
+        self._facts: dict[tuple[str, str], tuple[datetime, _Kept]] = {}
 
     async def options_now(self, conn: AsyncConnection) -> SchedulerOptions:
         """The settings with this workspace's admin overrides applied."""
         return with_overrides(self.options, await workspace_settings(conn, self.team_id()))
 
     async def facts(self, team_id: str, agent: str) -> SlotFacts:
-        """The settings, the agent's quota keys and its token estimate, read at most once
-        a poll interval (a request asks at every step; an admin's change calls `changed`)."""
+        """The settings, the agent's quota keys and its token estimate. The settings and the
+        estimate are read at most once a poll interval (a request asks at every step; an
+        admin's change calls `changed`); the agent's record comes from the roster, the
+        process's one cache of the agents table (forgotten at once on an admin's edit)."""
+        tools = await self._quota_keys(team_id, agent)
         now = self.clock()
         cached = self._facts.get((team_id, agent))
         if cached is not None and cached[0] > now:
-            return cached[1]
-        async with self.db.read() as conn:
-            settings = await workspace_settings(conn, team_id)
-            record = await get_agent(conn, team_id, agent)
-            estimate = await typical_run_tokens(conn, agent)
-        tools = quota_keys(record.tools, record.mcp_servers) if record is not None else ()
-        facts = SlotFacts(with_overrides(self.options, settings), settings, tools, estimate)
-        if len(self._facts) > 1_000:
-            self._facts.clear()
-        self._facts[(team_id, agent)] = (now + timedelta(seconds=self.options.poll_seconds), facts)
-        return facts
+            kept = cached[1]
+        else:
+            async with self.db.read() as conn:
+                settings = await workspace_settings(conn, team_id)
+                estimate = await typical_run_tokens(conn, agent)
+            kept = _Kept(with_overrides(self.options, settings), settings, estimate)
+            if len(self._facts) > 1_000:
+                self._facts.clear()
+            until = now + timedelta(seconds=self.options.poll_seconds)
+            self._facts[(team_id, agent)] = (until, kept)
+        return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
+
+    async def _quota_keys(self, team_id: str, agent: str) -> tuple[str, ...]:
+        if team_id == self.roster.team_id():
+            record = await self.roster.agent(agent)
+        else:  # another workspace than the process's (not served by one process today)
+            async with self.db.read() as conn:
+                record = await get_agent(conn, team_id, agent)
+        return quota_keys(record.tools, record.mcp_servers) if record is not None else ()
 
     def changed(self) -> None:
         """An admin changed the settings or an agent: read them afresh, and look again."""

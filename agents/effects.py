@@ -37,6 +37,11 @@ def answer_key(plan_id: int, step: int, attempt: int, round: int) -> str:
     return f"{step_key(plan_id, step, attempt)}:answer:{round}"
 
 
+def form_answer_key(plan_id: int, step: int, attempt: int, round: int) -> str:
+    """A form's answer (one per form: the first stored is the form's, `agents/form_answers.py`)."""
+    return f"{step_key(plan_id, step, attempt)}:form:{round}:answered"
+
+
 def retry_key(plan_id: int, step: int, attempt: int) -> str:
     return f"{step_key(plan_id, step, attempt)}:retry"
 
@@ -169,6 +174,20 @@ class ResumeStep(_StepEffect):
     round: int = 1
 
 
+class FormAnswer(_StepEffect):
+    """A form's answer, stored before it is recorded: recorded by a reconcile (`event_key`),
+    then shown in the form's message – who answered what (`agents/form_answers.py`). Not
+    decided by a reconcile: a person's click stores it, and the first one stored is the
+    form's answer."""
+
+    kind: Literal["form_answer"] = "form_answer"
+    round: int = 1
+    values: dict[str, str]
+    answered_by: str
+    event_key: str  # the reconcile's de-duplication key of the answer
+    message_ts: str | None = None  # the form's message (None: nothing to rewrite)
+
+
 class StepFailureNotice(_StepEffect):
     """A step really failed: say so once, in words, with what happens next (`on_failure`)."""
 
@@ -237,6 +256,7 @@ Effect = Annotated[
     | AskCommander
     | AskUser
     | ResumeStep
+    | FormAnswer
     | StepFailureNotice
     | UpdatePlanCard
     | RetryDue

@@ -24,12 +24,13 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from agents import plan_notices, step_dispatch, step_runs
+from agents import form_answers, plan_notices, step_dispatch, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
     AskUser,
     Effect,
+    FormAnswer,
     PlanFinished,
     PlanStopped,
     PostDispatch,
@@ -86,6 +87,7 @@ class Executor:
             start=self._start_granted,
             show_waits=self._show_waits,
             refuse=self._refused,
+            roster=context.agents,  # one cache of the agents table, forgotten on admins' edits
         )
         self.runner = JobRunner(
             context,
@@ -268,6 +270,9 @@ class Executor:
             return False
         if isinstance(effect, ShowForm | AskUser):
             await step_dispatch.post_form(ctx, conversation, effect, redelivered=redelivered)
+            return False
+        if isinstance(effect, FormAnswer):
+            await form_answers.perform(ctx, conversation, effect)
             return False
         if isinstance(effect, PlanStopped):
             await plan_notices.stopped(

@@ -95,6 +95,13 @@ class OutboxSender:
     def restore_sent(self, sent: list[int]) -> None:
         self._sent = sent + self._sent
 
+    def delivered(self, row_id: int) -> None:
+        """A row performed outside the sender (a form's answer shown through its click's
+        response_url): marked sent with the sender's next transaction, as its own
+        deliveries are. Until then it stays pending – after a crash it is performed
+        again, so only idempotent rows may be."""
+        self._sent.append(row_id)
+
     def hand_over(
         self, claimed: list[OutboxRecord], effects: list[Effect], lease_until: datetime
     ) -> None:

@@ -20,8 +20,8 @@ from agents.errors import PermanentError
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-    from agents.effects import AskUser, PostDispatch, ShowForm
-    from agents.plan import Plan
+    from agents.effects import AskUser, FormAnswer, PostDispatch, ShowForm
+    from agents.plan import Plan, Step
     from agents.session_status import SessionStatus
     from storage.records import ConversationRecord, MessageRecord
 
@@ -87,6 +87,13 @@ class SlackPort(Protocol):
 
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
         """Replace the plan's open forms with `note` (no buttons left to click)."""
+        ...
+
+    async def show_answer(
+        self, conversation: ConversationRecord, answer: FormAnswer, step: Step
+    ) -> None:
+        """Rewrite an answered form's message to show who answered what (`step`: its step as
+        stored); the same message again when repeated."""
         ...
 
     async def say(

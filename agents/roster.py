@@ -1,5 +1,6 @@
 """The workspace's agents (and its default model) as this process last read them: one
-read serves many look-ups.
+read serves many look-ups – the process's one cache of the agents table (the admission
+loop's quota keys come from it too, `agents/admission.py`).
 
 Every step used to read the agents table several times – its assignee, the enabled
 names for the reconcile, each identity it posts as, the roster of the plan card – and the

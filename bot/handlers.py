@@ -1,13 +1,14 @@
 """What Flotilla does with each kind of Slack input, after the listener acked it.
 
 Handlers take parsed payloads, check who may do what, and hand work to the reconciler
-or a job. They return refusals as sentences (shown ephemerally by the listener).
+or a job. They return refusals as sentences (shown ephemerally by the listener). A form's
+answer has its own module, `bot/form_answers.py`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,13 +17,11 @@ from agents.errors import OperationRejected
 from agents.files import FilePolicy, refusal, refusal_note
 from agents.inbox import (
     Incoming,
-    record_attachments,
     record_reply,
     record_request,
     stored_result,
 )
-from agents.plan import COMMANDER, CancelPlan, Step, StepAnswered
-from agents.step_runs import ids
+from agents.plan import COMMANDER, CancelPlan
 from bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,
@@ -36,7 +35,6 @@ from bot.listeners.payloads import (
     strip_mention,
 )
 from bot.views.feedback import parse_click
-from bot.views.forms import FormKey, answered_message
 from storage.audit import audit
 from storage.feedback import record_feedback as store_feedback
 from storage.files import ReceivedFile
@@ -46,10 +44,6 @@ if TYPE_CHECKING:
     from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
-
-Rewrite = Callable[[str, list[dict[str, Any]]], Awaitable[bool]]
-"""Rewrites an answered form's own message in place with (text, blocks) – a click's
-response_url, chosen by the listener; False when it could not (then chat.update does)."""
 
 
 def _incoming(message: SlackMessage, policy: FilePolicy) -> Incoming:
@@ -61,11 +55,11 @@ def _incoming(message: SlackMessage, policy: FilePolicy) -> Incoming:
         bot_id=message.bot_id,
         username=message.username,
         metadata=message.metadata,
-        files=tuple(_received(f, policy) for f in message.files),
+        files=tuple(received_file(f, policy) for f in message.files),
     )
 
 
-def _received(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
+def received_file(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
     name = file.name or file.title or file.id
     return ReceivedFile(
         slack_file_id=file.id,
@@ -78,7 +72,7 @@ def _received(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
     )
 
 
-def _refused(incoming: Incoming) -> str | None:
+def refused_note(incoming: Incoming) -> str | None:
     """The sentence about a message's attachments that are not taken, if any."""
     refused = [f.refusal for f in incoming.files if f.refusal]
     for file in incoming.files:
@@ -107,7 +101,7 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
     )
     if conversation is None:
         return
-    refused = _refused(incoming)
+    refused = refused_note(incoming)
     if refused is not None:
         said = conversation
         service.events.start(lambda: _say(service, said, refused))
@@ -147,7 +141,7 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
     )
     if not stored:
         return  # seen already (a retried delivery)
-    refused = _refused(incoming) if author == "person" else None
+    refused = refused_note(incoming) if author == "person" else None
     if refused is not None:
         service.events.start(lambda: _say(service, conversation, refused))
     if forged:
@@ -178,127 +172,6 @@ async def _agent_result(
     outcome = await stored_result(service.db, plan, step.index, meta.attempt)
     if outcome is not None:
         await step_runs.report(service.context, conversation.id, outcome)
-
-
-async def answer_form(
-    service: SlackService,
-    *,
-    key: FormKey,
-    values: dict[str, str],
-    user: str,
-    channel: str,
-    thread_ts: str,
-    message_ts: str | None,
-    files: Sequence[SlackFile] = (),
-    rewrite: Rewrite | None = None,
-) -> str | None:
-    """Record a form's answer (and the files attached to it). Returns a refusal sentence, or
-    None when it was accepted. The form's message then shows who answered what: rewritten
-    by `rewrite` when given (a click in the message: its response_url, no Web API call),
-    else – or when that fails – by chat.update."""
-    found = await _open_form(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
-    if isinstance(found, str):
-        return found
-    conversation, step = found
-    question = step.question
-    decision = await service.reconciler.reconcile(
-        conversation.id,
-        event_key=f"{key.encode()}:answered",
-        outcomes=[
-            StepAnswered(
-                index=key.step_index,
-                values=values,
-                answered_by=user,
-                attempt=key.attempt,
-                round=key.round,
-            )
-        ],
-        assignees=await service.enabled_names(),
-    )
-    if decision is None or decision.before is None or not decision.changed:
-        return "This form was already answered."
-    if files:
-        await _form_files(service, conversation, message_ts or key.encode(), files)
-    log.info(
-        "form answered",
-        extra=ids(conversation) | {"plan": key.plan_id, "step": key.step_index,
-                                   "attempt": key.attempt},
-    )  # fmt: skip
-    if message_ts:
-        text, blocks = answered_message(
-            step_index=key.step_index,
-            title=step.title,
-            values=values,
-            form=question.form if question is not None else step.form,
-            user=user,
-        )
-        shown = [b.to_dict() for b in blocks]
-        if rewrite is None or not await rewrite(text, shown):
-            await service.poster.update(channel=channel, ts=message_ts, text=text, blocks=shown)
-    return None
-
-
-async def _form_files(
-    service: SlackService,
-    conversation: ConversationRecord,
-    where: str,
-    files: Sequence[SlackFile],
-) -> None:
-    """A form answer's attachments: recorded with the conversation (the next steps' runs fetch
-    them); the ones not taken get a sentence."""
-    received = tuple(_received(f, service.options.files) for f in files)
-    await record_attachments(service.db, service.clock(), conversation.id, where, received)
-    refused = _refused(Incoming(channel=conversation.channel_id, ts=where, text="", files=received))
-    if refused is not None:
-        service.events.start(lambda: _say(service, conversation, refused))
-
-
-async def form_refusal(
-    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
-) -> str | None:
-    """Why `user` cannot answer the form `key` now (a sentence), or None while it is theirs
-    to answer: a submission that is refused anyway is told so before what it lacks."""
-    found = await _open_form(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
-    return found if isinstance(found, str) else None
-
-
-async def _open_form(
-    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
-) -> str | tuple[ConversationRecord, Step]:
-    """The conversation and step of a form `user` may answer now, or why not (a sentence)."""
-    conversation, plan = await service.find_plan(channel, thread_ts)
-    step = plan.step(key.step_index) if plan is not None else None
-    if conversation is None or plan is None or step is None or plan.id != key.plan_id:
-        return "This form belongs to a plan that no longer exists."
-    refused = await _may_answer(service, conversation, user)
-    if refused:
-        return refused
-    question = step.question
-    open_now = step.attempts == key.attempt and (
-        (step.assignee == "user" and step.status == "in_progress")
-        or (step.status == "blocked" and question is not None and question.round == key.round)
-    )
-    if not open_now:
-        return _closed(step.status, question.answered_by if question else None)
-    return conversation, step
-
-
-def _closed(status: str, answered_by: str | None) -> str:
-    if answered_by:
-        return f"This form was already answered by <@{answered_by}>."
-    if status in ("done", "skipped", "failed"):
-        return "This form was already answered."
-    return "This form is no longer open: the plan has moved on."
-
-
-async def _may_answer(
-    service: SlackService, conversation: ConversationRecord, user: str
-) -> str | None:
-    if service.options.form_answerers == "anyone" or user == conversation.requested_by:
-        return None
-    if await service.is_admin(user):
-        return None
-    return f"Only <@{conversation.requested_by}>, who made the request, can answer this form."
 
 
 async def cancel_plan(

@@ -13,13 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from agents.effects import AskUser, PostDispatch, ShowForm
-from agents.plan import USER, Plan
+from agents.effects import AskUser, FormAnswer, PostDispatch, ShowForm
+from agents.plan import USER, Plan, Step
 from agents.ports import PostingRefused, StepTag
 from bot.identities import Identity, Poster
 from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, step_metadata
 from bot.slack_errors import slack_call
-from bot.views.forms import FormKey, closed_form_message, form_message
+from bot.views.forms import FormKey, answered_form, closed_form_message, form_message
 from storage.conversations import thread_messages, update_message
 from storage.db import Database
 from storage.records import ConversationRecord
@@ -127,6 +127,15 @@ class StepMessages(ABC):
             blocks=[b.to_dict() for b in blocks],
             metadata=step_metadata(FORM_EVENT, effect, effect.key),
         )
+
+    async def show_answer(
+        self, conversation: ConversationRecord, answer: FormAnswer, step: Step
+    ) -> None:
+        """The answered form's message shows who answered what (the stored answer)."""
+        if answer.message_ts is None:
+            return
+        text, blocks = answered_form(step, answer.values, answer.answered_by)
+        await self.update(conversation, answer.message_ts, text, [b.to_dict() for b in blocks])
 
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:
         """The plan's forms that nobody answered lose their buttons and say `note`."""

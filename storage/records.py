@@ -63,6 +63,16 @@ class OutboxRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredRow:
+    """An outbox row read back by its key (`storage/form_answers.py`)."""
+
+    id: int
+    payload: dict[str, Any]
+    sent: bool  # no longer pending: performed (or given up)
+    claimed: bool  # a sender claimed it at least once
+
+
+@dataclass(frozen=True, slots=True)
 class InboxRecord:
     id: int
     key: str

@@ -2,8 +2,9 @@
 in its message, the button that opens a larger form's modal, and the modal's submit.
 
 An answer clicked in the form's own message rewrites that message through the click's
-response_url (`bot/listeners/rewrite.py`: no Web API call); the modal's submission, a
-replayed click and a refused response_url use chat.update.
+response_url (`bot/listeners/rewrite.py`: no Web API call); for the modal's submission, a
+replayed click and a refused response_url the stored answer's outbox row does it with
+chat.update (`bot/form_answers.py`).
 
 Each payload is parsed into its typed model first (`bot/listeners/inbound.py`); one that does
 not fit is answered by the guard with a sentence, and nothing from it reaches the handlers.
@@ -17,7 +18,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncResp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agents.plan import FormSpec
-from bot import handlers
+from bot import form_answers
 from bot.listeners.guard import answer, guarded
 from bot.listeners.inbound import (
     BlockActions,
@@ -65,7 +66,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             return
         _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
         field_name = form.fields[0].name if form and form.fields else "answer"
-        refusal = await handlers.answer_form(
+        refusal = await form_answers.answer_form(
             service,
             key=key,
             values={field_name: value},
@@ -89,12 +90,12 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
         values, errors = modal_values(click.state, form)
         if errors:  # a form closed meanwhile (a stale copy, a second click) says so first
-            refusal = await handlers.form_refusal(
+            refusal = await form_answers.form_refusal(
                 service, key=key, **where.model_dump(exclude={"message_ts"})
             )
             refusal = refusal or missing_sentence(errors)
         else:
-            refusal = await handlers.answer_form(
+            refusal = await form_answers.answer_form(
                 service,
                 key=key,
                 values=values,
@@ -134,7 +135,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             return
         await ack()
         user = submission.user.id
-        refusal = await handlers.answer_form(
+        refusal = await form_answers.answer_form(
             service,
             key=key,
             values=values,

@@ -5,8 +5,9 @@ to it with `replace_original` rewrites that message in place – Slack's way to 
 message an interaction came from. It is not a Web API method, so it costs no chat.update
 (nor its rate tier). It does not always work: a response_url lasts 30 minutes and 5 uses, a
 click replayed from the durable inbox may be older than that, and Slack (or the way to it)
-can fail. Then the rewrite says False and the handler uses chat.update: the update is never
-lost, and a failure here is one info line, not a warning or a traceback.
+can fail. Then the rewrite says False and the answer's outbox row does it with chat.update
+(`bot/form_answers.py`): the update is never lost, and a failure here is one info line,
+not a warning or a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import aiohttp
 from slack_bolt.async_app import AsyncBoltContext, AsyncRespond
 from slack_sdk.webhook import WebhookResponse
 
-from bot.handlers import Rewrite
+from bot.form_answers import Rewrite
 from bot.listeners.inbound import BlockActions
 from bot.listeners.inbox import REPLAYED
 

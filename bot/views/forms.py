@@ -31,7 +31,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from agents.plan import FormField, FormSpec
+from agents.plan import USER, FormField, FormSpec, Step
 
 INLINE_ACTION = "flotilla_form_inline"
 SUBMIT_ACTION = "flotilla_form_submit_inline"  # the [Submit] of a form answered in its message
@@ -255,6 +255,18 @@ def answered_message(
         SectionBlock(text=MarkdownTextObject(text=text[:3000])),
         ContextBlock(elements=[MarkdownTextObject(text=f"Step {step_index}: {title}"[:3000])]),
     ]
+
+
+def answered_form(step: Step, values: Mapping[str, str], user: str) -> tuple[str, list[Block]]:
+    """`answered_message` for a step's form: a blocked step's question, or a user step's own."""
+    asked = step.question if step.assignee != USER else None
+    return answered_message(
+        step_index=step.index,
+        title=step.title,
+        values=values,
+        form=asked.form if asked is not None else step.form,
+        user=user,
+    )
 
 
 def closed_form_message(*, step_index: int, title: str, note: str) -> tuple[str, list[Block]]:

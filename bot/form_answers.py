@@ -1,0 +1,218 @@
+"""A form's answer, once the listener acked it: who may, stored, recorded, shown.
+
+An answer is stored first, as the form's outbox row (`agents/form_answers.py`: one per
+form, the first stored wins, and its delivery records the answer and rewrites the form's
+message – at least once, whatever happens to this process). Then, at once, the click
+records it (a reconcile) and rewrites the form's message through `rewrite` – the click's
+response_url, no Web API call (`bot/listeners/rewrite.py`) – and the row is marked
+delivered. The row waits `REWRITE_GRACE` before any sender takes it, so a live click's own
+rewrite comes first; with no rewrite to try (a modal's submission, a click replayed from
+the inbox) or when it fails, the row is made due at once and the executor's chat.update
+shows the answer.
+
+Every later click on the form finds the stored answer: a replay or a double click of the
+same answer is taken silently, and the form shown with it if it is not yet; a click with
+another answer (a second person, or second thoughts) is told who answered, and the form is
+shown with the stored answer – never with the later click's values.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agents import form_answers
+from agents.effects import form_answer_key
+from agents.form_answers import StoredAnswer
+from agents.inbox import Incoming, record_attachments
+from agents.plan import USER, Step
+from agents.step_runs import ids
+from bot.handlers import received_file, refused_note
+from bot.listeners.payloads import SlackFile
+from bot.views.forms import FormKey, answered_form
+
+if TYPE_CHECKING:
+    from bot.service import SlackService
+    from storage.records import ConversationRecord
+
+log = logging.getLogger(__name__)
+
+Rewrite = Callable[[str, list[dict[str, Any]]], Awaitable[bool]]
+"""Rewrites an answered form's own message in place with (text, blocks) – a click's
+response_url, chosen by the listener; False when it could not (then chat.update does)."""
+
+# how long a stored answer waits for its click's own rewrite before any process's outbox
+# sender shows it with chat.update (the response_url is given 10 s, the reconcile the rest)
+REWRITE_GRACE = timedelta(seconds=60)
+
+
+async def answer_form(
+    service: SlackService,
+    *,
+    key: FormKey,
+    values: dict[str, str],
+    user: str,
+    channel: str,
+    thread_ts: str,
+    message_ts: str | None,
+    files: Sequence[SlackFile] = (),
+    rewrite: Rewrite | None = None,
+) -> str | None:
+    """Store, record and show a form's answer (and keep the files attached to it). Returns a
+    refusal sentence, or None when this answer is the form's (also when it was already:
+    a replay, a double click). See the module."""
+    found = await _form_step(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
+    if isinstance(found, str):
+        return found
+    conversation, step_read = found
+    step: Step | None = step_read
+    now = service.clock()
+    given = form_answers.form_answer(
+        conversation.id,
+        plan_id=key.plan_id,
+        step=key.step_index,
+        attempt=key.attempt,
+        round=key.round,
+        values=values,
+        answered_by=user,
+        event_key=f"{key.encode()}:answered",
+        message_ts=message_ts,
+        available_at=now + REWRITE_GRACE if rewrite is not None else None,
+    )
+    open_now = is_open(step_read, key)
+    if open_now:
+        stored: StoredAnswer | None = await form_answers.store(service.db, now, given)
+    else:
+        stored = await form_answers.stored(service.db, conversation.id, given.key)
+    if stored is None:  # closed without an answer stored (cancelled; or answered long ago)
+        return _closed(step)
+    answer = stored.answer
+    same = answer.answered_by == user and answer.values == values
+    recorded_now = False  # by this click (not a replay, a double click, the executor)
+    if same and open_now:
+        decision = await form_answers.record(
+            service.reconciler, answer, await service.enabled_names()
+        )
+        step = decision.plan.step(key.step_index) if decision is not None else None
+        recorded_now = decision is not None and decision.changed
+        if recorded_now:
+            log.info(
+                "form answered",
+                extra=ids(conversation) | {"plan": key.plan_id, "step": key.step_index,
+                                           "attempt": key.attempt},
+            )  # fmt: skip
+    if not form_answers.recorded(step, answer):
+        if open_now and not same:  # the first answer is being recorded right now
+            return _answered_by(answer.answered_by)
+        return _closed(step)  # the form closed before its stored answer was recorded
+    assert step is not None  # recorded
+    if same and files:  # kept each once; the ones not taken are told once
+        where = message_ts or key.encode()
+        await _form_files(service, conversation, where, files, tell=recorded_now)
+    await _show(service, stored, step, rewrite)
+    return None if same else _answered_by(answer.answered_by)
+
+
+async def _show(
+    service: SlackService, stored: StoredAnswer, step: Step, rewrite: Rewrite | None
+) -> None:
+    """The form's message shows the stored answer: through `rewrite` (then its row is
+    delivered), else by the executor's chat.update, at once. Nothing when it shows it."""
+    answer = stored.answer
+    if stored.sent or answer.message_ts is None:
+        return
+    text, blocks = answered_form(step, answer.values, answer.answered_by)
+    if rewrite is not None and await rewrite(text, [b.to_dict() for b in blocks]):
+        service.executor.outbox.delivered(stored.row_id)
+        return
+    await form_answers.hurry(service.db, service.clock(), answer)
+    service.wake()
+
+
+async def _form_files(
+    service: SlackService,
+    conversation: ConversationRecord,
+    where: str,
+    files: Sequence[SlackFile],
+    *,
+    tell: bool,
+) -> None:
+    """A form answer's attachments: recorded with the conversation (the next steps' runs fetch
+    them; each once); the ones not taken get a sentence (`tell`)."""
+    received = tuple(received_file(f, service.options.files) for f in files)
+    await record_attachments(service.db, service.clock(), conversation.id, where, received)
+    refused = refused_note(
+        Incoming(channel=conversation.channel_id, ts=where, text="", files=received)
+    )
+    if refused is not None and tell:
+        service.events.start(lambda: _say(service, conversation, refused))
+
+
+async def _say(service: SlackService, conversation: ConversationRecord, text: str) -> None:
+    await service.say(conversation, text)
+
+
+async def form_refusal(
+    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
+) -> str | None:
+    """Why `user` cannot answer the form `key` now (a sentence), or None while it is theirs
+    to answer: a submission that is refused anyway is told so before what it lacks."""
+    found = await _form_step(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
+    if isinstance(found, str):
+        return found
+    conversation, step = found
+    if is_open(step, key):
+        return None
+    answer_key = form_answer_key(key.plan_id, key.step_index, key.attempt, key.round)
+    stored = await form_answers.stored(service.db, conversation.id, answer_key)
+    if stored is not None and form_answers.recorded(step, stored.answer):
+        return _answered_by(stored.answer.answered_by)
+    return _closed(step)
+
+
+async def _form_step(
+    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
+) -> str | tuple[ConversationRecord, Step]:
+    """The conversation and step of the form `key`, if `user` may answer it (else why not)."""
+    conversation, plan = await service.find_plan(channel, thread_ts)
+    step = plan.step(key.step_index) if plan is not None else None
+    if conversation is None or plan is None or step is None or plan.id != key.plan_id:
+        return "This form belongs to a plan that no longer exists."
+    refused = await _may_answer(service, conversation, user)
+    if refused:
+        return refused
+    return conversation, step
+
+
+def is_open(step: Step, key: FormKey) -> bool:
+    """Whether the form `key` still waits for its answer."""
+    question = step.question
+    return step.attempts == key.attempt and (
+        (step.assignee == USER and step.status == "in_progress")
+        or (step.status == "blocked" and question is not None and question.round == key.round)
+    )
+
+
+def _answered_by(user: str) -> str:
+    return f"This form was already answered by <@{user}>."
+
+
+def _closed(step: Step | None) -> str:
+    answered_by = step.question.answered_by if step is not None and step.question else None
+    if answered_by:
+        return _answered_by(answered_by)
+    if step is None or step.status in ("done", "skipped", "failed"):
+        return "This form was already answered."
+    return "This form is no longer open: the plan has moved on."
+
+
+async def _may_answer(
+    service: SlackService, conversation: ConversationRecord, user: str
+) -> str | None:
+    if service.options.form_answerers == "anyone" or user == conversation.requested_by:
+        return None
+    if await service.is_admin(user):
+        return None
+    return f"Only <@{conversation.requested_by}>, who made the request, can answer this form."

@@ -1,0 +1,48 @@
+"""The admission loop's facts take the agent's record from the roster – the process's one
+cache of the agents table – so an admin's edit of an agent (which `forget`s the roster) is
+seen by the scheduler's quota keys at once, as by everything else; the workspace's
+settings and the token estimate stay remembered for a poll interval."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from agents.admission import AdmissionLoop
+from agents.admission_policy import SchedulerOptions
+from agents.roster import Roster
+from storage.agents import create_agent, update_agent
+from storage.db import Database
+from storage.records import RunRequestRecord
+from storage.workspaces import ensure_workspace
+
+NOW = datetime(2026, 12, 2, tzinfo=UTC)
+
+
+async def _nothing(*_: object) -> None:
+    return None
+
+
+async def _refuse(record: RunRequestRecord, reason: str) -> None:
+    return None
+
+
+async def test_an_agent_edit_is_seen_by_the_roster_and_the_facts_at_once(db: Database) -> None:
+    async with db.write() as conn:
+        await ensure_workspace(conn, "T1", NOW)
+        await create_agent(conn, "T1", "writer", NOW, display_name="Writer", tools=["http_fetch"])
+    roster = Roster(db, lambda: "T1", max_age_s=3600.0)  # only a `forget` makes it read again
+    loop = AdmissionLoop(
+        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
+        start=_nothing, show_waits=_nothing, refuse=_refuse, roster=roster,
+    )  # fmt: skip
+    assert (await loop.facts("T1", "writer")).tools == ("http_fetch",)
+    assert (await loop.facts("T1", "commander")).tools == ()  # the commander has no record
+    reads = roster.reads
+
+    async with db.write() as conn:  # an admin's edit (bot/admin.py), then its `forget`
+        await update_agent(conn, "T1", "writer", NOW, tools=["write_file"])
+    roster.forget()
+    assert (await loop.facts("T1", "writer")).tools == ("write_file",)  # within the interval
+    assert (await roster.agent("writer")) is not None
+    assert roster.reads == reads + 1  # one read of the table served both

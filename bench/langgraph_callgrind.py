@@ -8,7 +8,9 @@ with its SQLite checkpointer – on a chain and a diamond, at `synchronous` NORM
 Each runs in its own Python process under `valgrind --tool=callgrind` at two sizes (a
 `--small` and a `--big` graph); the difference of the two processes' totals ÷ the difference
 of their steps is the instructions of one step, with the interpreter's start, the imports,
-the database's setup and the graph's compile cancelled (`bench/callgrind.py`).
+the database's setup and the graph's compile cancelled (`bench/callgrind.py`); each run
+collects the set-up's garbage before its first step (`bench/langgraph_compare.py`), so
+a full collection it would trigger does not land in one size's count and not the other's.
 
 Run: `.venv/bin/python bench/langgraph_callgrind.py` (some minutes: valgrind runs Python
 ~50× slower; 16 processes, two at a time), `--small 20 --big 120` steps by default
@@ -59,13 +61,15 @@ def measure(job: Job, tmp: Path) -> int:
     return callgrind.instructions(__file__, ["--child", *map(str, job), str(work)], work)
 
 
-def per_step(small: int, big: int, modes: tuple[Sync, ...]) -> dict[tuple[str, str, str], float]:
+def per_step(
+    small: int, big: int, modes: tuple[Sync, ...], systems: tuple[str, ...] = SYSTEMS
+) -> dict[tuple[str, str, str], float]:
     """Instructions per step of each (system, mode, shape), two processes each."""
     jobs = [
         (system, mode, shape, steps)
         for mode in modes
         for shape in SHAPES
-        for system in SYSTEMS
+        for system in systems
         for steps in (small, big)
     ]
     with tempfile.TemporaryDirectory() as tmp_dir, ThreadPoolExecutor(2) as pool:
@@ -86,9 +90,13 @@ def report(found: dict[tuple[str, str, str], float], small: int, big: int) -> li
     ]
     for mode in dict.fromkeys(m for _, m, _ in found):
         for shape in SHAPES:
-            ours, theirs = found[("Flotilla", mode, shape)], found[("LangGraph", mode, shape)]
+            ours, theirs = (
+                found.get(("Flotilla", mode, shape)),
+                found.get(("LangGraph", mode, shape)),
+            )
+            ratio = f"{ours / theirs:.2f}" if ours and theirs else "–"
             lines.append(
-                f"  {mode:<12} {shape:<8} {ours:>12,.0f} {theirs:>12,.0f}  {ours / theirs:.2f}"
+                f"  {mode:<12} {shape:<8} {ours or 0:>12,.0f} {theirs or 0:>12,.0f}  {ratio}"
             )
     lines.append("Flotilla / LangGraph: goal <= 0.50")
     return lines
@@ -99,6 +107,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=20, help="steps of the small run")
     parser.add_argument("--big", type=int, default=120, help="steps of the big run")
     parser.add_argument("--mode", choices=MODES, help="only this synchronous setting")
+    parser.add_argument("--only", choices=SYSTEMS, help="measure only this system")
     parser.add_argument("--child", nargs=5, metavar=("SYSTEM", "MODE", "SHAPE", "STEPS", "DIR"))
     args = parser.parse_args()
     if args.child:
@@ -106,7 +115,8 @@ def main() -> None:
         child(system, mode, shape, int(steps), Path(work))
         return
     modes: tuple[Sync, ...] = (args.mode,) if args.mode else MODES
-    for line in report(per_step(args.small, args.big, modes), args.small, args.big):
+    systems = (args.only,) if args.only else SYSTEMS
+    for line in report(per_step(args.small, args.big, modes, systems), args.small, args.big):
         print(line, flush=True)
 
 

@@ -181,10 +181,7 @@ def load_latest_plan(
         "known_id": known_id,
         "known_version": known_version,
     }
-    if Prepared.runs_on(conn):
-        rows: Sequence[Any] = _LOAD_LATEST_PREPARED.mappings(conn, params)
-    else:
-        rows = list(conn.execute(_LOAD_LATEST, params).mappings())
+    rows = _LOAD_LATEST_PREPARED.rows(conn, params)
     return loaded_plan(rows, known_version if known is not None else None)
 
 
@@ -305,11 +302,7 @@ def update_plan(
         "b_version": version,
         "b_updated_at": now,
     }
-    if Prepared.runs_on(conn):
-        rowcount = _UPDATE_PLAN_PREPARED.execute(conn, params).rowcount
-    else:
-        rowcount = conn.execute(_UPDATE_PLAN, params).rowcount
-    if rowcount != 1:
+    if _UPDATE_PLAN_PREPARED.rowcount(conn, params) != 1:
         raise ConcurrentPlanChange(f"plan {plan_id}: version {was_version} is gone")
 
 

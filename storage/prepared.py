@@ -47,7 +47,7 @@ class Prepared:
     defaults, as SQLAlchemy would)."""
 
     def __init__(self, statement: ClauseElement, *, keys: Sequence[str] | None = None) -> None:
-        self.statement = statement
+        self.statement: Any = statement
         self._keys = list(keys) if keys is not None else None
         self._compiled: dict[Dialect, _Compiled] = {}
 
@@ -70,6 +70,18 @@ class Prepared:
         for i, process in compiled.processors:
             values[i] = process(values[i])
         return values
+
+    def rowcount(self, conn: Connection, params: dict[str, Any]) -> int:
+        """Run with one row of parameters on either path; the rows it changed."""
+        if not self.runs_on(conn):
+            return int(conn.execute(self.statement, params).rowcount)
+        return int(self.execute(conn, params).rowcount)
+
+    def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        """A SELECT's rows as mappings, on either path."""
+        if not self.runs_on(conn):
+            return list(conn.execute(self.statement, params).mappings())
+        return self.mappings(conn, params)
 
     def execute(self, conn: Connection, params: dict[str, Any]) -> Any:
         """Run with one row of parameters; the DBAPI cursor (rowcount, lastrowid, rows)."""
@@ -100,7 +112,7 @@ def _dbapi(conn: Connection) -> Any:
     return conn.connection.driver_connection
 
 
-def _compile(statement: ClauseElement, dialect: Dialect, keys: list[str] | None) -> _Compiled:
+def _compile(statement: Any, dialect: Dialect, keys: list[str] | None) -> _Compiled:
     compiled: Any = statement.compile(dialect=dialect, column_keys=keys)
     if not dialect.positional or compiled.positiontup is None:
         raise TypeError(f"{dialect.name}: only a positional dialect is prepared here")
@@ -124,7 +136,7 @@ def _compile(statement: ClauseElement, dialect: Dialect, keys: list[str] | None)
     columns: tuple[str, ...] = ()
     results: list[tuple[str, Callable[[Any], Any]]] = []
     if getattr(statement, "is_select", False):
-        selected: Any = statement.selected_columns  # type: ignore[attr-defined]
+        selected: Any = statement.selected_columns
         columns = tuple(selected.keys())
         for key, column in zip(columns, selected, strict=True):
             process = column.type.dialect_impl(dialect).result_processor(dialect, None)

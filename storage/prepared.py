@@ -21,6 +21,7 @@ statements run on that same DBAPI connection, so they are part of that transacti
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -49,7 +50,9 @@ class Prepared:
     def __init__(self, statement: ClauseElement, *, keys: Sequence[str] | None = None) -> None:
         self.statement: Any = statement
         self._keys = list(keys) if keys is not None else None
-        self._compiled: dict[Dialect, _Compiled] = {}
+        # per dialect (weakly: a disposed engine's dialect goes with it); the last one in front
+        self._compiled: weakref.WeakKeyDictionary[Dialect, _Compiled] = weakref.WeakKeyDictionary()
+        self._last: tuple[Dialect, _Compiled] | None = None
 
     @staticmethod
     def runs_on(conn: Connection) -> bool:
@@ -58,9 +61,13 @@ class Prepared:
         return conn.dialect.name == "sqlite" and conn.dialect.driver == "pysqlite"
 
     def _for(self, dialect: Dialect) -> _Compiled:
+        last = self._last
+        if last is not None and last[0] is dialect:
+            return last[1]
         found = self._compiled.get(dialect)
         if found is None:
             found = self._compiled[dialect] = _compile(self.statement, dialect, self._keys)
+        self._last = (dialect, found)
         return found
 
     def _row(self, compiled: _Compiled, params: dict[str, Any]) -> list[Any]:

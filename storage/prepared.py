@@ -15,7 +15,9 @@ Scope: only on SQLite's one-hop path (`storage/locks.py`), inside a transaction 
 SQLAlchemy began (`BEGIN IMMEDIATE`, its `begin` hook) and commits or rolls back – the
 statements run on that same DBAPI connection, so they are part of that transaction.
 `Prepared.runs_on(conn)` says whether a connection takes this path; everything else
-(PostgreSQL, aiosqlite) keeps executing the same statement through SQLAlchemy. SQLAlchemy's
+(PostgreSQL, aiosqlite) keeps executing the same statement through SQLAlchemy. A driver
+error is raised as SQLAlchemy would raise it (`IntegrityError`, `OperationalError`, …,
+with the driver's error as `orig`). SQLAlchemy's
 `before_cursor_execute` events do not see these statements (SQLite's trace callback does).
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from sqlalchemy import Table, insert
 from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 
@@ -94,14 +97,22 @@ class Prepared:
         """Run with one row of parameters; the DBAPI cursor (rowcount, lastrowid, rows)."""
         compiled = self._for(conn.dialect)
         cursor = _dbapi(conn).cursor()
-        cursor.execute(compiled.sql, self._row(compiled, params))
+        values = self._row(compiled, params)
+        try:
+            cursor.execute(compiled.sql, values)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, compiled.sql, values, exc) from exc
         return cursor
 
     def executemany(self, conn: Connection, params: Sequence[dict[str, Any]]) -> int:
         """Run once per row of parameters; the rows changed in all."""
         compiled = self._for(conn.dialect)
         cursor = _dbapi(conn).cursor()
-        cursor.executemany(compiled.sql, [self._row(compiled, p) for p in params])
+        rows = [self._row(compiled, p) for p in params]
+        try:
+            cursor.executemany(compiled.sql, rows)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, compiled.sql, rows, exc) from exc
         return int(cursor.rowcount)
 
     def mappings(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -113,6 +124,13 @@ class Prepared:
             for row in rows:
                 row[key] = process(row[key])
         return rows
+
+
+def _wrapped(conn: Connection, sql: str, params: Any, exc: Exception) -> BaseException:
+    """The driver's error as SQLAlchemy raises it (`IntegrityError`, `OperationalError`, …),
+    so callers see the same exceptions as on SQLAlchemy's path."""
+    base = conn.dialect.loaded_dbapi.Error
+    return DBAPIError.instance(sql, params, exc, base, dialect=conn.dialect)
 
 
 def _dbapi(conn: Connection) -> Any:

@@ -7,21 +7,28 @@ from __future__ import annotations
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from agents.outbox import OutboxSender
 from agents.plan import Outcome, StepBlocked, StepFailed, StepSucceeded
 from agents.reconciler import Reconciler
 from storage.db import Database
+from storage.locks import run_transaction
 from storage.migrate import upgrade
+from storage.outbox import enqueue_effects
 from storage.prepared import Prepared
 from tests.integration.reconcile_support import (
     AGENTS,
+    T0,
     Clock,
     RecordingPort,
     diamond,
     new_conversation,
+    outbox_keys,
 )
 
 TABLES = ("plans", "plan_steps", "outbox", "processed_events")
@@ -72,3 +79,24 @@ async def test_prepared_statements_store_what_sqlalchemy_stores(
     assert any('["a.md", "b.md"]' in row for row in steps)  # JSON written as text
     assert any(row[-1] is not None for row in prepared["outbox"])  # rows marked sent
     assert len(prepared["processed_events"]) == 6  # e1 once
+
+
+async def test_a_driver_error_is_sqlalchemys_and_rolls_the_transaction_back(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
+    await upgrade(db)
+    row: dict[str, Any] = {
+        "idempotency_key": "k",
+        "kind": "update_plan_card",
+        "conversation_id": None,
+        "payload": {},
+        "available_at": None,
+    }
+
+    def work(conn: Connection) -> int:
+        assert Prepared.runs_on(conn)  # the DBAPI path, not SQLAlchemy's
+        return enqueue_effects(conn, [row, row], T0)  # the same key twice
+
+    with pytest.raises(IntegrityError):
+        await run_transaction(db, work)
+    assert await outbox_keys(db) == []  # the first row went with the rollback
+    await db.dispose()

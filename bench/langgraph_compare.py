@@ -14,7 +14,9 @@ SQLite file in WAL mode, at the same `synchronous` setting (NORMAL, then FULL):
 The graphs: a chain of N steps and a diamond of L layers (top -> left, right -> join).
 Runs are interleaved (Flotilla, LangGraph, Flotilla, …) so a busy machine slows both alike;
 each repeat prints µs per step, and the summary prints the ratio Flotilla / LangGraph with
-min / median / max over the repeats. Needs the bench extra: `pip install -e '.[bench]'`.
+min / median / max over the repeats. Each run starts timing after a `gc.collect()`, so a
+full collection the set-up's garbage would trigger is not counted as a step's cost (for
+both alike). Needs the bench extra: `pip install -e '.[bench]'`.
 
     .venv/bin/python bench/langgraph_compare.py            # 200-step chain, 50 layers, 5 repeats
     .venv/bin/python bench/langgraph_compare.py --quick    # 40 steps, 10 layers, 3 repeats
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import operator
 import sqlite3
 import statistics
@@ -80,6 +83,7 @@ async def flotilla_per_step(
     sender = OutboxSender(db, RecordingPort(), clock=lambda: NOW)
     reconciler = Reconciler(db, clock=lambda: NOW, outbox=sender)  # as the executor wires it
     cid = await conversation(db, tag)
+    gc.collect()  # the set-up's garbage is not a step's cost (both systems alike)
     t0, cpu0 = time.perf_counter(), time.process_time()
     decision = await reconciler.start_steps(cid, steps)
     await sender.deliver_handed()
@@ -143,6 +147,7 @@ def langgraph_per_step(
     connection.execute(f"PRAGMA synchronous = {mode}")
     compiled = langgraph_of(steps).compile(checkpointer=SqliteSaver(connection))
     config = {"configurable": {"thread_id": tag}, "recursion_limit": len(steps) + 10}
+    gc.collect()  # as for Flotilla
     t0, cpu0 = time.perf_counter(), time.process_time()
     final = compiled.invoke({"request": "bench", "done": []}, config, durability="sync")
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0

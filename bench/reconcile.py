@@ -66,15 +66,34 @@ class RoundTrips:
     """Counts statements (and commits) sent to the database, and thread hops.
 
     Statements are counted on both engines of the database: the async one (aiosqlite,
-    where each statement is a hop to the driver's thread) and the synchronous one that
-    the reconciler's transactions run on (one hop to a worker thread per transaction).
+    where each statement is a hop to the driver's thread) through SQLAlchemy's events, and
+    the synchronous one that the reconciler's transactions run on (one hop to a worker
+    thread per transaction) through SQLite's own trace callback, which also sees the hot
+    statements run on the DBAPI cursor (`storage/prepared.py`; there each row of an
+    `executemany` counts, as SQLite runs it).
     """
 
     def __init__(self, db: Database) -> None:
         self.count = 0
+        self._traced: set[int] = set()
+        event.listen(db.engine.sync_engine, "before_cursor_execute", self._bump)
         for engine in (db.engine.sync_engine, sqlite_engine(db)):
-            event.listen(engine, "before_cursor_execute", self._bump)
             event.listen(engine, "commit", self._bump)
+        event.listen(sqlite_engine(db), "begin", self._trace)
+
+    def _trace(self, conn: Any) -> None:
+        """Trace the connection from its first transaction on (its BEGIN counted here)."""
+        dbapi = conn.connection.driver_connection
+        if id(dbapi) in self._traced:
+            return
+        self._traced.add(id(dbapi))
+        self.count += 1
+
+        def traced(sql: str) -> None:
+            if not sql.lstrip()[:8].upper().startswith(("COMMIT", "ROLLBACK", "PRAGMA")):
+                self.count += 1
+
+        dbapi.set_trace_callback(traced)
 
     def _bump(self, *_: Any) -> None:
         self.count += 1

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -35,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.plan import StepSucceeded  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
+from bench import callgrind  # noqa: E402
 from bench.reconcile import NOW, chain, conversation  # noqa: E402
 from bench.scheduler_idle import OPTIONS, per_run_cost  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
 
 WORKLOADS = ("unscheduled", "scheduled", "reconcile")
-COLLECTED = re.compile(r"Collected : (\d+)")
 # no admission poll while a run goes on: passes would follow valgrind's slow wall clock
 QUIET = replace(OPTIONS, scheduler=replace(OPTIONS.scheduler, poll_seconds=3600.0))
 
@@ -74,18 +71,9 @@ async def child(workload: str, units: int, length: int, tmp: Path) -> None:
 
 def instructions(workload: str, units: int, length: int, tmp: Path) -> int:
     """Instructions one process executed, under callgrind, doing `units` of `workload`."""
+    args = ["--child", workload, str(units), str(length)]
     work = tmp / f"{workload}-{units}"
-    work.mkdir(parents=True)
-    command = [
-        "valgrind", "--tool=callgrind", f"--callgrind-out-file={work / 'callgrind.out'}",
-        sys.executable, __file__, "--child", workload, str(units), str(length), str(work),
-    ]  # fmt: skip
-    env = os.environ | {"PYTHONHASHSEED": "0"}  # the same hashes, the same work each time
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    found = COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from callgrind: {done.stderr[-2000:]}")
-    return int(found.group(1))
+    return callgrind.instructions(__file__, [*args, str(work)], work)
 
 
 def per_unit(runs: int, warm: int) -> dict[str, float]:

@@ -24,7 +24,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 PING_AFTER_IDLE_SECONDS = 1.0
 _IDLE_SINCE = "flotilla_idle_since"
 # execution option marking a read-only unit of work, so SQLite can use a deferred BEGIN
-_READ_ONLY = "flotilla_read_only"
+READ_ONLY = "flotilla_read_only"
 
 
 def is_sqlite(url: str) -> bool:
@@ -83,7 +83,7 @@ def prepare_sqlite_connection(dbapi_connection: Any) -> None:
 
 def begin_sqlite(conn: Connection) -> None:
     """BEGIN IMMEDIATE for writes (a deferred BEGIN cannot upgrade its read lock)."""
-    read_only = conn.get_execution_options().get(_READ_ONLY, False)
+    read_only = conn.get_execution_options().get(READ_ONLY, False)
     conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
 
 
@@ -119,7 +119,7 @@ class Database:
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction (deferred on SQLite, so readers never queue behind writers)."""
         async with self.engine.connect() as conn:
-            conn = await conn.execution_options(**{_READ_ONLY: True})
+            conn = await conn.execution_options(**{READ_ONLY: True})
             async with conn.begin():
                 yield conn
 

@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from storage.prepared import Prepared
 from storage.tables import (
     ProcessedEvent,
 )
@@ -21,6 +22,7 @@ events_t: Table = ProcessedEvent.__table__  # type: ignore[assignment]
 
 _RECORD_EVENT_PG = postgresql.insert(events_t).on_conflict_do_nothing()
 _RECORD_EVENT_SQLITE = sqlite.insert(events_t).on_conflict_do_nothing()
+_RECORD_EVENT_PREPARED = Prepared(_RECORD_EVENT_SQLITE, keys=("key", "processed_at"))
 
 
 def record_event(conn: Connection, key: str, now: datetime) -> bool:
@@ -31,8 +33,11 @@ def record_event(conn: Connection, key: str, now: datetime) -> bool:
     Synchronous (the reconciler's one-hop transactions call it directly); an async
     caller runs it with `await conn.run_sync(record_event, key, now)`.
     """
+    params = {"key": key, "processed_at": now}
+    if Prepared.runs_on(conn):
+        return bool(_RECORD_EVENT_PREPARED.execute(conn, params).rowcount)
     stmt = _RECORD_EVENT_PG if conn.dialect.name == "postgresql" else _RECORD_EVENT_SQLITE
-    result = conn.execute(stmt, {"key": key, "processed_at": now})
+    result = conn.execute(stmt, params)
     return bool(result.rowcount)
 
 

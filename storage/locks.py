@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Connection, Engine
 
 from storage.conversations import bump_lock_version
-from storage.db import Database, begin_sqlite, prepare_sqlite_connection
+from storage.db import READ_ONLY, Database, prepare_sqlite_connection
 from storage.optimistic import VersionConflict
 
 T = TypeVar("T")
@@ -131,4 +131,13 @@ def sqlite_engine(db: Database) -> Engine:
 
 def _configure(engine: Engine) -> None:
     event.listen(engine, "connect", lambda dbapi, _record: prepare_sqlite_connection(dbapi))
-    event.listen(engine, "begin", begin_sqlite)
+    event.listen(engine, "begin", _begin_on_driver)
+
+
+def _begin_on_driver(conn: Connection) -> None:
+    """`begin_sqlite`'s BEGIN, sent on the stdlib driver's connection itself: the same
+    statement without SQLAlchemy's execution layers, once per transaction (see
+    storage/prepared.py for why the hot path skips them)."""
+    read_only = conn.get_execution_options().get(READ_ONLY, False)
+    driver: Any = conn.connection.driver_connection
+    driver.execute("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")

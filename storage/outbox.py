@@ -13,6 +13,7 @@ from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from storage.prepared import Prepared, prepared_insert
 from storage.records import (
     OutboxRecord,
 )
@@ -50,7 +51,10 @@ def enqueue_effects(
         for r in rows
     ]
     if not ignore_duplicates:
-        conn.execute(_INSERT, values)
+        if Prepared.runs_on(conn):
+            prepared_insert(outbox_t, values[0]).executemany(conn, values)
+        else:
+            conn.execute(_INSERT, values)
         return len(values)
     inserted = 0
     for value in values:
@@ -72,8 +76,12 @@ def enqueue_claimed(
         | {"attempts": 1, "failures": 0, "available_at": lease_until}
         for r in rows
     ]
-    returned = conn.execute(_INSERT_CLAIMED, values).all()
-    return [claimed_record(value, row.id, now) for row, value in zip(returned, values, strict=True)]
+    if Prepared.runs_on(conn):  # one INSERT a row: its id is the cursor's lastrowid
+        insert_one = prepared_insert(outbox_t, values[0])
+        ids = [int(insert_one.execute(conn, value).lastrowid) for value in values]
+    else:
+        ids = [row.id for row in conn.execute(_INSERT_CLAIMED, values).all()]
+    return [claimed_record(value, i, now) for i, value in zip(ids, values, strict=True)]
 
 
 def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRecord:
@@ -92,8 +100,13 @@ def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRec
 
 def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:
     """Mark delivered rows sent (a row given up or settled meanwhile is left as it is)."""
-    if sent:
-        conn.execute(_MARK_SENT, [{"row_id": i, "sent_at": now} for i in sent])
+    if not sent:
+        return
+    params = [{"row_id": i, "sent_at": now} for i in sent]
+    if Prepared.runs_on(conn):
+        _MARK_SENT_PREPARED.executemany(conn, params)
+    else:
+        conn.execute(_MARK_SENT, params)
 
 
 def settle_and_claim(
@@ -174,6 +187,7 @@ _MARK_SENT = (
 )
 
 
+_MARK_SENT_PREPARED = Prepared(_MARK_SENT)
 _CLAIM = _claim(skip_locked=False)
 _CLAIM_PG = _claim(skip_locked=True)
 

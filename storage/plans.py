@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from storage.prepared import Prepared, prepared_insert
 from storage.tables import Conversation, OutboxEntry, Plan, PlanStep
 
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
@@ -135,6 +136,7 @@ _LATEST = select(func.max(plans_t.c.id)).where(
 )
 _LOAD_LATEST = plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
 _LOAD_BY_ID = plan_query(plans_t.c.id == bindparam("plan_id"))
+_LOAD_LATEST_PREPARED = Prepared(_LOAD_LATEST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +162,7 @@ def loaded_plan(rows: Sequence[Any], known_version: int | None = None) -> Loaded
         "version": first["plan_version"],
         "request": first["plan_request"],
     }
-    steps = [dict(r) for r in rows if r["index"] is not None]
+    steps = [r if type(r) is dict else dict(r) for r in rows if r["index"] is not None]
     unchanged = not steps and known_version == plan["version"]
     return LoadedPlan(plan, None if unchanged else steps, bool(first["plan_card_waiting"]))
 
@@ -179,8 +181,8 @@ def load_latest_plan(
         "known_id": known_id,
         "known_version": known_version,
     }
-    result = conn.execute(_LOAD_LATEST, params)
-    return loaded_plan(list(result.mappings()), known_version if known is not None else None)
+    rows = _LOAD_LATEST_PREPARED.rows(conn, params)
+    return loaded_plan(rows, known_version if known is not None else None)
 
 
 def load_plan(conn: Connection, plan_id: int) -> LoadedPlan | None:
@@ -232,11 +234,13 @@ def insert_plan(
 
 def insert_steps(conn: Connection, plan_id: int, rows: Sequence[dict[str, Any]]) -> None:
     """New step rows (each with `index` and STEP_FIELDS, optionally started_at)."""
-    if rows:
-        conn.execute(
-            _INSERT_STEPS,
-            [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows],
-        )
+    if not rows:
+        return
+    values = [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows]
+    if Prepared.runs_on(conn):
+        prepared_insert(steps_t, values[0]).executemany(conn, values)
+    else:
+        conn.execute(_INSERT_STEPS, values)
 
 
 _UPDATE_STEP = (
@@ -253,6 +257,8 @@ _UPDATE_STEP = (
         finished_at=bindparam("b_finished_at"),
     )
 )
+_UPDATE_STEP_PREPARED = Prepared(_UPDATE_STEP)
+_UPDATE_PLAN_PREPARED = Prepared(_UPDATE_PLAN)
 
 
 def update_steps(
@@ -270,9 +276,12 @@ def update_steps(
         | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
         for row, was, was_attempts in changes
     ]
-    result = conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params)
-    sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
-    if sane and result.rowcount != len(params):
+    if Prepared.runs_on(conn):  # SQLite's executemany counts the rows of all
+        rowcount, sane = _UPDATE_STEP_PREPARED.executemany(conn, params), True
+    else:
+        rowcount = conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params).rowcount
+        sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
+    if sane and rowcount != len(params):
         raise ConcurrentPlanChange(f"plan {plan_id}: a step changed under the reconciler")
 
 
@@ -293,8 +302,7 @@ def update_plan(
         "b_version": version,
         "b_updated_at": now,
     }
-    result = conn.execute(_UPDATE_PLAN, params)
-    if result.rowcount != 1:
+    if _UPDATE_PLAN_PREPARED.rowcount(conn, params) != 1:
         raise ConcurrentPlanChange(f"plan {plan_id}: version {was_version} is gone")
 
 

@@ -1,0 +1,190 @@
+"""The reconcile's hot statements on SQLite: compiled once, run on the DBAPI cursor.
+
+Why: a reconcile is one short transaction of a handful of small statements (the event
+record, the plan load, the step and plan updates, the outbox rows). Executed through
+SQLAlchemy, each pays its per-execution layers – `_execute_clauseelement`, the compiled
+cache look-up, `_init_compiled`, `construct_params`, the type processors looked up per
+call, events, the result wrapper – about 45 % of the transaction's CPU in a profile, more
+than SQLite itself. `Prepared` keeps SQLAlchemy as the builder (the SQL is what SQLAlchemy
+compiles for the dialect, the values go through the columns' own bind and result
+processors, taken from the dialect once) and skips only those per-execution layers: the
+statement is compiled once per dialect, and each execution is the DBAPI cursor's
+`execute`/`executemany` with a plain parameter tuple.
+
+Scope: only on SQLite's one-hop path (`storage/locks.py`), inside a transaction that
+SQLAlchemy began (`BEGIN IMMEDIATE`, its `begin` hook) and commits or rolls back – the
+statements run on that same DBAPI connection, so they are part of that transaction.
+`Prepared.runs_on(conn)` says whether a connection takes this path; everything else
+(PostgreSQL, aiosqlite) keeps executing the same statement through SQLAlchemy. A driver
+error is raised as SQLAlchemy would raise it (`IntegrityError`, `OperationalError`, …,
+with the driver's error as `orig`). SQLAlchemy's
+`before_cursor_execute` events do not see these statements (SQLite's trace callback does).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import Table, insert
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ClauseElement
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    sql: str
+    getter: Callable[[dict[str, Any]], tuple[Any, ...]]  # the values, in the order of the `?`
+    defaults: dict[str, Any]  # values the parameters may leave out (literals, column defaults)
+    processors: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, bind processor)
+    columns: tuple[str, ...]  # a SELECT's result keys
+    results: tuple[tuple[str, Callable[[Any], Any]], ...]  # (key, result processor)
+
+
+class Prepared:
+    """A statement compiled once per dialect and run on the DBAPI cursor (see the module
+    docstring). `keys`: the columns an INSERT's rows give (the others get their scalar
+    defaults, as SQLAlchemy would)."""
+
+    def __init__(self, statement: ClauseElement, *, keys: Sequence[str] | None = None) -> None:
+        self.statement: Any = statement
+        self._keys = list(keys) if keys is not None else None
+        # per dialect (weakly: a disposed engine's dialect goes with it); the last one in front
+        self._compiled: weakref.WeakKeyDictionary[Dialect, _Compiled] = weakref.WeakKeyDictionary()
+        self._last: tuple[Dialect, _Compiled] | None = None
+
+    @staticmethod
+    def runs_on(conn: Connection) -> bool:
+        """Whether `conn` takes the DBAPI path: the stdlib SQLite driver (the worker
+        thread's engine, `storage/locks.py`); aiosqlite and PostgreSQL do not."""
+        return conn.dialect.name == "sqlite" and conn.dialect.driver == "pysqlite"
+
+    def _for(self, dialect: Dialect) -> _Compiled:
+        last = self._last
+        if last is not None and last[0] is dialect:
+            return last[1]
+        found = self._compiled.get(dialect)
+        if found is None:
+            found = self._compiled[dialect] = _compile(self.statement, dialect, self._keys)
+        self._last = (dialect, found)
+        return found
+
+    def _row(self, compiled: _Compiled, params: dict[str, Any]) -> list[Any]:
+        if compiled.defaults:
+            params = compiled.defaults | params
+        values = list(compiled.getter(params))
+        for i, process in compiled.processors:
+            values[i] = process(values[i])
+        return values
+
+    def rowcount(self, conn: Connection, params: dict[str, Any]) -> int:
+        """Run with one row of parameters on either path; the rows it changed."""
+        if not self.runs_on(conn):
+            return int(conn.execute(self.statement, params).rowcount)
+        return int(self.execute(conn, params).rowcount)
+
+    def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        """A SELECT's rows as mappings, on either path."""
+        if not self.runs_on(conn):
+            return list(conn.execute(self.statement, params).mappings())
+        return self.mappings(conn, params)
+
+    def execute(self, conn: Connection, params: dict[str, Any]) -> Any:
+        """Run with one row of parameters; the DBAPI cursor (rowcount, lastrowid, rows)."""
+        compiled = self._for(conn.dialect)
+        cursor = _dbapi(conn).cursor()
+        values = self._row(compiled, params)
+        try:
+            cursor.execute(compiled.sql, values)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, compiled.sql, values, exc) from exc
+        return cursor
+
+    def executemany(self, conn: Connection, params: Sequence[dict[str, Any]]) -> int:
+        """Run once per row of parameters; the rows changed in all."""
+        compiled = self._for(conn.dialect)
+        cursor = _dbapi(conn).cursor()
+        rows = [self._row(compiled, p) for p in params]
+        try:
+            cursor.executemany(compiled.sql, rows)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, compiled.sql, rows, exc) from exc
+        return int(cursor.rowcount)
+
+    def mappings(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """A SELECT's rows as dicts, each value through its column's result processor."""
+        compiled = self._for(conn.dialect)
+        cursor = self.execute(conn, params)
+        rows = [dict(zip(compiled.columns, row, strict=True)) for row in cursor.fetchall()]
+        for key, process in compiled.results:
+            for row in rows:
+                row[key] = process(row[key])
+        return rows
+
+
+def _wrapped(conn: Connection, sql: str, params: Any, exc: Exception) -> BaseException:
+    """The driver's error as SQLAlchemy raises it (`IntegrityError`, `OperationalError`, …),
+    so callers see the same exceptions as on SQLAlchemy's path."""
+    base = conn.dialect.loaded_dbapi.Error
+    return DBAPIError.instance(sql, params, exc, base, dialect=conn.dialect)
+
+
+def _dbapi(conn: Connection) -> Any:
+    return conn.connection.driver_connection
+
+
+def _compile(statement: Any, dialect: Dialect, keys: list[str] | None) -> _Compiled:
+    compiled: Any = statement.compile(dialect=dialect, column_keys=keys)
+    if not dialect.positional or compiled.positiontup is None:
+        raise TypeError(f"{dialect.name}: only a positional dialect is prepared here")
+    names = tuple(compiled.positiontup)
+    prefetch = {c.key: c for c in getattr(compiled, "insert_prefetch", ())}
+    processors: list[tuple[int, Callable[[Any], Any]]] = []
+    defaults: dict[str, Any] = {}
+    for position, name in enumerate(names):
+        bind = compiled.binds[name]
+        process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if process is not None:
+            processors.append((position, process))
+        if name in prefetch:  # a column the rows do not give: its scalar default
+            default = prefetch[name].default
+            if default is None or not default.is_scalar:
+                raise TypeError(f"{name}: give the column (its default is not a constant)")
+            defaults[name] = default.arg
+        elif not bind.required and bind.callable is None:
+            defaults[name] = bind.value  # a literal, or a bindparam's default value
+    getter = _values_of(names)
+    columns: tuple[str, ...] = ()
+    results: list[tuple[str, Callable[[Any], Any]]] = []
+    if getattr(statement, "is_select", False):
+        selected: Any = statement.selected_columns
+        columns = tuple(selected.keys())
+        for key, column in zip(columns, selected, strict=True):
+            process = column.type.dialect_impl(dialect).result_processor(dialect, None)
+            if process is not None:
+                results.append((key, process))
+    return _Compiled(compiled.string, getter, defaults, tuple(processors), columns, tuple(results))
+
+
+def _values_of(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """The parameters' values in statement order, as one tuple (itemgetter, in C)."""
+    if len(names) == 1:
+        only = itemgetter(names[0])
+        return lambda params: (only(params),)
+    return itemgetter(*names)
+
+
+_inserts: dict[tuple[Table, tuple[str, ...]], Prepared] = {}
+
+
+def prepared_insert(table: Table, row: dict[str, Any]) -> Prepared:
+    """The `INSERT` of `table`'s columns that `row` gives (each set of columns compiled once)."""
+    key = (table, tuple(row))
+    found = _inserts.get(key)
+    if found is None:
+        found = _inserts[key] = Prepared(insert(table), keys=key[1])
+    return found

@@ -1,0 +1,102 @@
+"""The reconcile's hot statements run on SQLite's DBAPI cursor (`storage/prepared.py`) store
+exactly what SQLAlchemy's execution of the same statements stores: the same scenario run
+both ways leaves byte-identical rows (JSON text, timestamps, NULLs, defaults)."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from agents.outbox import OutboxSender
+from agents.plan import Outcome, StepBlocked, StepFailed, StepSucceeded
+from agents.reconciler import Reconciler
+from storage.db import Database
+from storage.locks import run_transaction
+from storage.migrate import upgrade
+from storage.outbox import enqueue_effects
+from storage.prepared import Prepared
+from tests.integration.reconcile_support import (
+    AGENTS,
+    T0,
+    Clock,
+    RecordingPort,
+    diamond,
+    new_conversation,
+    outbox_keys,
+)
+
+TABLES = ("plans", "plan_steps", "outbox", "processed_events")
+
+
+async def _scenario(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """A diamond through a transient failure, its retry, files, a blocked step, a repeated
+    event and the end, with the sender wired (rows handed over and marked sent)."""
+    db = Database(f"sqlite+aiosqlite:///{path}")
+    await upgrade(db)
+    clock = Clock()
+    sender = OutboxSender(db, RecordingPort(), clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    cid = await new_conversation(db, "t")
+    await reconciler.start_plan(cid, diamond(), assignees=AGENTS, max_parallel=2)
+    events: list[tuple[str, list[Outcome]]] = [
+        ("e1", [StepFailed(index=1, attempt=1, reason="timeout", retryable=True)]),
+        ("e2", []),  # the backoff has not run out: nothing changes
+        ("e1", [StepFailed(index=1, attempt=1, reason="timeout", retryable=True)]),  # again
+    ]
+    for key, outcomes in events:
+        await sender.deliver_handed()
+        await reconciler.reconcile(cid, event_key=key, outcomes=outcomes)
+    clock.advance(timedelta(hours=1))
+    later: list[tuple[str, list[Outcome]]] = [
+        ("tick", []),  # the retry is due: step 1 dispatched again
+        ("e3", [StepSucceeded(index=1, attempt=2, summary="ok", files=["a.md", "b.md"])]),
+        ("e4", [StepBlocked(index=2, attempt=1, question="which one?")]),
+        ("e5", [StepSucceeded(index=3, attempt=1, summary="three")]),
+    ]
+    for key, outcomes in later:
+        await sender.deliver_handed()
+        await reconciler.reconcile(cid, event_key=key, outcomes=outcomes)
+    await sender.flush()
+    await db.dispose()
+    with sqlite3.connect(path) as raw:
+        return {t: raw.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in TABLES}
+
+
+async def test_prepared_statements_store_what_sqlalchemy_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared = await _scenario(tmp_path / "prepared.db")
+    monkeypatch.setattr(Prepared, "runs_on", staticmethod(lambda _conn: False))
+    through_sqlalchemy = await _scenario(tmp_path / "sqlalchemy.db")
+    assert prepared == through_sqlalchemy
+    steps = prepared["plan_steps"]
+    assert any('["a.md", "b.md"]' in row for row in steps)  # JSON written as text
+    assert any(row[-1] is not None for row in prepared["outbox"])  # rows marked sent
+    assert len(prepared["processed_events"]) == 6  # e1 once
+
+
+async def test_a_driver_error_is_sqlalchemys_and_rolls_the_transaction_back(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
+    await upgrade(db)
+    row: dict[str, Any] = {
+        "idempotency_key": "k",
+        "kind": "update_plan_card",
+        "conversation_id": None,
+        "payload": {},
+        "available_at": None,
+    }
+
+    def work(conn: Connection) -> int:
+        assert Prepared.runs_on(conn)  # the DBAPI path, not SQLAlchemy's
+        return enqueue_effects(conn, [row, row], T0)  # the same key twice
+
+    with pytest.raises(IntegrityError):
+        await run_transaction(db, work)
+    assert await outbox_keys(db) == []  # the first row went with the rollback
+    await db.dispose()

@@ -38,7 +38,7 @@ from agents.ports import PostingRefused
 from agents.reconciler import Reconciler
 from agents.run_context import Context
 from storage.db import Database
-from storage.form_answers import due_now, store_first, stored_row
+from storage.outbox import due_now, store_first, stored_row
 from storage.records import ConversationRecord, StoredRow
 
 log = logging.getLogger(__name__)

@@ -64,7 +64,7 @@ class OutboxRecord:
 
 @dataclass(frozen=True, slots=True)
 class StoredRow:
-    """An outbox row read back by its key (`storage/form_answers.py`)."""
+    """An outbox row read back by its key (`storage/outbox.py` `stored_row`)."""
 
     id: int
     payload: dict[str, Any]

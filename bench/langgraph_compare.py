@@ -42,9 +42,16 @@ from sqlalchemy import event
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.outbox import OutboxSender  # noqa: E402
-from agents.plan import Step, StepSucceeded  # noqa: E402
+from agents.plan import Step  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
-from bench.reconcile import NOW, RecordingPort, chain, conversation, diamond  # noqa: E402
+from bench.reconcile import (  # noqa: E402
+    NOW,
+    RecordingPort,
+    chain,
+    conversation,
+    diamond,
+    report_in_flight,
+)
 from storage.db import Database  # noqa: E402
 from storage.locks import sqlite_engine  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
@@ -89,13 +96,7 @@ async def flotilla_per_step(
     await sender.deliver_handed()
     plan = decision.plan
     while plan.status == "running":
-        running = [s for s in plan.steps if s.status == "in_progress"]
-        outcomes = [StepSucceeded(index=s.index, attempt=s.attempts, summary="ok") for s in running]
-        result = await reconciler.reconcile(
-            cid, event_key=f"{tag}:{running[0].index}", outcomes=outcomes
-        )
-        assert result is not None
-        plan = result.plan
+        plan = await report_in_flight(reconciler, cid, plan, tag)
         await sender.deliver_handed()
     await sender.flush()  # the last deliveries marked sent (each reconcile marked the others)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.effects import Effect  # noqa: E402
 from agents.outbox import Claimed, OutboxSender  # noqa: E402
-from agents.plan import Step, StepSucceeded  # noqa: E402
+from agents.plan import Plan, Step, StepSucceeded  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
 from storage.conversations import open_conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
@@ -176,6 +176,17 @@ async def add_live_plans(db: Database, count: int, first: int) -> None:
                     for i in range(1, 6)
                 ],
             )
+
+
+async def report_in_flight(reconciler: Reconciler, cid: int, plan: Plan, tag: str) -> Plan:
+    """Every in-flight step of `plan` reported succeeded, in one reconcile; the plan after."""
+    running = [s for s in plan.steps if s.status == "in_progress"]
+    outcomes = [StepSucceeded(index=s.index, attempt=s.attempts, summary="ok") for s in running]
+    result = await reconciler.reconcile(
+        cid, event_key=f"{tag}:{running[0].index}", outcomes=outcomes
+    )
+    assert result is not None
+    return result.plan
 
 
 async def run_plan(

@@ -30,10 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.plan import StepSucceeded  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
 from bench import callgrind  # noqa: E402
-from bench.reconcile import NOW, chain, conversation  # noqa: E402
+from bench.reconcile import NOW, chain, conversation, report_in_flight  # noqa: E402
 from bench.scheduler_idle import OPTIONS, per_run_cost  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
@@ -51,13 +50,7 @@ async def reconcile_steps(tmp: Path, steps: int, length: int) -> None:
     cid = await conversation(db, "c")
     plan = (await reconciler.start_steps(cid, chain(length))).plan
     for _ in range(steps):
-        running = [s for s in plan.steps if s.status == "in_progress"]
-        outcomes = [StepSucceeded(index=s.index, attempt=s.attempts, summary="ok") for s in running]
-        result = await reconciler.reconcile(
-            cid, event_key=f"c:{running[0].index}", outcomes=outcomes
-        )
-        assert result is not None
-        plan = result.plan
+        plan = await report_in_flight(reconciler, cid, plan, "c")
     await db.dispose()
 
 

@@ -12,7 +12,7 @@ receive the same signed events and payloads as from a person in Slack.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,33 +215,31 @@ async def _message_action(act: PageAct) -> Json:
 
 def _take_message_values(msg: Message, person: Person, values: Any) -> None:
     """What the person typed into the message's inputs, kept as their client's state."""
+    typed = msg.typed.setdefault(person.id, {})
+    for block_id, action_id, entry in _typed_entries(msg.blocks or [], values):
+        typed.setdefault(block_id, {})[action_id] = entry
+
+
+def _take_values(view: View, values: Any) -> None:
+    """Record what the person typed or picked in the view's inputs (Slack's `state.values`)."""
+    for block_id, action_id, entry in _typed_entries(view.spec.get("blocks", []), values):
+        view.state_values.setdefault(block_id, {})[action_id] = entry
+
+
+def _typed_entries(blocks: list[Any], values: Any) -> Iterator[tuple[str, str, Any]]:
+    """(block_id, action_id, state entry) for each input block the page sent a value for
+    (`values`: {block_id: {action_id: value}}, "" for an emptied input)."""
     if not isinstance(values, dict):
         return
-    typed = msg.typed.setdefault(person.id, {})
-    for block in msg.blocks or []:
+    for block in blocks:
         element = block.get("element")
         if block.get("type") != "input" or not isinstance(element, dict):
             continue
         given = values.get(block.get("block_id"), {})
         action_id = element.get("action_id")
-        if isinstance(given, dict) and action_id in given:
+        if isinstance(given, dict) and isinstance(action_id, str) and action_id in given:
             value = given[action_id] if given[action_id] != "" else None
-            typed.setdefault(block["block_id"], {})[action_id] = input_value(element, value)
-
-
-def _take_values(view: View, values: Any) -> None:
-    """Record what the person typed or picked in the view's inputs (Slack's `state.values`)."""
-    if not isinstance(values, dict):
-        return
-    for block in view.spec.get("blocks", []):
-        element = block.get("element")
-        if block.get("type") != "input" or not isinstance(element, dict):
-            continue
-        typed = values.get(block.get("block_id"), {})
-        action_id = element.get("action_id")
-        if isinstance(typed, dict) and action_id in typed:
-            entry = input_value(element, typed[action_id] if typed[action_id] != "" else None)
-            view.state_values.setdefault(block["block_id"], {})[action_id] = entry
+            yield str(block["block_id"]), action_id, input_value(element, value)
 
 
 async def _view_action(act: PageAct) -> Json:

@@ -144,28 +144,16 @@ def form_message(
         if question.strip() in {f.label.strip() for f in fields}:  # never ask the same twice
             blocks[0] = SectionBlock(text=MarkdownTextObject(text=f"*{text}*"[:3000]))
         blocks += [_field_input(field) for field in fields]
-        blocks.append(
-            ActionsBlock(
-                block_id=key.encode(),
-                elements=[
-                    ButtonElement(
-                        text="Submit", action_id=SUBMIT_ACTION, value=key.encode(), style="primary"
-                    )
-                ],
-            )
-        )
+        blocks.append(_button_row(key, "Submit", SUBMIT_ACTION))
     else:
-        blocks.append(
-            ActionsBlock(
-                block_id=key.encode(),
-                elements=[
-                    ButtonElement(
-                        text="Answer", action_id=OPEN_ACTION, value=key.encode(), style="primary"
-                    )
-                ],
-            )
-        )
+        blocks.append(_button_row(key, "Answer", OPEN_ACTION))
     return text, blocks
+
+
+def _button_row(key: FormKey, text: str, action_id: str) -> ActionsBlock:
+    """The form's one button ([Submit] in the message, [Answer] opening the modal)."""
+    button = ButtonElement(text=text, action_id=action_id, value=key.encode(), style="primary")
+    return ActionsBlock(block_id=key.encode(), elements=[button])
 
 
 def form_modal(

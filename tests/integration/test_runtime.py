@@ -20,6 +20,7 @@ from sqlalchemy import Table, insert, select
 
 from agents.errors import PermanentError, RunError, TransientError
 from agents.registry import AgentSpec
+from agents.run_results import bounded_summary
 from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
 from agents.session import RunSession
 from storage.conversations import open_conversation, store_message
@@ -260,17 +261,28 @@ def failing(exc: Exception) -> FunctionModel:
     return FunctionModel(script)
 
 
+@pytest.mark.parametrize(
+    ("response", "summary"),
+    [
+        # the output tool's call: the answer and its summary
+        (final("Prices: A 10.", "A costs 10."), "A costs 10."),
+        # an answer in words: before, pydantic-ai sent the stored history (instructions,
+        # prompt, answer) to the model again, a second paid request
+        (ModelResponse(parts=[TextPart("Prices: A 10.")]), bounded_summary("", "Prices: A 10.")),
+    ],
+    ids=["output tool", "words"],
+)
 async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_model(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, response: ModelResponse, summary: str
 ) -> None:
     """Killed after the model's answer was stored and before the run was closed: the run
-    continues from the stored answer (its output tool call) and pays nothing again."""
+    continues from the stored answer and pays nothing again."""
     job = await make_job(db)
     calls: list[int] = []
 
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls.append(len(messages))
-        return final("Prices: A 10.", "A costs 10.")
+        return response
 
     async def killed(self: RunSession, status: str, messages: Any, also: Any = None) -> None:
         raise RuntimeError("the process was killed before the run was closed")
@@ -281,34 +293,7 @@ async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_m
             await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
     result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
 
-    assert result == StepRunResult("Prices: A 10.", "A costs 10.", [])
-    assert calls == [1]  # the model answered once
-    assert (await stored_run(db, job.run_key)).status == "finished"
-
-
-async def test_a_run_stopped_after_an_answer_in_words_returns_it_without_the_model(
-    db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The model answered in words (no output tool) and the process died before the run was
-    closed: resumed, the run ends with that answer – before, pydantic-ai sent the stored
-    history (instructions, prompt, answer) to the model again, a second paid request."""
-    job = await make_job(db)
-    calls: list[int] = []
-
-    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls.append(len(messages))
-        return ModelResponse(parts=[TextPart("Prices: A 10.")])
-
-    async def killed(self: RunSession, status: str, messages: Any, also: Any = None) -> None:
-        raise RuntimeError("the process was killed before the run was closed")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(RunSession, "close", killed)
-        with pytest.raises(RuntimeError):
-            await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
-    result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
-
-    assert isinstance(result, StepRunResult) and result.message == "Prices: A 10."
+    assert result == StepRunResult("Prices: A 10.", summary, [])
     assert calls == [1]  # the model answered once
     assert (await stored_run(db, job.run_key)).status == "finished"
 

@@ -19,6 +19,7 @@ from agents.streamed_function import streamed
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options, SlackService
 from local_slack import Driver, Message
+from local_slack.api import METHODS, Call
 from tests.e2e.slice.scripts import Script
 
 FAST_RETRIES = (0.0, 0.05, 0.05)
@@ -138,3 +139,17 @@ def start(tmp_path: Path) -> Callable[..., Any]:
             await stack.stop()
 
     return starter
+
+
+@pytest.fixture
+def updated(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ts of every message chat.update was called on (the workspace's method, spied)."""
+    seen: list[str] = []
+    original = METHODS["chat.update"]
+
+    async def spy(call: Call) -> Any:
+        seen.append(str(call.args.get("ts")))
+        return await original(call)
+
+    monkeypatch.setitem(METHODS, "chat.update", spy)
+    return seen

@@ -17,7 +17,6 @@ import pytest
 
 from bot.views.forms import INLINE_ACTION, SUBMIT_ACTION
 from local_slack import Message
-from local_slack.api import METHODS, Call
 from local_slack.interactivity import interactivity_of
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.slice.conftest import Run, scripted
@@ -28,20 +27,6 @@ from tests.e2e.slice.test_inline_forms import STEPS as BUDGET_STEPS
 
 ANSWER = {"field:budget": "10k", "field:size": "Large", "field:notes": "annual"}
 SHOWN = "Budget: 10k; Team size: Large; Notes: annual"
-
-
-@pytest.fixture
-def updated(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ts of every message chat.update was called on (the workspace's method, spied)."""
-    seen: list[str] = []
-    original = METHODS["chat.update"]
-
-    async def spy(call: Call) -> Any:
-        seen.append(str(call.args.get("ts")))
-        return await original(call)
-
-    monkeypatch.setitem(METHODS, "chat.update", spy)
-    return seen
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -15,7 +15,6 @@ import pytest
 
 from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
 from local_slack import Message
-from local_slack.api import METHODS, Call
 from local_slack.interactivity import interactivity_of
 from tests.e2e.slice.call_budget import counted_calls
 from tests.e2e.slice.conftest import Run, scripted
@@ -29,20 +28,6 @@ LARGE_FORM = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner"
               + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False}
                  for i in range(4)]}  # fmt: skip
 FALLBACK_LINE = "the answered form was not rewritten through its response_url"
-
-
-@pytest.fixture
-def updated(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ts of every message chat.update was called on (the workspace's method, spied)."""
-    seen: list[str] = []
-    original = METHODS["chat.update"]
-
-    async def spy(call: Call) -> Any:
-        seen.append(str(call.args.get("ts")))
-        return await original(call)
-
-    monkeypatch.setitem(METHODS, "chat.update", spy)
-    return seen
 
 
 def uses_of(run: Run, click: dict[str, Any]) -> int:

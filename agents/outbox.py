@@ -29,6 +29,7 @@ from agents.clock import Clock, backoff
 from agents.effects import Effect, UpdatePlanCard, from_row
 from agents.errors import RunError
 from agents.failures import is_storage_error
+from agents.lru import LRUCache
 from storage.db import Database
 from storage.locks import run_transaction
 from storage.outbox import (
@@ -79,6 +80,9 @@ class OutboxSender:
         self.batch = batch
         self.on_give_up = on_give_up
         self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
+        # rows this sender performed lately: never performed by it again, only marked – a
+        # claim may take one whose mark was still in another transaction (a reconcile's)
+        self._done: LRUCache[int, bool] = LRUCache(4096)
         # rows a reconcile claimed for this sender in its own transaction (`hand_over`),
         # with the end of that claim
         self._handed: list[tuple[OutboxRecord, Effect, datetime]] = []
@@ -100,7 +104,13 @@ class OutboxSender:
         response_url): marked sent with the sender's next transaction, as its own
         deliveries are. Until then it stays pending – after a crash it is performed
         again, so only idempotent rows may be."""
+        self._done.put(row_id, True)
         self._sent.append(row_id)
+
+    def performed(self, row_id: int) -> bool:
+        """Whether this sender performed the row lately – done, even while it is stored as
+        pending still (its mark sent with a later transaction, see `delivered`)."""
+        return self._done.get(row_id) is not None
 
     def hand_over(
         self, claimed: list[OutboxRecord], effects: list[Effect], lease_until: datetime
@@ -209,6 +219,9 @@ class OutboxSender:
         if self.clock() >= until:
             log.debug("outbox %s: its claim ran out before delivery", record.idempotency_key)
             return
+        if self.performed(record.id):  # claimed before its mark landed: marked, not redone
+            self._sent.append(record.id)
+            return
         try:
             if effect is None:
                 effect = from_row(
@@ -229,6 +242,7 @@ class OutboxSender:
             return
         finally:
             keeper.cancel()
+        self._done.put(record.id, True)
         self._sent.append(record.id)
 
     async def _keep_claimed(self, record: OutboxRecord, until: datetime) -> None:

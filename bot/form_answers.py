@@ -123,6 +123,8 @@ async def _show(
     answer = stored.answer
     if stored.sent or answer.message_ts is None:
         return
+    if service.executor.outbox.performed(stored.row_id):
+        return  # shown by a click this process served; its row is marked sent with the next
     text, blocks = answered_form(step, answer.values, answer.answered_by)
     if rewrite is not None and await rewrite(text, [b.to_dict() for b in blocks]):
         service.executor.outbox.delivered(stored.row_id)

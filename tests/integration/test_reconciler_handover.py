@@ -227,3 +227,26 @@ async def _claimed_beyond(db: Database, beyond: datetime) -> None:
         if due is not None and due.replace(tzinfo=beyond.tzinfo) > beyond:
             return
         await asyncio.sleep(0.02)
+
+
+async def test_a_row_claimed_again_before_its_mark_landed_is_not_performed_again(
+    db: Database,
+) -> None:
+    """A sender's delivered rows are marked sent by a later transaction; should a claim take
+    one first (its mark was in flight, or lost), the sender marks it, never performs it
+    again – e.g. a form's answer shown by its click must not be rewritten once more."""
+    clock = Clock()
+    port = RecordingPort()
+    sender = OutboxSender(db, port, clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    cid = await new_conversation(db, "h.again")
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
+    await sender.deliver_handed()  # performed; marked sent by the sender's next transaction
+    performed = len(port.performed)
+    assert performed and sender.take_sent()  # the marks taken away: the rows stay pending
+    clock.advance(sender.lease + timedelta(seconds=1))  # their claims ran out: due again
+    assert await sender.drain() > 0  # claimed again...
+    assert len(port.performed) == performed  # ...and not performed again,
+    assert port.checked == []  # nor looked for in the thread as a redelivery would be
+    await sender.flush()
+    assert {state for _, state in await states(db)} == {"sent"}

@@ -219,7 +219,7 @@ class Reconciler:
         except BaseException:
             self._restore_sent(preclaim)
             raise
-        if stored is not None and not stored.sent_marked:
+        if stored is None or not stored.sent_marked:  # nothing written: marked later
             self._restore_sent(preclaim)
         return await self._committed(stored, preclaim)
 
@@ -257,6 +257,8 @@ class Reconciler:
         except BaseException:
             self._restore_sent(preclaim)
             raise
+        if stored is None:  # no plan: nothing written, the marks with it
+            self._restore_sent(preclaim)
         return await self._committed(stored, preclaim)
 
     def _restore_sent(self, preclaim: PreClaim | None) -> None:

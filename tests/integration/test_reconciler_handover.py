@@ -250,3 +250,18 @@ async def test_a_row_claimed_again_before_its_mark_landed_is_not_performed_again
     assert port.checked == []  # nor looked for in the thread as a redelivery would be
     await sender.flush()
     assert {state for _, state in await states(db)} == {"sent"}
+
+
+async def test_a_reconcile_that_finds_no_plan_keeps_the_senders_marks(db: Database) -> None:
+    """The sender's delivered rows ride on the next reconcile to be marked sent; one that
+    finds no plan writes nothing, so the marks wait for the next transaction."""
+    clock = Clock()
+    sender = OutboxSender(db, RecordingPort(), clock=clock)
+    reconciler = Reconciler(db, clock=clock, outbox=sender)
+    cid = await new_conversation(db, "h.marks")
+    await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
+    await sender.deliver_handed()
+    empty = await new_conversation(db, "h.empty")  # a conversation without a plan
+    assert await reconciler.reconcile(empty, event_key="nothing") is None
+    await sender.flush()
+    assert {state for _, state in await states(db)} == {"sent"}

@@ -368,8 +368,3 @@ def _running(r: RunRequestRecord) -> Running:
         tools=tuple(r.tools),
         workspace=r.team_id,
     )
-
-
-def budget_refusal(sentence: str) -> str:
-    """The failed step's reason when the policy refuses a run over budget."""
-    return f"it would exceed the {sentence}"

@@ -73,7 +73,10 @@ _LATEST = (
     .order_by(plans_t.c.id.desc())
     .limit(1)
 )
-_LOAD = plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True).add_columns(
+_LATEST_ID = _LATEST.scalar_subquery()
+# the card check refers to no column of the row: evaluated once, not once per step
+_CARD_OF: tuple[Any, Any] = (bindparam("conversation_id"), _LATEST_ID)
+_LOAD = plan_query(plans_t.c.id == _LATEST_ID, unless_known=True, card_of=_CARD_OF).add_columns(
     conversations_t.c.lock_version, _event_seen
 )
 _LOAD_PREPARED = Prepared(_LOAD)
@@ -176,6 +179,7 @@ marked AS (
     UPDATE outbox SET state = 'sent', sent_at = {_NOW}
     FROM version
     WHERE outbox.id = ANY(CAST(:sent AS BIGINT[])) AND outbox.state = 'pending'
+        AND cardinality(CAST(:sent AS BIGINT[])) > 0  -- none: no scan (a one-time filter)
     RETURNING outbox.id
 )
 SELECT

@@ -105,8 +105,9 @@ async def worker(url: str, schema: str, ids: list[int], concurrency: int, race: 
     t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    await db.dispose()
     print(json.dumps(dict(counts) | {"elapsed": elapsed, "cpu": cpu}), flush=True)
+    sys.stdin.readline()  # the parent read its backends' CPU: the connections may go
+    await db.dispose()
 
 
 def postgres_cpu(pids: list[int] | None = None) -> float:
@@ -192,7 +193,11 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
         wall = time.perf_counter() - t0
         busy1, total1 = machine_cpu()
         pg_cpu = postgres_cpu() - pg0
-        own_cpu = postgres_cpu(pids) - own0
+        own_cpu = postgres_cpu(pids) - own0  # before the workers close their connections
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"bye\n")
+            await proc.stdin.drain()
         for proc in procs:
             assert await proc.wait() == 0
         async with db.read() as conn:

@@ -15,9 +15,9 @@ Scope: SQLite's one-hop path (`storage/locks.py`), inside a transaction that
 SQLAlchemy began (`BEGIN IMMEDIATE`, its `begin` hook) and commits or rolls back – the
 statements run on that same DBAPI connection, so they are part of that transaction.
 `Prepared.runs_on(conn)` says whether a connection takes this path; everything else
-(PostgreSQL, aiosqlite) keeps executing the same statement through SQLAlchemy. A driver
-error is raised as SQLAlchemy would raise it (`IntegrityError`, `OperationalError`, …,
-with the driver's error as `orig`). SQLAlchemy's
+(PostgreSQL's locked path, aiosqlite) keeps executing the same statement through
+SQLAlchemy. A driver error is raised as SQLAlchemy would raise it (`IntegrityError`,
+`OperationalError`, …, with the driver's error as `orig`). SQLAlchemy's
 `before_cursor_execute` events do not see these statements (SQLite's trace callback does).
 
 On PostgreSQL, the optimistic reconcile's two statements (`storage/optimistic.py`) take the

@@ -1,19 +1,20 @@
-"""The reconciler's units of work: what one reconcile reads, decides and writes, as synchronous
-functions over a connection (the reconciler runs each as one hop, `agents/reconciler.py`).
+"""The reconciler's units of work: what one reconcile reads, decides and writes, as functions
+over a connection (the reconciler runs each as one hop, `agents/reconciler.py`).
 
 Two ways to run the same decision:
 - `locked_reconcile` – inside a transaction that holds the conversation's lock (SQLite's
   `BEGIN IMMEDIATE`; the locked path on PostgreSQL): record the event, load the plan,
   decide, write the steps, the plan row and the outbox rows, statement by statement;
-- `optimistic_reconcile` – PostgreSQL on an autocommit connection: one read (plan, lock
-  version, event seen), the pure decision, one version-checked write of everything
-  (`storage/optimistic.py`); a conflict makes the caller run it again.
+- `optimistic_reconcile` – PostgreSQL, a coroutine function awaited on asyncpg's connection
+  outside any transaction: one read (plan, lock version, event seen), the pure decision, one
+  version-checked write of everything (`storage/optimistic.py`); a conflict makes the
+  caller run it again.
 Both write the rows `plan_write` computes from the decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,6 +29,7 @@ from storage import plans as store
 from storage.events import record_event
 from storage.optimistic import PlanWrite, load_versioned, write_versioned
 from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects, mark_sent
+from storage.prepared import DriverConnection
 from storage.records import OutboxRecord
 
 
@@ -53,6 +55,7 @@ class Stored:
 
 
 Unit = Callable[[Connection], Stored | None]
+DriverUnit = Callable[[DriverConnection], Awaitable[Stored | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,12 +115,12 @@ def locked_reconcile(call: ReconcileCall) -> Unit:
     return work
 
 
-def optimistic_reconcile(call: ReconcileCall) -> Unit:
+def optimistic_reconcile(call: ReconcileCall) -> DriverUnit:
     """The reconcile as a read and one version-checked write (PostgreSQL, autocommit);
     raises `storage.optimistic.VersionConflict` when the conversation moved on."""
 
-    def work(conn: Connection) -> Stored | None:
-        read = load_versioned(
+    async def work(conn: DriverConnection) -> Stored | None:
+        read = await load_versioned(
             conn, call.conversation_id, known=call.known, event_key=call.event_key
         )
         if read is None:
@@ -133,7 +136,7 @@ def optimistic_reconcile(call: ReconcileCall) -> Unit:
             write = PlanWrite(plan_id=decision.plan.id, sent=sent)
         else:
             return Stored(decision, sent_marked=not sent)
-        ids = write_versioned(
+        ids = await write_versioned(
             conn, call.conversation_id, read.lock_version, write, event_key=record, now=call.now
         )
         claimed = [

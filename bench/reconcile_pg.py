@@ -17,7 +17,10 @@ wall time from the start signal to the last worker's end, transitions/s, the rat
 1 process, the double dispatches found in the outbox (dispatch rows of the same step
 and attempt, or of the same step more than once: must be 0), the workers' CPU time per
 transition, the local PostgreSQL server's CPU per transition (/proc, all its processes:
-it counts only when the server runs on this machine and nothing else uses it much) and how
+it counts only when the server runs on this machine and nothing else uses it much), the CPU
+per transition of the server processes (backends) serving the workers' connections alone
+(found by their `application_name`, the run's schema: other clients of a shared server do
+not count, nor do the server's background writers and WAL writer) and how
 busy the whole machine was meanwhile (/proc/stat: anything else running counts too).
 
     .venv/bin/python bench/reconcile_pg.py                    # 1, 2, 4 processes, 8 in flight
@@ -40,7 +43,7 @@ from collections import Counter
 from pathlib import Path
 
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,7 +63,8 @@ EXTRA = os.environ.get("BENCH_PG_SETTINGS", "").split(",")
 
 
 def database(url: str, schema: str) -> Database:
-    settings = {"search_path": schema} | dict(s.split("=", 1) for s in EXTRA if s)
+    settings = {"search_path": schema, "application_name": f"bench {schema}"}
+    settings |= dict(s.split("=", 1) for s in EXTRA if s)
     return Database(url, connect_args={"server_settings": settings})
 
 
@@ -101,16 +105,18 @@ async def worker(url: str, schema: str, ids: list[int], concurrency: int, race: 
     t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    await db.dispose()
     print(json.dumps(dict(counts) | {"elapsed": elapsed, "cpu": cpu}), flush=True)
+    sys.stdin.readline()  # the parent read its backends' CPU: the connections may go
+    await db.dispose()
 
 
-def postgres_cpu() -> float:
+def postgres_cpu(pids: list[int] | None = None) -> float:
     """CPU seconds used so far by the local PostgreSQL server's processes (0 if not local),
-    from /proc: the database's share of a transition."""
+    from /proc: the database's share of a transition. With `pids`: those processes only."""
     total = 0.0
     tick = os.sysconf("SC_CLK_TCK")
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    stats = [Path(f"/proc/{pid}/stat") for pid in pids] if pids is not None else None
+    for stat in stats if stats is not None else Path("/proc").glob("[0-9]*/stat"):
         try:
             text_ = stat.read_text()
         except OSError:
@@ -120,6 +126,13 @@ def postgres_cpu() -> float:
             fields = text_[text_.rindex(")") + 2 :].split()
             total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
     return total
+
+
+async def backend_pids(admin: AsyncEngine, schema: str) -> list[int]:
+    """The server processes serving the run's connections (their `application_name`)."""
+    async with admin.connect() as conn:
+        query = text("SELECT pid FROM pg_stat_activity WHERE application_name = :name")
+        return list((await conn.execute(query, {"name": f"bench {schema}"})).scalars())
 
 
 def machine_cpu() -> tuple[float, float]:
@@ -166,6 +179,8 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
         for proc in procs:
             assert proc.stdout is not None
             assert (await proc.stdout.readline()).decode().strip() == "ready"
+        pids = await backend_pids(admin, schema)
+        own0 = postgres_cpu(pids)
         t0, (busy0, total0), pg0 = time.perf_counter(), machine_cpu(), postgres_cpu()
         for proc in procs:
             assert proc.stdin is not None
@@ -178,6 +193,11 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
         wall = time.perf_counter() - t0
         busy1, total1 = machine_cpu()
         pg_cpu = postgres_cpu() - pg0
+        own_cpu = postgres_cpu(pids) - own0  # before the workers close their connections
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"bye\n")
+            await proc.stdin.drain()
         for proc in procs:
             assert await proc.wait() == 0
         async with db.read() as conn:
@@ -203,6 +223,7 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
             "cpu_ms": 1000 * sum(r["cpu"] for r in reports) / max(transitions, 1),
             "machine_busy": (busy1 - busy0) / max(total1 - total0, 1),
             "pg_ms": 1000 * pg_cpu / max(transitions, 1),
+            "backends_ms": 1000 * own_cpu / max(transitions, 1),
         }
     finally:
         await db.dispose()
@@ -232,7 +253,8 @@ async def main(args: argparse.Namespace) -> None:
                 f"repeat {repeat + 1} processes {processes}: {r['transitions']:.0f} transitions "
                 f"in {r['wall']:.2f} s = {r['rate']:.0f}/s; {r['reconciles']:.0f} reconciles, "
                 f"double dispatches {r['doubles']:.0f}; CPU per transition: workers "
-                f"{r['cpu_ms']:.2f} ms, PostgreSQL {r['pg_ms']:.2f} ms; machine busy "
+                f"{r['cpu_ms']:.2f} ms, PostgreSQL {r['pg_ms']:.2f} ms (the workers' backends "
+                f"{r['backends_ms']:.2f} ms); machine busy "
                 f"{100 * r['machine_busy']:.0f} %",
                 flush=True,
             )

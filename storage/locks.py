@@ -14,8 +14,10 @@ conversation's lock, which commit or rollback releases:
   (released on commit, rollback or a dropped connection) and work behind pgbouncer's
   transaction pooling. `work` runs through `run_sync` on the async connection.
 
-`run_optimistic` is the reconcile's path on PostgreSQL: no lock is taken; `work` runs on an
-autocommit connection (each statement its own transaction: no BEGIN, no COMMIT round trip),
+`run_optimistic` is the reconcile's path on PostgreSQL: no lock is taken; `work` – a coroutine
+function – runs on a pooled connection's asyncpg connection, awaited directly outside any
+transaction (each statement its own transaction: no BEGIN, no COMMIT round trip, no
+`run_sync`),
 reads the plan with the conversation's `lock_version` and writes everything in one
 statement only `WHERE lock_version = :read` (`storage/optimistic.py`); when another writer
 moved the version on, `work` raises `VersionConflict` and runs again.
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, func, select
@@ -35,9 +37,11 @@ from sqlalchemy.engine import Connection, Engine
 from storage.conversations import bump_lock_version
 from storage.db import READ_ONLY, Database, prepare_sqlite_connection
 from storage.optimistic import VersionConflict
+from storage.prepared import DriverConnection
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
+DriverWork = Callable[[DriverConnection], Awaitable[T]]
 
 
 class ConversationLocks:
@@ -74,21 +78,28 @@ class ConversationLocks:
                 return await conn.run_sync(locked)
 
     async def run_optimistic(
-        self, db: Database, conversation: int, work: Work[T], *, max_tries: int = 50
+        self, db: Database, conversation: int, work: DriverWork[T], *, max_tries: int = 50
     ) -> T:
-        """`work(conn)` on a PostgreSQL autocommit connection, again while it raises
+        """`await work(conn)` on a pooled PostgreSQL connection's asyncpg connection, outside
+        any transaction (`storage.prepared.DriverConnection`), again while it raises
         `VersionConflict` (another writer changed the conversation between its read and
         its version-checked write). After `max_tries` conflicts in a row the conflict is
         raised. The in-process lock in front keeps this process's own callers in line."""
         assert not db.is_sqlite, "SQLite has no optimistic path: use run()"
         async with self._lock_for(conversation), db.engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            # no statement goes through SQLAlchemy on `conn`, so it begins no transaction
+            raw = await conn.get_raw_connection()
+            driver = DriverConnection(conn.dialect, raw.driver_connection)
             for attempt in range(1, max_tries + 1):
                 try:
-                    return await conn.run_sync(work)
+                    return await work(driver)
                 except VersionConflict:
                     if attempt == max_tries:
                         raise
+                except BaseException:
+                    if driver.driver.is_closed():  # not back into the pool (SQLAlchemy's way)
+                        await conn.invalidate()
+                    raise
             raise AssertionError("unreachable")
 
 

@@ -1,7 +1,9 @@
 """Optimistic concurrency for a conversation's plan on PostgreSQL: a reconcile in two statements.
 
 The locked path (`storage/locks.py`) costs a round trip per statement plus BEGIN and COMMIT.
-This one runs on an autocommit connection (every statement its own transaction):
+This one runs on asyncpg's own connection outside any transaction (every statement its own
+transaction; the statements compiled by SQLAlchemy once and awaited on the driver directly,
+`storage.prepared.DriverConnection`):
 
 1. `load_versioned` – the newest plan and its steps (`storage.plans.plan_query`), the
    conversation's `lock_version` and whether the event was applied already, in one SELECT;
@@ -31,7 +33,6 @@ from typing import Any
 
 from sqlalchemy import Column, Table, bindparam, exists, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from storage.events import events_t
@@ -47,6 +48,7 @@ from storage.plans import (
     plans_t,
     steps_t,
 )
+from storage.prepared import DriverConnection, Prepared
 
 
 class VersionConflict(RuntimeError):
@@ -71,13 +73,17 @@ _LATEST = (
     .order_by(plans_t.c.id.desc())
     .limit(1)
 )
-_LOAD = plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True).add_columns(
+_LATEST_ID = _LATEST.scalar_subquery()
+# the card check refers to no column of the row: evaluated once, not once per step
+_CARD_OF: tuple[Any, Any] = (bindparam("conversation_id"), _LATEST_ID)
+_LOAD = plan_query(plans_t.c.id == _LATEST_ID, unless_known=True, card_of=_CARD_OF).add_columns(
     conversations_t.c.lock_version, _event_seen
 )
+_LOAD_PREPARED = Prepared(_LOAD)
 
 
-def load_versioned(
-    conn: Connection,
+async def load_versioned(
+    conn: DriverConnection,
     conversation_id: int,
     *,
     known: tuple[int, int] | None = None,
@@ -92,7 +98,7 @@ def load_versioned(
         "known_version": known_version,
         "event_key": event_key,
     }
-    rows = list(conn.execute(_LOAD, params).mappings())
+    rows = await _LOAD_PREPARED.fetch(conn, params)
     loaded = loaded_plan(rows, known_version if known is not None else None)
     if loaded is None:
         return None
@@ -173,6 +179,7 @@ marked AS (
     UPDATE outbox SET state = 'sent', sent_at = {_NOW}
     FROM version
     WHERE outbox.id = ANY(CAST(:sent AS BIGINT[])) AND outbox.state = 'pending'
+        AND cardinality(CAST(:sent AS BIGINT[])) > 0  -- none: no scan (a one-time filter)
     RETURNING outbox.id
 )
 SELECT
@@ -192,7 +199,7 @@ SELECT
         )
     END AS guard
 """
-_WRITE = text(_WRITE_SQL)
+_WRITE = Prepared(text(_WRITE_SQL))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +221,8 @@ class PlanWrite:
     lease_until: datetime | None = None  # of the claimed rows
 
 
-def write_versioned(
-    conn: Connection,
+async def write_versioned(
+    conn: DriverConnection,
     conversation_id: int,
     lock_version: int,
     write: PlanWrite,
@@ -257,16 +264,16 @@ def write_versioned(
         "sent": list(write.sent),
     }
     try:
-        row = conn.execute(_WRITE, params).one()
+        (row,) = await _WRITE.fetch(conn, params)
     except DBAPIError as exc:
-        if _GUARD_FAILED in str(exc):
+        if _GUARD_FAILED in str(exc.orig):  # not str(exc): it quotes the statement, too
             raise ConcurrentPlanChange(
                 f"plan {write.plan_id}: a step or the plan changed under the reconciler"
             ) from exc
         raise
-    if not row.locked:
+    if not row["locked"]:
         raise VersionConflict(f"conversation {conversation_id}: lock version {lock_version}")
-    return dict(zip(row.claimed_keys, row.claimed_ids, strict=True))
+    return dict(zip(row["claimed_keys"], row["claimed_ids"], strict=True))
 
 
 def _json(rows: list[dict[str, Any]]) -> str:

@@ -81,11 +81,14 @@ class ConcurrentPlanChange(RuntimeError):
     """The stored plan changed between read and write: the transaction must roll back."""
 
 
-def plan_query(where: Any, *, unless_known: bool = False) -> Any:
+def plan_query(where: Any, *, unless_known: bool = False, card_of: Any = None) -> Any:
     """Plan columns, whether a card refresh is waiting, and the steps (one row each).
 
     With `unless_known`, the steps are left out when the plan is still at the version the
     caller already holds (`known_id`, `known_version`): one statement either way.
+    `card_of` = (conversation id, plan id) as expressions that do not refer to the row (a
+    parameter, an uncorrelated subquery): the card check is then evaluated once per
+    statement (PostgreSQL: an InitPlan) instead of once per step row.
     """
     joined = steps_t.c.plan_id == plans_t.c.id
     if unless_known:
@@ -96,11 +99,12 @@ def plan_query(where: Any, *, unless_known: bool = False) -> Any:
                 plans_t.c.version != bindparam("known_version"),
             ),
         )
-    card_prefix = literal("plan:") + cast(plans_t.c.id, String) + literal(":card:%")
+    card_conversation, card_plan = card_of or (plans_t.c.conversation_id, plans_t.c.id)
+    card_prefix = literal("plan:") + cast(card_plan, String) + literal(":card:%")
     card_waiting = (
         exists()
         .where(
-            outbox_t.c.conversation_id == plans_t.c.conversation_id,
+            outbox_t.c.conversation_id == card_conversation,
             outbox_t.c.kind == CARD_KIND,
             outbox_t.c.state == "pending",
             outbox_t.c.attempts == 0,

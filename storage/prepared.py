@@ -11,14 +11,21 @@ processors, taken from the dialect once) and skips only those per-execution laye
 statement is compiled once per dialect, and each execution is the DBAPI cursor's
 `execute`/`executemany` with a plain parameter tuple.
 
-Scope: only on SQLite's one-hop path (`storage/locks.py`), inside a transaction that
+Scope: SQLite's one-hop path (`storage/locks.py`), inside a transaction that
 SQLAlchemy began (`BEGIN IMMEDIATE`, its `begin` hook) and commits or rolls back – the
 statements run on that same DBAPI connection, so they are part of that transaction.
 `Prepared.runs_on(conn)` says whether a connection takes this path; everything else
-(PostgreSQL, aiosqlite) keeps executing the same statement through SQLAlchemy. A driver
-error is raised as SQLAlchemy would raise it (`IntegrityError`, `OperationalError`, …,
-with the driver's error as `orig`). SQLAlchemy's
+(PostgreSQL's locked path, aiosqlite) keeps executing the same statement through
+SQLAlchemy. A driver error is raised as SQLAlchemy would raise it (`IntegrityError`,
+`OperationalError`, …, with the driver's error as `orig`). SQLAlchemy's
 `before_cursor_execute` events do not see these statements (SQLite's trace callback does).
+
+On PostgreSQL, the optimistic reconcile's two statements (`storage/optimistic.py`) take the
+same way on asyncpg's own connection (`DriverConnection`, `Prepared.fetch`): awaited
+directly – no `run_sync`, no greenlet switch per statement, none of the layers above – outside
+any transaction (each statement its own transaction, as on an autocommit connection), with
+asyncpg's statement cache preparing each once per connection. Driver errors are raised as
+SQLAlchemy's asyncpg dialect raises them (`IntegrityError`, … with `orig`).
 """
 
 from __future__ import annotations
@@ -43,6 +50,16 @@ class _Compiled:
     processors: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, bind processor)
     columns: tuple[str, ...]  # a SELECT's result keys
     results: tuple[tuple[str, Callable[[Any], Any]], ...]  # (key, result processor)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConnection:
+    """A pooled PostgreSQL connection's asyncpg connection, used directly while no
+    transaction is open on it (each statement is then its own transaction), and the
+    dialect its statements are compiled for."""
+
+    dialect: Dialect
+    driver: Any  # asyncpg.Connection
 
 
 class Prepared:
@@ -124,6 +141,37 @@ class Prepared:
             for row in rows:
                 row[key] = process(row[key])
         return rows
+
+    async def fetch(self, conn: DriverConnection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run on asyncpg's connection; the rows as dicts (a SELECT's values through its
+        columns' result processors; another statement's by the names it returns)."""
+        compiled = self._for(conn.dialect)
+        values = self._row(compiled, params)
+        try:
+            records = await conn.driver.fetch(compiled.sql, *values)
+        except Exception as exc:
+            raise _wrapped_asyncpg(conn.dialect, compiled.sql, values, exc) from exc
+        if not compiled.columns:
+            return [dict(record) for record in records]
+        rows = [dict(zip(compiled.columns, record, strict=True)) for record in records]
+        for key, process in compiled.results:
+            for row in rows:
+                row[key] = process(row[key])
+        return rows
+
+
+def _wrapped_asyncpg(dialect: Dialect, sql: str, params: Any, exc: Exception) -> BaseException:
+    """An asyncpg error as SQLAlchemy's asyncpg dialect raises it (its DBAPI adapter's
+    class for the error, wrapped in SQLAlchemy's `DBAPIError` subclass)."""
+    dbapi: Any = dialect.loaded_dbapi
+    translate: dict[type, Any] = getattr(dbapi, "_asyncpg_error_translate", {})
+    for cls in type(exc).__mro__:
+        if cls in translate:
+            exc = translate[cls](exc.args[0] if exc.args else str(exc), exc)
+            break
+    else:
+        return exc
+    return DBAPIError.instance(sql, params, exc, dbapi.Error, dialect=dialect)
 
 
 def _wrapped(conn: Connection, sql: str, params: Any, exc: Exception) -> BaseException:

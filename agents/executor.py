@@ -24,6 +24,8 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from agents import form_answers, plan_notices, step_dispatch, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
@@ -50,6 +52,7 @@ from agents.ports import RunObserver
 from agents.run_context import Context, Job
 from agents.slot_requests import (
     SCHEDULED,
+    agent_of,
     claim_slot,
     fail_refused,
     let_go_unrun,
@@ -288,7 +291,7 @@ class Executor:
             return False
         plan = None
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
-            plan = await step_runs.current_plan(ctx, effect)
+            plan = await self._current_plan(effect, conversation)
             if plan is None:
                 return False  # cancelled or aborted before it ran: nothing to post or run
         if isinstance(effect, PostDispatch):
@@ -296,6 +299,18 @@ class Executor:
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
         return await self._start_long(claimed, conversation, plan)
+
+    async def _current_plan(
+        self, effect: PostDispatch | RunCommanderStep | ResumeStep, conversation: ConversationRecord
+    ) -> Plan | None:
+        """The step's plan if the step is still current, read with its slot request's
+        admission facts when they are due (one read transaction, not two)."""
+        team, agent = conversation.team_id, agent_of(effect)
+
+        async def facts(conn: AsyncConnection) -> None:
+            await self.admission.read_facts_in(conn, team, agent)
+
+        return await step_runs.current_plan(self.context, effect, also=facts)
 
     async def _start_long(
         self, claimed: Claimed, conversation: ConversationRecord, plan: Plan | None = None

@@ -90,6 +90,11 @@ def fast_path(options: SchedulerOptions, agent: str, tools: list[str]) -> FastPa
     return FastPath(options.capacity, options.process_capacity, options.agent_caps.get(agent))
 
 
+def agent_of(effect: Scheduled) -> str:
+    """Whose run the effect asks a slot for (its admission facts are that agent's)."""
+    return effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
+
+
 async def slot_request(
     ctx: Context,
     admission: AdmissionLoop,
@@ -100,7 +105,7 @@ async def slot_request(
     """What the effect's run asks the scheduler for (settings, quotas and the estimate
     as the admission loop remembers them for a poll interval: usually no read at all);
     `plan`: the step's plan, if the caller just read it."""
-    agent = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
+    agent = agent_of(effect)
     plan_id = getattr(effect, "plan_id", None)
     facts = await admission.facts(conversation.team_id, agent)
     plan_steps = 0

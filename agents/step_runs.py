@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from agents.run_context import Context, Job
 
 log = logging.getLogger(__name__)
+AtRead = Callable[[AsyncConnection], Awaitable[None]]  # more reads in the same transaction
 RunnableStep = PostDispatch | RunCommanderStep | ResumeStep
 STEP_KINDS = (PostDispatch, RunCommanderStep, ResumeStep, ShowForm, AskUser)
 
@@ -100,9 +102,18 @@ async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser)
     return await current_plan(ctx, effect) is not None
 
 
-async def current_plan(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> Plan | None:
-    """The stored plan, if the effect's step attempt is still in flight in it."""
-    plan = await ctx.reconciler.plan(effect.conversation_id)
+async def current_plan(
+    ctx: Context, effect: RunnableStep | ShowForm | AskUser, also: AtRead | None = None
+) -> Plan | None:
+    """The stored plan, if the effect's step attempt is still in flight in it; `also`:
+    more reads of the caller's in the same read transaction."""
+    if also is None:
+        plan = await ctx.reconciler.plan(effect.conversation_id)
+    else:
+        async with ctx.db.read() as conn:
+            loaded = await conn.run_sync(load_latest_plan, effect.conversation_id)
+            await also(conn)
+        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
     return plan if is_current(plan, effect) else None
 
 

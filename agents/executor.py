@@ -320,7 +320,9 @@ class Executor:
         step's plan as just read, if it was."""
         effect = claimed.effect
         redelivered = claimed.delivery > 1
-        run_key, work = step_dispatch.work_of(self.context, effect, conversation, redelivered)
+        run_key, work, at_claim = step_dispatch.work_of(
+            self.context, effect, conversation, redelivered
+        )
         if isinstance(effect, SCHEDULED):
             slot = await slot_request(self.context, self.admission, effect, conversation, plan)
             if self._stopping:  # it waits in line: a running process grants it
@@ -329,7 +331,7 @@ class Executor:
                 until = now + self.context.options.lease
                 await claim_slot(self.context.db, queued, self.owner, now=now, until=until)
                 return True
-            self.runner.hold(effect, slot.run_key, work, slot=slot)
+            self.runner.hold(effect, slot.run_key, work, slot=slot, at_claim=at_claim)
             return True
         self.runner.hold(effect, run_key, work)
         return True
@@ -345,7 +347,7 @@ class Executor:
                 await self._not_wanted(record)  # cancelled or aborted while it waited
                 return
         conversation = await self.context.conversation(effect.conversation_id)
-        _, work = step_dispatch.work_of(self.context, effect, conversation, record.grants > 0)
+        _, work, _ = step_dispatch.work_of(self.context, effect, conversation, record.grants > 0)
         self.runner.hold(effect, record.run_key, work, granted=True)
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:

@@ -38,7 +38,7 @@ from storage.run_requests import enqueue_request, lock_admission
 
 if TYPE_CHECKING:
     from agents.admission import AdmissionLoop
-    from agents.run_context import Context
+    from agents.run_context import AtClaim, Context
 
 # granted_here: a pass of this process granted it a moment ago and starts it
 Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]
@@ -145,11 +145,21 @@ async def slot_request(
 
 
 async def claim_slot(
-    db: Database, slot: SlotRequest, owner: str, *, now: datetime, until: datetime
+    db: Database,
+    slot: SlotRequest,
+    owner: str,
+    *,
+    now: datetime,
+    until: datetime,
+    also: AtClaim | None = None,
 ) -> Claim:
     """Ask for the run's slot in one write transaction and hold the outbox row meanwhile:
     "mine" (granted at once: the run starts now), "waiting" (in line: an admission pass
-    grants it, the row parked until then) or "elsewhere" (another process runs it)."""
+    grants it, the row parked until then) or "elsewhere" (another process runs it).
+
+    `also`: the run's reads, made in this transaction once granted – on SQLite only (on
+    PostgreSQL the transaction holds the admission lock every process's claims and passes
+    wait for: the run reads in a transaction of its own, after)."""
     row_key = slot.values["effect_key"]
     async with db.write() as conn:
         if slot.fast is not None:
@@ -168,6 +178,8 @@ async def claim_slot(
             )
             if granted:
                 await hold_effect(conn, row_key, until)
+                if also is not None and db.is_sqlite:
+                    await also(conn)
                 telemetry.admitted(timedelta(0))  # no time in the queue
                 return "mine"
         state = await enqueue_request(

@@ -148,20 +148,32 @@ class AdmissionLoop:
         admin's change calls `changed`); the agent's record comes from the roster, the
         process's one cache of the agents table (forgotten at once on an admin's edit)."""
         tools = await self._quota_keys(team_id, agent)
-        now = self.clock()
-        cached = self._facts.get((team_id, agent))
-        if cached is not None and cached[0] > now:
-            kept = cached[1]
-        else:
+        kept = self._kept(team_id, agent)
+        if kept is None:
             async with self.db.read() as conn:
-                settings = await workspace_settings(conn, team_id)
-                estimate = await typical_run_tokens(conn, agent)
-            kept = _Kept(with_overrides(self.options, settings), settings, estimate)
-            if len(self._facts) > 1_000:
-                self._facts.clear()
-            until = now + timedelta(seconds=self.options.poll_seconds)
-            self._facts[(team_id, agent)] = (until, kept)
+                kept = await self._read_facts(conn, team_id, agent)
         return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
+
+    async def read_facts_in(self, conn: AsyncConnection, team_id: str, agent: str) -> None:
+        """Read the settings and the estimate `facts` will want, in the caller's read
+        (e.g. a dispatch's "still current" read), if they are not known for this poll
+        interval: `facts` then reads nothing. What is read is the same, only earlier."""
+        if self._kept(team_id, agent) is None:
+            await self._read_facts(conn, team_id, agent)
+
+    def _kept(self, team_id: str, agent: str) -> _Kept | None:
+        cached = self._facts.get((team_id, agent))
+        return cached[1] if cached is not None and cached[0] > self.clock() else None
+
+    async def _read_facts(self, conn: AsyncConnection, team_id: str, agent: str) -> _Kept:
+        settings = await workspace_settings(conn, team_id)
+        estimate = await typical_run_tokens(conn, agent)
+        kept = _Kept(with_overrides(self.options, settings), settings, estimate)
+        if len(self._facts) > 1_000:
+            self._facts.clear()
+        until = self.clock() + timedelta(seconds=self.options.poll_seconds)
+        self._facts[(team_id, agent)] = (until, kept)
+        return kept
 
     async def _quota_keys(self, team_id: str, agent: str) -> tuple[str, ...]:
         if team_id == self.roster.team_id():

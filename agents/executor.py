@@ -24,6 +24,8 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from agents import form_answers, plan_notices, step_dispatch, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
@@ -50,6 +52,7 @@ from agents.ports import RunObserver
 from agents.run_context import Context, Job
 from agents.slot_requests import (
     SCHEDULED,
+    agent_of,
     claim_slot,
     fail_refused,
     let_go_unrun,
@@ -288,7 +291,7 @@ class Executor:
             return False
         plan = None
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
-            plan = await step_runs.current_plan(ctx, effect)
+            plan = await self._current_plan(effect, conversation)
             if plan is None:
                 return False  # cancelled or aborted before it ran: nothing to post or run
         if isinstance(effect, PostDispatch):
@@ -296,6 +299,18 @@ class Executor:
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
         return await self._start_long(claimed, conversation, plan)
+
+    async def _current_plan(
+        self, effect: PostDispatch | RunCommanderStep | ResumeStep, conversation: ConversationRecord
+    ) -> Plan | None:
+        """The step's plan if the step is still current, read with its slot request's
+        admission facts when they are due (one read transaction, not two)."""
+        team, agent = conversation.team_id, agent_of(effect)
+
+        async def facts(conn: AsyncConnection) -> None:
+            await self.admission.read_facts_in(conn, team, agent)
+
+        return await step_runs.current_plan(self.context, effect, also=facts)
 
     async def _start_long(
         self, claimed: Claimed, conversation: ConversationRecord, plan: Plan | None = None
@@ -305,7 +320,9 @@ class Executor:
         step's plan as just read, if it was."""
         effect = claimed.effect
         redelivered = claimed.delivery > 1
-        run_key, work = step_dispatch.work_of(self.context, effect, conversation, redelivered)
+        run_key, work, at_claim = step_dispatch.work_of(
+            self.context, effect, conversation, redelivered
+        )
         if isinstance(effect, SCHEDULED):
             slot = await slot_request(self.context, self.admission, effect, conversation, plan)
             if self._stopping:  # it waits in line: a running process grants it
@@ -314,7 +331,7 @@ class Executor:
                 until = now + self.context.options.lease
                 await claim_slot(self.context.db, queued, self.owner, now=now, until=until)
                 return True
-            self.runner.hold(effect, slot.run_key, work, slot=slot)
+            self.runner.hold(effect, slot.run_key, work, slot=slot, at_claim=at_claim)
             return True
         self.runner.hold(effect, run_key, work)
         return True
@@ -330,7 +347,7 @@ class Executor:
                 await self._not_wanted(record)  # cancelled or aborted while it waited
                 return
         conversation = await self.context.conversation(effect.conversation_id)
-        _, work = step_dispatch.work_of(self.context, effect, conversation, record.grants > 0)
+        _, work, _ = step_dispatch.work_of(self.context, effect, conversation, record.grants > 0)
         self.runner.hold(effect, record.run_key, work, granted=True)
 
     async def _not_wanted(self, record: RunRequestRecord) -> None:

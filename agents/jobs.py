@@ -26,7 +26,7 @@ from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.preemption import BOUNDARY, Preempted, turn_boundary
-from agents.run_context import Context, Job, Work
+from agents.run_context import AtClaim, Context, Job, Work
 from agents.slot_requests import SlotRequest, claim_slot
 from storage.outbox import (
     fail_held_effect,
@@ -81,12 +81,14 @@ class JobRunner:
         *,
         slot: SlotRequest | None = None,
         granted: bool = False,
+        at_claim: AtClaim | None = None,
     ) -> None:
         """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease).
 
         A scheduled run asks for its `slot` as it claims its work (granted at once, or it
         waits in line and this job ends); one an admission pass `granted` here holds its
-        request as its lease already."""
+        request as its lease already. `at_claim`: the work's reads, made in the claim's
+        transaction when it is granted there (`claim_slot`)."""
         if (held := self.jobs.get(effect.key)) is not None:
             held.take_grant |= granted  # still claiming: it runs under this grant
             return  # already running here
@@ -102,14 +104,25 @@ class JobRunner:
             scheduled=slot is not None or granted,
         )
         self.jobs[effect.key] = job
-        job.task = asyncio.create_task(self._job(job, work, slot, granted), name=effect.key)
+        job.task = asyncio.create_task(
+            self._job(job, work, slot, granted, at_claim), name=effect.key
+        )
         self.context.observer.jobs_running(len(self.jobs))
 
-    async def _job(self, job: Job, work: Work, slot: SlotRequest | None, granted: bool) -> None:
+    async def _job(
+        self,
+        job: Job,
+        work: Work,
+        slot: SlotRequest | None,
+        granted: bool,
+        at_claim: AtClaim | None,
+    ) -> None:
         lease_key = job.run_key or f"turn:{job.key}"
         try:
             try:
-                claimed = "mine" if granted else await self._claim(lease_key, job.key, slot)
+                claimed = (
+                    "mine" if granted else await self._claim(lease_key, job.key, slot, at_claim)
+                )
             except Exception as exc:
                 self._unsettled(job, exc)
                 return
@@ -255,7 +268,13 @@ class JobRunner:
         failed = StepFailed(index=job.step, attempt=job.attempt, reason=reason, retryable=False)
         await step_runs.report(self.context, job.conversation_id, failed)
 
-    async def _claim(self, lease_key: str, row_key: str, slot: SlotRequest | None) -> str:
+    async def _claim(
+        self,
+        lease_key: str,
+        row_key: str,
+        slot: SlotRequest | None,
+        at_claim: AtClaim | None = None,
+    ) -> str:
         """Take the run's lease and hold its outbox row until the same instant, in one
         transaction: after a crash both come free together, so whoever claims the row
         takes the run in the same pass. Refused (another process runs it): the row is
@@ -265,7 +284,9 @@ class JobRunner:
         now = self.context.clock()
         until = now + options.lease
         if slot is not None:
-            return await claim_slot(self.context.db, slot, self.owner, now=now, until=until)
+            return await claim_slot(
+                self.context.db, slot, self.owner, now=now, until=until, also=at_claim
+            )
         async with self.context.db.write() as conn:
             mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
             if mine:

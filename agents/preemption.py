@@ -1,8 +1,9 @@
 """Urgent work: the first lower-priority run to reach a model-turn boundary yields its slot.
 
 A scheduled run's job sets `BOUNDARY` (`turn_boundary`) for its task. Whenever the run
-stores its history (`RunSession.save`), the same transaction reads in one statement whether
-an urgent run waits only for a slot this run may give (`TurnBoundary.wants`). At a
+stores its history (`RunSession.save`), the statement that stores it also returns whether
+an urgent run waits only for a slot this run may give (`TurnBoundary.asked`, a subquery;
+`TurnBoundary.wants` asks it in a statement of its own). At a
 model-turn boundary – everything paid for is stored, the next model request not sent yet – a
 run that saw one gives way: in one transaction its slot is handed straight to that urgent
 run and it waits again in its place (`TurnBoundary.give_way`). The hand-over is conditional
@@ -18,14 +19,16 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import ColumnElement
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.admission import PARK
 from agents.run_context import Context, Job
 from agents.scheduler import PREEMPTIBLE_FROM, URGENT
 from storage.outbox import hold_effect
-from storage.run_request_leases import give_way, urgent_waits
+from storage.run_request_leases import give_way, urgent_waits, urgent_waits_asked
 from storage.run_requests import get_request
 
 
@@ -35,6 +38,8 @@ class TurnBoundary:
 
     # one statement in a turn's transaction: does an urgent run wait for this run's slot?
     wants: Callable[[AsyncConnection], Awaitable[bool]]
+    # the same question as a scalar subquery, returned by the statement storing the turn
+    asked: ColumnElement[Any]
     # the hand-over in a transaction: True when a waiter received the slot (then it pauses)
     give_way: Callable[[AsyncConnection], Awaitable[bool]]
     paused: asyncio.Event  # set once the hand-over committed: stop at this boundary
@@ -51,13 +56,23 @@ class Preempted(asyncio.CancelledError):
     A `CancelledError`, so no `except Exception` on the way treats it as a failure."""
 
 
-async def at_stored_turn(conn: AsyncConnection, *, boundary: bool) -> None:
-    """In the transaction that stores a run's history: read whether an urgent run waits,
-    and at a model-turn boundary (`boundary`) give way in this same transaction."""
+def question() -> ColumnElement[Any] | None:
+    """What the statement storing a run's turn asks too (None: nothing to ask): whether an
+    urgent run waits for this run's slot – its answer goes to `at_stored_turn(wanted=…)`."""
+    turn = BOUNDARY.get()
+    return None if turn is None or turn.paused.is_set() else turn.asked
+
+
+async def at_stored_turn(
+    conn: AsyncConnection, *, boundary: bool, wanted: bool | None = None
+) -> None:
+    """In the transaction that stores a run's history: whether an urgent run waits (`wanted`,
+    answered by the storing statement; read here when None), and at a model-turn boundary
+    (`boundary`) give way in this same transaction."""
     turn = BOUNDARY.get()
     if turn is None or turn.paused.is_set():
         return
-    turn.wanted = await turn.wants(conn)
+    turn.wanted = await turn.wants(conn) if wanted is None else wanted
     if boundary and turn.wanted:
         turn.wanted = False
         turn.handed = await turn.give_way(conn)
@@ -111,4 +126,5 @@ def turn_boundary(ctx: Context, job: Job, owner: str) -> TurnBoundary | None:
             await hold_effect(conn, job.passed.effect_key, until)
         return True
 
-    return TurnBoundary(wants, give, job.pause)
+    asked = urgent_waits_asked(run_key, priority_at_most=URGENT, yields_from=PREEMPTIBLE_FROM)
+    return TurnBoundary(wants, asked, give, job.pause)

@@ -41,6 +41,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolResults
 from pydantic_ai.usage import RunUsage, UsageLimits
+from sqlalchemy import ColumnElement
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import preemption, telemetry
@@ -254,12 +255,14 @@ class RunSession:
         for urgent work in the same transaction and, at a model-turn `boundary`, gives its
         slot way to it there (`agents/preemption.py`)."""
         async with self._writing:
+            asking = preemption.question() if status == "running" else None
             async with self.db.write() as conn:
-                await self._save(conn, status, messages)
+                wanted = await self._save(conn, status, messages, asking)
                 if also is not None:
                     await also(conn)
                 if status == "running":
-                    await preemption.at_stored_turn(conn, boundary=boundary)
+                    answered = None if asking is None else bool(wanted)
+                    await preemption.at_stored_turn(conn, boundary=boundary, wanted=answered)
             preemption.committed()
 
     async def give_way_if_wanted(self) -> None:
@@ -286,9 +289,14 @@ class RunSession:
         _UNSAVED.pop(self.job.run_key)
 
     async def _save(
-        self, conn: AsyncConnection, status: str, messages: Sequence[ModelMessage]
-    ) -> None:
-        """History and the tokens spent since the last save, in one transaction (crash-safe)."""
+        self,
+        conn: AsyncConnection,
+        status: str,
+        messages: Sequence[ModelMessage],
+        asking: ColumnElement[Any] | None = None,
+    ) -> Any:
+        """History and the tokens spent since the last save, in one transaction (crash-safe);
+        `asking`: a question the history's statement answers too (returned)."""
         spent_in = self.usage.input_tokens - self.recorded[0]
         spent_out = self.usage.output_tokens - self.recorded[1]
         if spent_in or spent_out:
@@ -307,7 +315,7 @@ class RunSession:
                 output_tokens=spent_out,
                 now=self.now(),
             )
-        await save_run(
+        answer = await save_run(
             conn,
             run_key=self.job.run_key,
             agent_name=self.agent_name,
@@ -320,8 +328,10 @@ class RunSession:
             step_index=self.job.step_index,
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
+            asking=asking,
         )
         self.recorded = (self.usage.input_tokens, self.usage.output_tokens)
+        return answer
 
 
 # --- context compaction -------------------------------------------------------------------

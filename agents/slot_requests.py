@@ -38,7 +38,7 @@ from storage.run_requests import enqueue_request, lock_admission
 
 if TYPE_CHECKING:
     from agents.admission import AdmissionLoop
-    from agents.run_context import Context
+    from agents.run_context import AtClaim, Context
 
 # granted_here: a pass of this process granted it a moment ago and starts it
 Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]
@@ -90,6 +90,11 @@ def fast_path(options: SchedulerOptions, agent: str, tools: list[str]) -> FastPa
     return FastPath(options.capacity, options.process_capacity, options.agent_caps.get(agent))
 
 
+def agent_of(effect: Scheduled) -> str:
+    """Whose run the effect asks a slot for (its admission facts are that agent's)."""
+    return effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
+
+
 async def slot_request(
     ctx: Context,
     admission: AdmissionLoop,
@@ -100,7 +105,7 @@ async def slot_request(
     """What the effect's run asks the scheduler for (settings, quotas and the estimate
     as the admission loop remembers them for a poll interval: usually no read at all);
     `plan`: the step's plan, if the caller just read it."""
-    agent = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
+    agent = agent_of(effect)
     plan_id = getattr(effect, "plan_id", None)
     facts = await admission.facts(conversation.team_id, agent)
     plan_steps = 0
@@ -140,11 +145,21 @@ async def slot_request(
 
 
 async def claim_slot(
-    db: Database, slot: SlotRequest, owner: str, *, now: datetime, until: datetime
+    db: Database,
+    slot: SlotRequest,
+    owner: str,
+    *,
+    now: datetime,
+    until: datetime,
+    also: AtClaim | None = None,
 ) -> Claim:
     """Ask for the run's slot in one write transaction and hold the outbox row meanwhile:
     "mine" (granted at once: the run starts now), "waiting" (in line: an admission pass
-    grants it, the row parked until then) or "elsewhere" (another process runs it)."""
+    grants it, the row parked until then) or "elsewhere" (another process runs it).
+
+    `also`: the run's reads, made in this transaction once granted – on SQLite only (on
+    PostgreSQL the transaction holds the admission lock every process's claims and passes
+    wait for: the run reads in a transaction of its own, after)."""
     row_key = slot.values["effect_key"]
     async with db.write() as conn:
         if slot.fast is not None:
@@ -163,6 +178,8 @@ async def claim_slot(
             )
             if granted:
                 await hold_effect(conn, row_key, until)
+                if also is not None and db.is_sqlite:
+                    await also(conn)
                 telemetry.admitted(timedelta(0))  # no time in the queue
                 return "mine"
         state = await enqueue_request(

@@ -19,7 +19,7 @@ from agents.effects import (
     RunCommanderStep,
     ShowForm,
 )
-from agents.run_context import Context
+from agents.run_context import AtClaim, Context
 from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
@@ -54,22 +54,27 @@ async def post_dispatch(
 
 def work_of(
     ctx: Context, effect: Effect, conversation: ConversationRecord, redelivered: bool
-) -> tuple[str | None, Work]:
-    """The run's lease key (None: a commander turn's own) and the work of an effect."""
+) -> tuple[str | None, Work, AtClaim | None]:
+    """The run's lease key (None: a commander turn's own), the work of an effect, and what
+    its claim's transaction may read for it (a step's reads before its run)."""
     if isinstance(effect, RunCommanderStep):
+        reads = step_runs.claim_reads(ctx, conversation, effect)
 
         async def commander_step() -> None:  # when its slot is granted
             ctx.observer.dispatched("commander")
             log.info("step dispatched to the commander", extra=step_runs.ids(conversation, effect))
-            await step_runs.run(ctx, conversation, effect, redelivered)
+            await step_runs.run(ctx, conversation, effect, redelivered, reads)
 
-        return effect.key, commander_step
-    if isinstance(effect, PostDispatch):
-        return effect.key, lambda: step_runs.run(ctx, conversation, effect, redelivered)
-    if isinstance(effect, ResumeStep):
-        return step_runs.run_key_of(effect), lambda: step_runs.run(
-            ctx, conversation, effect, redelivered
+        return effect.key, commander_step, reads.read
+    if isinstance(effect, PostDispatch | ResumeStep):
+        step = effect
+        reads = step_runs.claim_reads(ctx, conversation, step)
+        key = effect.key if isinstance(effect, PostDispatch) else step_runs.run_key_of(effect)
+        return (
+            key,
+            lambda: step_runs.run(ctx, conversation, step, redelivered, reads),
+            reads.read,
         )
     if isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
-        return None, lambda: commander_turns.take(ctx, conversation, effect)
+        return None, lambda: commander_turns.take(ctx, conversation, effect), None
     raise TypeError(f"no performer for {type(effect).__name__}")  # pragma: no cover

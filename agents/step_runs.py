@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,8 @@ from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
-from agents.step_reads import read_step
+from agents.step_reads import StepReads, read_step, read_step_in
+from storage.db import Database
 from storage.files import produced_files
 from storage.plans import LoadedPlan, load_latest_plan, load_plan
 from storage.records import ConversationRecord, FileRecord
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from agents.run_context import Context, Job
 
 log = logging.getLogger(__name__)
+AtRead = Callable[[AsyncConnection], Awaitable[None]]  # more reads in the same transaction
 RunnableStep = PostDispatch | RunCommanderStep | ResumeStep
 STEP_KINDS = (PostDispatch, RunCommanderStep, ResumeStep, ShowForm, AskUser)
 
@@ -100,9 +103,18 @@ async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser)
     return await current_plan(ctx, effect) is not None
 
 
-async def current_plan(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> Plan | None:
-    """The stored plan, if the effect's step attempt is still in flight in it."""
-    plan = await ctx.reconciler.plan(effect.conversation_id)
+async def current_plan(
+    ctx: Context, effect: RunnableStep | ShowForm | AskUser, also: AtRead | None = None
+) -> Plan | None:
+    """The stored plan, if the effect's step attempt is still in flight in it; `also`:
+    more reads of the caller's in the same read transaction."""
+    if also is None:
+        plan = await ctx.reconciler.plan(effect.conversation_id)
+    else:
+        async with ctx.db.read() as conn:
+            loaded = await conn.run_sync(load_latest_plan, effect.conversation_id)
+            await also(conn)
+        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
     return plan if is_current(plan, effect) else None
 
 
@@ -144,6 +156,46 @@ class AfterRun:
         return self.found
 
 
+@dataclass(slots=True)
+class ClaimReads:
+    """A step's reads before its run (`read_step_in`), made in the transaction that claims
+    its run (`claim_slot(also=…)`) when that transaction holds no lock across processes
+    (SQLite: no read transaction of their own); else the run reads them itself."""
+
+    job: RunJob
+    fresh: bool  # not a resumption: its plan and received files are read too
+    found: StepReads | None = None
+
+    async def read(self, conn: AsyncConnection) -> None:
+        self.found = await read_step_in(conn, self.job, with_plan=self.fresh, with_files=self.fresh)
+
+    async def reads(self, db: Database) -> StepReads:
+        """What the claim read, once; else read now."""
+        found, self.found = self.found, None
+        if found is not None:
+            return found
+        return await read_step(db, self.job, with_plan=self.fresh, with_files=self.fresh)
+
+
+def run_job(ctx: Context, conversation: ConversationRecord, effect: RunnableStep) -> RunJob:
+    """What a step's run is told of its work."""
+    return RunJob(
+        run_key=run_key_of(effect),
+        team_id=ctx.team_id,
+        input=effect.text if isinstance(effect, PostDispatch | RunCommanderStep) else "",
+        request=conversation.request_text,
+        channel_id=conversation.channel_id,
+        conversation_id=conversation.id,
+        plan_id=effect.plan_id,
+        step_index=effect.step,
+        request_ts=conversation.thread_ts,
+    )
+
+
+def claim_reads(ctx: Context, conversation: ConversationRecord, effect: RunnableStep) -> ClaimReads:
+    return ClaimReads(run_job(ctx, conversation, effect), fresh=not isinstance(effect, ResumeStep))
+
+
 async def job_still_wanted(ctx: Context, job: Job) -> bool:
     """Whether a running job's work is still wanted (asked by its heartbeat)."""
     if job.plan_id is None or job.kind == "plan_finished":
@@ -160,9 +212,14 @@ async def job_still_wanted(ctx: Context, job: Job) -> bool:
 
 
 async def run(
-    ctx: Context, conversation: ConversationRecord, effect: RunnableStep, redelivered: bool
+    ctx: Context,
+    conversation: ConversationRecord,
+    effect: RunnableStep,
+    redelivered: bool,
+    reads: ClaimReads | None = None,
 ) -> None:
-    """Run (or resume, or continue after a crash) the step's agent and report the outcome."""
+    """Run (or resume, or continue after a crash) the step's agent and report the outcome;
+    `reads`: its reads before the run, if its claim made them."""
     name = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     spec = await _assignee(ctx, name)
     outcome: Outcome
@@ -170,7 +227,8 @@ async def run(
         outcome = _failed(effect, f"the agent {name} is not available (removed or disabled)")
     else:
         began = time.perf_counter()
-        outcome = await _execute(ctx, conversation, effect, spec, redelivered)
+        reads = reads or claim_reads(ctx, conversation, effect)
+        outcome = await _execute(ctx, conversation, effect, spec, redelivered, reads)
         ctx.observer.ran(spec.name, time.perf_counter() - began)
     await report(ctx, conversation.id, outcome)
     log.info(
@@ -199,25 +257,15 @@ async def _execute(
     effect: RunnableStep,
     spec: AgentSpec,
     redelivered: bool,
+    claimed: ClaimReads,
 ) -> Outcome:
-    job = RunJob(
-        run_key=run_key_of(effect),
-        team_id=ctx.team_id,
-        input=effect.text if isinstance(effect, PostDispatch | RunCommanderStep) else "",
-        request=conversation.request_text,
-        channel_id=conversation.channel_id,
-        conversation_id=conversation.id,
-        plan_id=effect.plan_id,
-        step_index=effect.step,
-        request_ts=conversation.thread_ts,
-    )
+    job = claimed.job
     files = ctx.options.files
     key = result_key(effect.plan_id, effect.step, effect.attempt)
     agent = None if spec.name == COMMANDER else spec.name
-    fresh = not isinstance(effect, ResumeStep)
     after = AfterRun(effect, job.run_key)
     # its session, thread, plan and received files: one read for the stream and the run
-    reads = await read_step(ctx.db, job, with_plan=fresh, with_files=fresh)
+    reads = await claimed.reads(ctx.db)
     answer = await ctx.port.open_answer(
         conversation,
         agent=agent,

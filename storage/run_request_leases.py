@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Integer,
     String,
     and_,
@@ -221,6 +222,20 @@ def _urgent_waits() -> Any:
 
 
 _URGENT_WAITS = _urgent_waits()  # built once: a stored turn pays no statement construction
+
+
+def urgent_waits_asked(
+    run_key: str, *, priority_at_most: int, yields_from: int
+) -> ColumnElement[Any]:
+    """`urgent_waits` as a scalar subquery, for the statement that stores a run's turn to
+    return (`storage.runs.save_run(asking=…)`): the same question, no statement of its own
+    (NULL – no – when the run holds no grant)."""
+    asked: ColumnElement[Any] = _URGENT_WAITS.params(
+        b_key=run_key, b_at_most=priority_at_most, b_from=yields_from
+    ).scalar_subquery()
+    return asked
+
+
 _chosen = requests_t.alias("chosen")
 
 

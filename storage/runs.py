@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import ColumnElement, Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -38,9 +38,11 @@ async def save_run(
     step_index: int | None = None,
     input_tokens: int = 0,
     output_tokens: int = 0,
-) -> None:
+    asking: ColumnElement[Any] | None = None,
+) -> Any:
     """Store a run's message history (after every model turn) and its status: one
-    statement, inserting the run's row the first time."""
+    statement, inserting the run's row the first time. `asking`: a question (a scalar
+    subquery) the same statement answers, returned (else None)."""
     values = dict(
         agent_name=agent_name,
         model=model,
@@ -60,7 +62,10 @@ async def save_run(
         **values,
     )
     stmt = stmt.on_conflict_do_update(index_elements=[runs_t.c.run_key], set_=values)
-    await conn.execute(stmt)
+    if asking is None:
+        await conn.execute(stmt)
+        return None
+    return await conn.scalar(stmt.returning(asking))
 
 
 async def load_run(conn: AsyncConnection, run_key: str) -> AgentRunRecord | None:

@@ -13,7 +13,7 @@ from agents.roster import Roster
 from storage.agents import create_agent, update_agent
 from storage.db import Database
 from storage.records import RunRequestRecord
-from storage.workspaces import ensure_workspace
+from storage.workspaces import ensure_workspace, set_workspace_settings
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 
@@ -46,3 +46,30 @@ async def test_an_agent_edit_is_seen_by_the_roster_and_the_facts_at_once(db: Dat
     assert (await loop.facts("T1", "writer")).tools == ("write_file",)  # within the interval
     assert (await roster.agent("writer")) is not None
     assert roster.reads == reads + 1  # one read of the table served both
+
+
+async def test_facts_read_in_a_callers_read_are_the_ones_a_request_then_takes(
+    db: Database,
+) -> None:
+    """A dispatch reads its slot request's facts in its "still current" read
+    (`read_facts_in`): the request then reads nothing, and facts already known for the
+    poll interval are not read again there either."""
+    async with db.write() as conn:
+        await ensure_workspace(conn, "T1", NOW)
+        await set_workspace_settings(conn, "T1", {"mark": "before"})
+    loop = AdmissionLoop(
+        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
+        start=_nothing, show_waits=_nothing, refuse=_refuse,
+    )  # fmt: skip
+    async with db.read() as conn:
+        await loop.read_facts_in(conn, "T1", "writer")
+    async with db.write() as conn:  # changed after: within the interval, not read again
+        await set_workspace_settings(conn, "T1", {"mark": "after"})
+    async with db.read() as conn:
+        await loop.read_facts_in(conn, "T1", "writer")
+    assert (await loop.facts("T1", "writer")).settings == {"mark": "before"}
+    loop.changed()  # an admin's change: read afresh
+    async with db.read() as conn:
+        await loop.read_facts_in(conn, "T1", "writer")
+    assert (await loop.facts("T1", "writer")).settings == {"mark": "after"}

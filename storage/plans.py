@@ -23,11 +23,13 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     cast,
     exists,
     func,
     insert,
     literal,
+    null,
     or_,
     select,
     update,
@@ -89,13 +91,13 @@ def plan_query(where: Any, *, unless_known: bool = False) -> Any:
     """
     joined = steps_t.c.plan_id == plans_t.c.id
     if unless_known:
-        joined = and_(
-            joined,
-            or_(
-                plans_t.c.id != bindparam("known_id"),
-                plans_t.c.version != bindparam("known_version"),
-            ),
+        # the steps' key is NULL for a plan held at its version: the index lookup finds no
+        # step at all (a condition beside the key was checked on each of the plan's steps)
+        held = and_(
+            plans_t.c.id == bindparam("known_id"),
+            plans_t.c.version == bindparam("known_version"),
         )
+        joined = steps_t.c.plan_id == case((held, null()), else_=plans_t.c.id)
     card_prefix = literal("plan:") + cast(plans_t.c.id, String) + literal(":card:%")
     card_waiting = (
         exists()
@@ -258,6 +260,8 @@ _UPDATE_STEP = (
     )
 )
 _UPDATE_STEP_PREPARED = Prepared(_UPDATE_STEP)
+# (parameter, row key) of a step update, named once
+_STEP_PARAMS = tuple((f"b_{k}", k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index"))
 _UPDATE_PLAN_PREPARED = Prepared(_UPDATE_PLAN)
 
 
@@ -272,7 +276,7 @@ def update_steps(
     if not changes:
         return
     params = [
-        {f"b_{k}": row.get(k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index")}
+        {b: row.get(k) for b, k in _STEP_PARAMS}
         | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
         for row, was, was_attempts in changes
     ]

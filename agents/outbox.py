@@ -233,7 +233,14 @@ class OutboxSender:
                 await give_up_effect(conn, record.id, error=f"malformed: {exc}")
             return
         claimed = Claimed(effect, record.attempts, record.created_at)
-        keeper = asyncio.create_task(self._keep_claimed(record, until))
+        # the renewals start only when the delivery outlasts half its claim: a timer, not a
+        # task per delivery (a delivery within half a lease costs no task, no loop pass)
+        loop = asyncio.get_running_loop()
+        keeper: list[asyncio.Task[None]] = []
+        wait = max(0.0, (until - self.clock()).total_seconds() - self.lease.total_seconds() / 2)
+        timer = loop.call_later(
+            wait, lambda: keeper.append(loop.create_task(self._keep_claimed(record)))
+        )
         try:
             if await self.perform(claimed):
                 return  # the work it started holds the row and settles it
@@ -241,20 +248,21 @@ class OutboxSender:
             await self._failed(record, effect, exc)
             return
         finally:
-            keeper.cancel()
+            timer.cancel()
+            for task in keeper:
+                task.cancel()
         self._done.put(record.id, True)
         self._sent.append(record.id)
 
-    async def _keep_claimed(self, record: OutboxRecord, until: datetime) -> None:
+    async def _keep_claimed(self, record: OutboxRecord) -> None:
         """While a delivery lasts (a post waiting its turn in a busy channel), renew its
         claim before it runs out: another replica must not claim the row and, not finding
-        the post yet, post it as well. The renewal holds only while nobody claimed the
-        row since (its `attempts` unchanged); a delivery within half a lease costs nothing."""
+        the post yet, post it as well. Started half a lease before the claim runs out
+        (`_deliver`'s timer), it renews at once and every half lease after. The renewal
+        holds only while nobody claimed the row since (its `attempts` unchanged); a
+        delivery within half a lease costs nothing."""
         half = self.lease.total_seconds() / 2
-        wait = max(0.0, (until - self.clock()).total_seconds() - half)
         while True:
-            await asyncio.sleep(wait)
-            wait = half
             try:
                 async with self.db.write() as conn:
                     kept = await extend_claim(
@@ -262,10 +270,13 @@ class OutboxSender:
                     )
             except Exception as exc:  # the database is away: the claim may run out
                 log.debug("outbox %s: claim not renewed: %s", record.idempotency_key, exc)
-                continue
-            if not kept:
-                log.info("outbox %s: claimed by another sender meanwhile", record.idempotency_key)
-                return
+            else:
+                if not kept:
+                    log.info(
+                        "outbox %s: claimed by another sender meanwhile", record.idempotency_key
+                    )
+                    return
+            await asyncio.sleep(half)
 
     async def _failed(self, record: OutboxRecord, effect: Effect, exc: Exception) -> None:
         if is_storage_error(exc):  # the database is away: no delivery failed, none counted

@@ -48,6 +48,7 @@ from agents.plan import (
     StepFailed,
     StepSucceeded,
 )
+from agents.plan_tally import replaced, tally
 from agents.plan_validation import STEP_REF, TEMPLATE
 
 Result = tuple[Plan, list[Effect]]
@@ -73,11 +74,10 @@ def ready_steps(plan: Plan, now: datetime) -> list[Step]:
 
 def _ready(plan: Plan, now: datetime) -> Iterator[Step]:
     steps = plan.steps
-    for s in steps:
-        if (
-            s.status == "pending"
-            and (s.not_before is None or s.not_before <= now)
-            and all(steps[d - 1].status in SUCCESSFUL for d in s.wait_for)
+    for index in tally(steps).pending:  # the pending steps only, lowest index first
+        s = steps[index - 1]
+        if (s.not_before is None or s.not_before <= now) and all(
+            steps[d - 1].status in SUCCESSFUL for d in s.wait_for
         ):
             yield s
 
@@ -93,22 +93,21 @@ def _pauses(step: Step) -> bool:
 
 def plan_status(plan: Plan) -> PlanStatus:
     """The status the steps imply: aborted/cancelled stick; all succeeded → completed."""
-    if plan.status in ("aborted", "cancelled"):
-        return plan.status
-    finished = True
-    for step in plan.steps:  # one inlined pass: this runs on every change of a long plan
-        status = step.status
-        if status == "done" or status == "skipped":
-            continue
-        finished = False
-        if status == "blocked" or (status == "in_progress" and step.assignee == USER):
-            return "paused"
-    return "completed" if finished else "running"
+    return _status_of(plan.status, plan.steps)
+
+
+def _status_of(status: PlanStatus, steps: tuple[Step, ...]) -> PlanStatus:
+    if status in ("aborted", "cancelled"):
+        return status
+    counts = tally(steps)  # counted once per steps tuple (agents/plan_tally.py)
+    if counts.pausing:
+        return "paused"
+    return "running" if counts.unfinished else "completed"
 
 
 def in_flight(plan: Plan) -> int:
     """Steps dispatched and not finished (in progress or blocked)."""
-    return sum(1 for s in plan.steps if s.status in ("in_progress", "blocked"))
+    return tally(plan.steps).in_flight
 
 
 def next_dispatches(plan: Plan, now: datetime) -> list[Step]:
@@ -156,10 +155,12 @@ def render_input(step: Step, plan: Plan) -> str:
 
 def replace_step(plan: Plan, step: Step) -> Plan:
     """The plan with `step` in its place, and the plan status recomputed."""
-    steps = list(plan.steps)
-    steps[step.index - 1] = step
-    new = plan.model_copy(update={"steps": tuple(steps)})
-    return with_status(new)
+    old = plan.steps
+    listed = list(old)
+    was, listed[step.index - 1] = listed[step.index - 1], step
+    steps = tuple(listed)
+    replaced(old, steps, was, step)  # the new tuple's tally, from the old one's
+    return plan.model_copy(update={"steps": steps, "status": _status_of(plan.status, steps)})
 
 
 def with_status(plan: Plan) -> Plan:
@@ -388,8 +389,7 @@ def stalled(plan: Plan) -> bool:
         return False
     steps = plan.steps
     return not any(
-        s.status == "pending"
-        and s.not_before is not None
-        and all(steps[d - 1].status in SUCCESSFUL for d in s.wait_for)
-        for s in steps
+        steps[i - 1].not_before is not None
+        and all(steps[d - 1].status in SUCCESSFUL for d in steps[i - 1].wait_for)
+        for i in tally(steps).pending
     )

@@ -23,11 +23,13 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     cast,
     exists,
     func,
     insert,
     literal,
+    null,
     or_,
     select,
     update,
@@ -92,13 +94,13 @@ def plan_query(where: Any, *, unless_known: bool = False, card_of: Any = None) -
     """
     joined = steps_t.c.plan_id == plans_t.c.id
     if unless_known:
-        joined = and_(
-            joined,
-            or_(
-                plans_t.c.id != bindparam("known_id"),
-                plans_t.c.version != bindparam("known_version"),
-            ),
+        # the steps' key is NULL for a plan held at its version: the index lookup finds no
+        # step at all (a condition beside the key was checked on each of the plan's steps)
+        held = and_(
+            plans_t.c.id == bindparam("known_id"),
+            plans_t.c.version == bindparam("known_version"),
         )
+        joined = steps_t.c.plan_id == case((held, null()), else_=plans_t.c.id)
     card_conversation, card_plan = card_of or (plans_t.c.conversation_id, plans_t.c.id)
     card_prefix = literal("plan:") + cast(card_plan, String) + literal(":card:%")
     card_waiting = (
@@ -138,7 +140,13 @@ def plan_query(where: Any, *, unless_known: bool = False, card_of: Any = None) -
 _LATEST = select(func.max(plans_t.c.id)).where(
     plans_t.c.conversation_id == bindparam("conversation_id")
 )
-_LOAD_LATEST = plan_query(plans_t.c.id == _LATEST.scalar_subquery(), unless_known=True)
+_LATEST_ID = _LATEST.scalar_subquery()
+# the card check refers to no column of the row: evaluated once, not once per step row
+_LOAD_LATEST = plan_query(
+    plans_t.c.id == _LATEST_ID,
+    unless_known=True,
+    card_of=(bindparam("conversation_id"), _LATEST_ID),
+)
 _LOAD_BY_ID = plan_query(plans_t.c.id == bindparam("plan_id"))
 _LOAD_LATEST_PREPARED = Prepared(_LOAD_LATEST)
 
@@ -262,6 +270,8 @@ _UPDATE_STEP = (
     )
 )
 _UPDATE_STEP_PREPARED = Prepared(_UPDATE_STEP)
+# (parameter, row key) of a step update, named once
+_STEP_PARAMS = tuple((f"b_{k}", k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index"))
 _UPDATE_PLAN_PREPARED = Prepared(_UPDATE_PLAN)
 
 
@@ -276,7 +286,7 @@ def update_steps(
     if not changes:
         return
     params = [
-        {f"b_{k}": row.get(k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index")}
+        {b: row.get(k) for b, k in _STEP_PARAMS}
         | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
         for row, was, was_attempts in changes
     ]

@@ -27,6 +27,11 @@ _IDLE_SINCE = "flotilla_idle_since"
 READ_ONLY = "flotilla_read_only"
 
 
+# PostgreSQL connections a process keeps open, and how many more it may open for a burst
+POOL_SIZE = 12
+POOL_OVERFLOW = 8
+
+
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
@@ -34,6 +39,11 @@ def is_sqlite(url: str) -> bool:
 def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine:
     """An async engine for `url`, configured for Flotilla's locking rules on its backend."""
     if not is_sqlite(url):
+        # kept open: a process runs up to 8 steps at once (the scheduler's per-process
+        # capacity) beside its outbox, admission and Slack's requests; SQLAlchemy's default
+        # of 5 closed and reopened a connection for nearly every transaction above that
+        kwargs.setdefault("pool_size", POOL_SIZE)
+        kwargs.setdefault("max_overflow", POOL_OVERFLOW)
         engine = create_async_engine(url, echo=echo, **kwargs)
         _ping_when_idle(engine)
         return engine

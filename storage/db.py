@@ -9,7 +9,7 @@ the busy timeout. PostgreSQL (several replicas) is reached through asyncpg.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -110,6 +110,11 @@ class Database:
     def __init__(self, url: str, *, echo: bool = False, **engine_kwargs: Any) -> None:
         self.url = url
         self.engine = create_engine(url, echo=echo, **engine_kwargs)
+        self._disposers: list[Callable[[], None]] = []
+
+    def on_dispose(self, disposer: Callable[[], None]) -> None:
+        """Call `disposer` when this database is disposed (e.g. a worker engine's)."""
+        self._disposers.append(disposer)
 
     @property
     def is_sqlite(self) -> bool:
@@ -134,4 +139,6 @@ class Database:
                 yield conn
 
     async def dispose(self) -> None:
+        for disposer in self._disposers:
+            disposer()
         await self.engine.dispose()

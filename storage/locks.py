@@ -123,21 +123,64 @@ def lock(conn: Connection, conversation: int | str) -> None:
 
 
 def _in_transaction(engine: Engine, work: Work[T]) -> T:
-    with engine.begin() as conn:
-        return work(conn)
+    return _held_for(engine).run(work)
+
+
+class HeldConnections:
+    """The worker engine's connections, kept checked out between transactions.
+
+    A transaction takes a free one (or connects), begins on it – the engine's `begin`
+    event, so `BEGIN IMMEDIATE` as before, and SQLAlchemy's `begin`/`commit` events and
+    SQLite's trace callback see the same transaction – and puts it back after its commit:
+    no pool checkout and check-in, no new `Connection`, no reset-on-return `ROLLBACK` per
+    transaction. Between transactions a held connection is in autocommit (no transaction
+    and no read snapshot open). A connection whose work raised is closed (back to the pool,
+    reset) instead of kept. `list.pop`/`append` are atomic: worker threads share the list.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.free: list[Connection] = []
+
+    def run(self, work: Work[T]) -> T:
+        try:
+            conn = self.free.pop()
+        except IndexError:
+            conn = self.engine.connect()
+        try:
+            with conn.begin():
+                result = work(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self.free.append(conn)
+        return result
+
+    def close(self) -> None:
+        while self.free:
+            self.free.pop().close()
 
 
 _sqlite_engines: weakref.WeakKeyDictionary[Database, Engine] = weakref.WeakKeyDictionary()
+_held: weakref.WeakKeyDictionary[Engine, HeldConnections] = weakref.WeakKeyDictionary()
 
 
 def sqlite_engine(db: Database) -> Engine:
-    """A synchronous engine on `db`'s SQLite file, with the same settings as storage/db.py."""
+    """A synchronous engine on `db`'s SQLite file, with the same settings as storage/db.py.
+    `db.dispose()` closes its held connections and disposes it."""
     engine = _sqlite_engines.get(db)
     if engine is None:
         engine = create_engine(db.url.replace("+aiosqlite", "", 1))
         _configure(engine)
         _sqlite_engines[db] = engine
+        held = _held[engine] = HeldConnections(engine)
+        db.on_dispose(held.close)
+        db.on_dispose(engine.dispose)
     return engine
+
+
+def _held_for(engine: Engine) -> HeldConnections:
+    return _held[engine]
 
 
 def _configure(engine: Engine) -> None:

@@ -26,8 +26,9 @@ from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.preemption import BOUNDARY, Preempted, turn_boundary
-from agents.run_context import AtClaim, Context, Job, Work
+from agents.run_context import Context, Job, Work
 from agents.slot_requests import SlotRequest, claim_slot
+from storage.db import Also
 from storage.outbox import (
     fail_held_effect,
     finish_effect,
@@ -81,7 +82,7 @@ class JobRunner:
         *,
         slot: SlotRequest | None = None,
         granted: bool = False,
-        at_claim: AtClaim | None = None,
+        at_claim: Also | None = None,
     ) -> None:
         """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease).
 
@@ -115,7 +116,7 @@ class JobRunner:
         work: Work,
         slot: SlotRequest | None,
         granted: bool,
-        at_claim: AtClaim | None,
+        at_claim: Also | None,
     ) -> None:
         lease_key = job.run_key or f"turn:{job.key}"
         try:
@@ -273,7 +274,7 @@ class JobRunner:
         lease_key: str,
         row_key: str,
         slot: SlotRequest | None,
-        at_claim: AtClaim | None = None,
+        at_claim: Also | None = None,
     ) -> str:
         """Take the run's lease and hold its outbox row until the same instant, in one
         transaction: after a crash both come free together, so whoever claims the row

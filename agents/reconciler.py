@@ -44,7 +44,7 @@ from agents.reconcile_units import (
 )
 from storage import plans as store
 from storage.conversations import request_text
-from storage.db import Database
+from storage.db import Also, Database
 from storage.locks import ConversationLocks
 from storage.outbox import hold_effect
 
@@ -286,10 +286,17 @@ class Reconciler:
             await self.after_commit(left)
         return decision
 
-    async def plan(self, conversation_id: int) -> Plan | None:
-        """The conversation's newest plan as stored (a read; no lock)."""
+    async def plan(
+        self,
+        conversation_id: int,
+        also: Also | None = None,
+    ) -> Plan | None:
+        """The conversation's newest plan as stored (a read; no lock); `also`: the caller's
+        other reads, in the same read transaction."""
         async with self.db.read() as conn:
             loaded = await conn.run_sync(store.load_latest_plan, conversation_id)
+            if also is not None:
+                await also(conn)
         return plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
 
     def remembered(self, conversation_id: int) -> Plan | None:

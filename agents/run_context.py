@@ -8,8 +8,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from agents.admission_policy import SchedulerOptions
 from agents.clock import Clock
 from agents.files import FilePolicy
@@ -22,8 +20,6 @@ from storage.db import Database
 from storage.records import ConversationRecord, RunRequestRecord
 
 Work = Callable[[], Awaitable[None]]
-# reads of a job's work made in the transaction that claims it (`agents/slot_requests.py`)
-AtClaim = Callable[[AsyncConnection], Awaitable[None]]
 CONVERSATION_CACHE_SIZE = 1000  # conversation records kept in memory per process
 
 

@@ -22,7 +22,7 @@ answer came back re-reports it without calling the model.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,7 +53,7 @@ from agents.models import resolve_model
 from agents.preemption import check_pause
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
-from storage.db import Database
+from storage.db import Also, Database
 from storage.records import AgentRunRecord
 from storage.runs import save_run
 from storage.usage import record_usage
@@ -78,7 +78,7 @@ class RunLimits:
 
 DEFAULT_LIMITS = RunLimits()
 # the caller's work in the transaction that closes a run (e.g. what it reads as the run ends)
-AtClose = Callable[[AsyncConnection], Awaitable[None]]
+AtClose = Also
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
 OUTPUT_TOOL = "final_result"  # pydantic-ai's output tool (`final_result`, `final_result_<T>`)

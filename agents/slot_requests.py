@@ -30,7 +30,7 @@ from agents.effects import (
     to_row,
 )
 from agents.plan import COMMANDER, Plan, StepFailed
-from storage.db import Database
+from storage.db import Also, Database
 from storage.outbox import finish_effect, hold_effect
 from storage.records import ConversationRecord, RunRequestRecord
 from storage.run_request_leases import finish_request, grant_at_once
@@ -38,7 +38,7 @@ from storage.run_requests import enqueue_request, lock_admission
 
 if TYPE_CHECKING:
     from agents.admission import AdmissionLoop
-    from agents.run_context import AtClaim, Context
+    from agents.run_context import Context
 
 # granted_here: a pass of this process granted it a moment ago and starts it
 Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]
@@ -151,7 +151,7 @@ async def claim_slot(
     *,
     now: datetime,
     until: datetime,
-    also: AtClaim | None = None,
+    also: Also | None = None,
 ) -> Claim:
     """Ask for the run's slot in one write transaction and hold the outbox row meanwhile:
     "mine" (granted at once: the run starts now), "waiting" (in line: an admission pass

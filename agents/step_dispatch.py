@@ -19,7 +19,8 @@ from agents.effects import (
     RunCommanderStep,
     ShowForm,
 )
-from agents.run_context import AtClaim, Context
+from agents.run_context import Context
+from storage.db import Also
 from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ async def post_dispatch(
 
 def work_of(
     ctx: Context, effect: Effect, conversation: ConversationRecord, redelivered: bool
-) -> tuple[str | None, Work, AtClaim | None]:
+) -> tuple[str | None, Work, Also | None]:
     """The run's lease key (None: a commander turn's own), the work of an effect, and what
     its claim's transaction may read for it (a step's reads before its run)."""
     if isinstance(effect, RunCommanderStep):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,7 +45,7 @@ from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
 from agents.step_reads import StepReads, read_step, read_step_in
-from storage.db import Database
+from storage.db import Also, Database
 from storage.files import produced_files
 from storage.plans import LoadedPlan, load_latest_plan, load_plan
 from storage.records import ConversationRecord, FileRecord
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
     from agents.run_context import Context, Job
 
 log = logging.getLogger(__name__)
-AtRead = Callable[[AsyncConnection], Awaitable[None]]  # more reads in the same transaction
 RunnableStep = PostDispatch | RunCommanderStep | ResumeStep
 STEP_KINDS = (PostDispatch, RunCommanderStep, ResumeStep, ShowForm, AskUser)
 
@@ -104,17 +102,11 @@ async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser)
 
 
 async def current_plan(
-    ctx: Context, effect: RunnableStep | ShowForm | AskUser, also: AtRead | None = None
+    ctx: Context, effect: RunnableStep | ShowForm | AskUser, also: Also | None = None
 ) -> Plan | None:
     """The stored plan, if the effect's step attempt is still in flight in it; `also`:
     more reads of the caller's in the same read transaction."""
-    if also is None:
-        plan = await ctx.reconciler.plan(effect.conversation_id)
-    else:
-        async with ctx.db.read() as conn:
-            loaded = await conn.run_sync(load_latest_plan, effect.conversation_id)
-            await also(conn)
-        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
+    plan = await ctx.reconciler.plan(effect.conversation_id, also)
     return plan if is_current(plan, effect) else None
 
 

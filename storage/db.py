@@ -9,7 +9,7 @@ the busy timeout. PostgreSQL (several replicas) is reached through asyncpg.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,6 +25,8 @@ PING_AFTER_IDLE_SECONDS = 1.0
 _IDLE_SINCE = "flotilla_idle_since"
 # execution option marking a read-only unit of work, so SQLite can use a deferred BEGIN
 READ_ONLY = "flotilla_read_only"
+# a caller's further reads or writes, made in a transaction someone else opened
+Also = Callable[[AsyncConnection], Awaitable[None]]
 
 
 # PostgreSQL connections a process keeps open, and how many more it may open for a burst

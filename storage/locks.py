@@ -123,7 +123,7 @@ def lock(conn: Connection, conversation: int | str) -> None:
 
 
 def _in_transaction(engine: Engine, work: Work[T]) -> T:
-    return _held_for(engine).run(work)
+    return _held[engine].run(work)
 
 
 class HeldConnections:
@@ -177,10 +177,6 @@ def sqlite_engine(db: Database) -> Engine:
         db.on_dispose(held.close)
         db.on_dispose(engine.dispose)
     return engine
-
-
-def _held_for(engine: Engine) -> HeldConnections:
-    return _held[engine]
 
 
 def _configure(engine: Engine) -> None:

@@ -129,7 +129,28 @@ _NOW = "CAST(:now AS TIMESTAMP WITH TIME ZONE)"
 _PLAN_ID = "CAST(:plan_id AS BIGINT)"
 _CONVERSATION = "CAST(:conversation_id AS BIGINT)"
 
-_WRITE_SQL = f"""
+
+def _write_sql(*, added: bool, sent: bool, claimed: bool) -> str:
+    """The write statement, with only the parts a reconcile needs: the CTE inserting added
+    steps only with `added`, the one marking the sender's rows only with `sent`, the claimed
+    rows' ids and keys only with `claimed` (each CTE left in is a table and its indexes
+    opened, and a few nodes set up, on every execution, even with nothing to do)."""
+    added_cte = f"""
+added_steps AS (
+    INSERT INTO plan_steps (plan_id, {", ".join(f'"{n}"' for n in _ADDED)})
+    SELECT {_PLAN_ID}, {", ".join(f'r."{n}"' for n in _ADDED)}
+    FROM version, jsonb_to_recordset(CAST(:added_steps AS JSONB)) AS r({_record(steps_t, _ADDED)})
+    RETURNING id
+),"""
+    marked_cte = f"""
+marked AS (
+    UPDATE outbox SET state = 'sent', sent_at = {_NOW}
+    FROM version
+    WHERE outbox.id = ANY(CAST(:sent AS BIGINT[])) AND outbox.state = 'pending'
+    RETURNING outbox.id
+),"""
+    claimed_of = "FROM effects WHERE attempts = 1 ORDER BY idempotency_key"
+    return f"""
 WITH version AS (
     UPDATE conversations SET lock_version = lock_version + 1
     WHERE id = {_CONVERSATION} AND lock_version = CAST(:lock_version AS INTEGER)
@@ -152,13 +173,7 @@ changed_steps AS (
     WHERE s.plan_id = {_PLAN_ID} AND s."index" = r."index"
         AND s.status = r.was_status AND s.attempts = r.was_attempts
     RETURNING s.id
-),
-added_steps AS (
-    INSERT INTO plan_steps (plan_id, {", ".join(f'"{n}"' for n in _ADDED)})
-    SELECT {_PLAN_ID}, {", ".join(f'r."{n}"' for n in _ADDED)}
-    FROM version, jsonb_to_recordset(CAST(:added_steps AS JSONB)) AS r({_record(steps_t, _ADDED)})
-    RETURNING id
-),
+),{added_cte if added else ""}
 plan AS (
     UPDATE plans SET status = CAST(:status AS VARCHAR), version = CAST(:version AS INTEGER),
         updated_at = {_NOW}
@@ -166,7 +181,7 @@ plan AS (
     WHERE plans.id = {_PLAN_ID} AND plans.version = CAST(:was_version AS INTEGER)
         AND CAST(:write_plan AS BOOLEAN)
     RETURNING plans.id
-),
+),{marked_cte if sent else ""}
 effects AS (
     INSERT INTO outbox (idempotency_key, kind, conversation_id, payload, state, attempts,
         failures, available_at, created_at)
@@ -174,32 +189,38 @@ effects AS (
         coalesce(r.available_at, {_NOW}), {_NOW}
     FROM version, jsonb_to_recordset(CAST(:effects AS JSONB)) AS r({_record(outbox_t, _EFFECT)})
     RETURNING id, idempotency_key, attempts
-),
-marked AS (
-    UPDATE outbox SET state = 'sent', sent_at = {_NOW}
-    FROM version
-    WHERE outbox.id = ANY(CAST(:sent AS BIGINT[])) AND outbox.state = 'pending'
-        AND cardinality(CAST(:sent AS BIGINT[])) > 0  -- none: no scan (a one-time filter)
-    RETURNING outbox.id
 )
 SELECT
-    (SELECT count(*) FROM version) AS locked,
-    (SELECT count(*) FROM marked) AS marked,
-    ARRAY(SELECT id FROM effects WHERE attempts = 1 ORDER BY idempotency_key) AS claimed_ids,
-    ARRAY(SELECT idempotency_key FROM effects WHERE attempts = 1 ORDER BY idempotency_key)
-        AS claimed_keys,
+    c.locked, c.marked, c.claimed_ids, c.claimed_keys,
     CASE
-        WHEN NOT EXISTS (SELECT 1 FROM version) OR (
-            (SELECT count(*) FROM changed_steps) = CAST(:changed_count AS INTEGER)
-            AND (SELECT count(*) FROM plan) = CAST(:plan_count AS INTEGER)
+        WHEN c.locked = 0 OR (
+            c.steps = CAST(:changed_count AS INTEGER) AND c.plans = CAST(:plan_count AS INTEGER)
         ) THEN 0
         ELSE CAST(
-            '{_GUARD_FAILED}: ' || (SELECT count(*) FROM changed_steps) || ' steps, '
-            || (SELECT count(*) FROM plan) || ' plan rows' AS INTEGER
+            '{_GUARD_FAILED}: ' || c.steps || ' steps, ' || c.plans || ' plan rows' AS INTEGER
         )
     END AS guard
+FROM (
+    SELECT
+        (SELECT count(*) FROM version) AS locked,
+        {"(SELECT count(*) FROM marked)" if sent else "0"} AS marked,
+        {f"ARRAY(SELECT id {claimed_of})" if claimed else "CAST('{}' AS BIGINT[])"}
+            AS claimed_ids,
+        {f"ARRAY(SELECT idempotency_key {claimed_of})" if claimed else "CAST('{}' AS TEXT[])"}
+            AS claimed_keys,
+        (SELECT count(*) FROM changed_steps) AS steps,
+        (SELECT count(*) FROM plan) AS plans
+    OFFSET 0  -- each count once (pulled up, the guard's message would count again)
+) AS c
 """
-_WRITE = Prepared(text(_WRITE_SQL))
+
+
+_WRITES = {
+    (added, sent, claimed): Prepared(text(_write_sql(added=added, sent=sent, claimed=claimed)))
+    for added in (False, True)
+    for sent in (False, True)
+    for claimed in (False, True)
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +284,9 @@ async def write_versioned(
         "plan_count": 1 if write.status is not None else 0,
         "sent": list(write.sent),
     }
+    statement = _WRITES[bool(added), bool(write.sent), bool(write.claimed)]
     try:
-        (row,) = await _WRITE.fetch(conn, params)
+        (row,) = await statement.fetch(conn, params)
     except DBAPIError as exc:
         if _GUARD_FAILED in str(exc.orig):  # not str(exc): it quotes the statement, too
             raise ConcurrentPlanChange(

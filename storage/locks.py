@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.util import greenlet_spawn
 
 from storage.conversations import bump_lock_version
 from storage.db import READ_ONLY, Database, prepare_sqlite_connection
@@ -86,20 +87,27 @@ class ConversationLocks:
         its version-checked write). After `max_tries` conflicts in a row the conflict is
         raised. The in-process lock in front keeps this process's own callers in line."""
         assert not db.is_sqlite, "SQLite has no optimistic path: use run()"
-        async with self._lock_for(conversation), db.engine.connect() as conn:
-            # no statement goes through SQLAlchemy on `conn`, so it begins no transaction
-            raw = await conn.get_raw_connection()
-            driver = DriverConnection(conn.dialect, raw.driver_connection)
+        async with self._lock_for(conversation):
+            # the pool's connection itself, not a `Connection` around it (none of whose
+            # layers the work uses: it begins no transaction): the pool's checkout and
+            # check-in events still run (the idle ping, the reset)
+            raw = await db.engine.raw_connection()
+            driver = DriverConnection(db.engine.dialect, raw.driver_connection)
             for attempt in range(1, max_tries + 1):
                 try:
-                    return await work(driver)
+                    result = await work(driver)
                 except VersionConflict:
-                    if attempt == max_tries:
-                        raise
-                except BaseException:
-                    if driver.driver.is_closed():  # not back into the pool (SQLAlchemy's way)
-                        await conn.invalidate()
+                    if attempt < max_tries:
+                        continue
+                    await greenlet_spawn(raw.close)
                     raise
+                except BaseException:
+                    # a closed connection is not put back into the pool (SQLAlchemy's way)
+                    closed = driver.driver.is_closed()
+                    await greenlet_spawn(raw.invalidate if closed else raw.close)
+                    raise
+                await greenlet_spawn(raw.close)  # back to the pool
+                return result
             raise AssertionError("unreachable")
 
 

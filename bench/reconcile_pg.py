@@ -40,6 +40,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select, text
@@ -71,30 +72,56 @@ def database(url: str, schema: str) -> Database:
 # --- a worker process --------------------------------------------------------------------
 
 
-async def drive(reconciler: Reconciler, cid: int, tag: str, counts: Counter[str]) -> None:
+@dataclass(frozen=True)
+class Started:
+    """A conversation as the parent started it: its plan and the steps in flight (index,
+    attempt) – what an executor that ran them knows, so the driver reads nothing first."""
+
+    conversation_id: int
+    plan_id: int
+    running: tuple[tuple[int, int], ...]
+
+    def encoded(self) -> str:
+        running = "+".join(f"{index}.{attempt}" for index, attempt in self.running)
+        return f"{self.conversation_id}/{self.plan_id}/{running}"
+
+    @classmethod
+    def decoded(cls, text_: str) -> Started:
+        cid, plan_id, running = text_.split("/")
+        steps = (tuple(int(n) for n in step.split(".")) for step in running.split("+"))
+        return cls(int(cid), int(plan_id), tuple((index, attempt) for index, attempt in steps))
+
+
+async def drive(reconciler: Reconciler, started: Started, tag: str, counts: Counter[str]) -> None:
     """Report each in-flight step of one conversation until its plan completed."""
-    plan: Plan | None = await reconciler.plan(cid)
-    while plan is not None and plan.status == "running":
-        running = [s for s in plan.steps if s.status == "in_progress"]
-        outcomes = [StepSucceeded(index=s.index, attempt=s.attempts, summary="ok") for s in running]
-        key = "done:" + ",".join(f"{plan.id}.{o.index}.{o.attempt}" for o in outcomes) + tag
+    plan_id, running = started.plan_id, started.running
+    while running:
+        outcomes = [StepSucceeded(index=i, attempt=n, summary="ok") for i, n in running]
+        key = "done:" + ",".join(f"{plan_id}.{i}.{n}" for i, n in running) + tag
+        cid = started.conversation_id
         decision = await reconciler.reconcile(cid, event_key=key, outcomes=outcomes)
         assert decision is not None
         counts["reconciles"] += 1
         counts["transitions"] += decision.changed
-        plan = decision.plan
+        plan: Plan = decision.plan
+        running = tuple(
+            (s.index, s.attempts)
+            for s in plan.steps
+            if s.status == "in_progress" and plan.status == "running"
+        )
 
 
-async def worker(url: str, schema: str, ids: list[int], concurrency: int, race: bool) -> None:
+async def worker(url: str, schema: str, ids: list[Started], concurrency: int, race: bool) -> None:
     db = database(url, schema)
     reconciler = Reconciler(db, clock=lambda: NOW)
     # connect the pool's connections before the start (a connection's set-up is not a step)
-    await asyncio.gather(*(reconciler.plan(ids[0]) for _ in range(concurrency)))
+    first = ids[0].conversation_id
+    await asyncio.gather(*(reconciler.plan(first) for _ in range(concurrency)))
     print("ready", flush=True)
     sys.stdin.readline()  # the start signal
     counts = Counter[str]()
     tag = f":{os.getpid()}" if race else ""
-    queue: asyncio.Queue[int] = asyncio.Queue()
+    queue: asyncio.Queue[Started] = asyncio.Queue()
     for cid in ids:
         queue.put_nowait(cid)
 
@@ -157,8 +184,9 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
         ids = []
         for i in range(args.conversations):
             cid = await conversation(db, f"pg.{i}")
-            await reconciler.start_steps(cid, chain(args.steps))
-            ids.append(cid)
+            plan = (await reconciler.start_steps(cid, chain(args.steps))).plan
+            running = tuple((s.index, s.attempts) for s in plan.steps if s.status == "in_progress")
+            ids.append(Started(cid, plan.id, running))
         procs = []
         for n in range(processes):
             mine = ids if args.race else ids[n::processes]
@@ -169,7 +197,7 @@ async def one_run(args: argparse.Namespace, processes: int) -> dict[str, float]:
                     "worker",
                     args.url,
                     schema,
-                    ",".join(map(str, mine)),
+                    ",".join(started.encoded() for started in mine),
                     str(args.per_process or max(1, args.in_flight // processes)),
                     "race" if args.race else "own",
                     stdin=asyncio.subprocess.PIPE,
@@ -272,7 +300,13 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         url, schema, ids, concurrency, mode = sys.argv[2:7]
         asyncio.run(
-            worker(url, schema, [int(i) for i in ids.split(",")], int(concurrency), mode == "race")
+            worker(
+                url,
+                schema,
+                [Started.decoded(i) for i in ids.split(",")],
+                int(concurrency),
+                mode == "race",
+            )
         )
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)

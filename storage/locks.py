@@ -40,7 +40,6 @@ from sqlalchemy.util import greenlet_spawn
 from storage.conversations import bump_lock_version
 from storage.db import (
     PING_AFTER_IDLE_SECONDS,
-    POOL_SIZE,
     READ_ONLY,
     Database,
     prepare_sqlite_connection,
@@ -49,6 +48,9 @@ from storage.optimistic import VersionConflict
 from storage.prepared import DriverConnection
 
 T = TypeVar("T")
+# PostgreSQL connections kept for optimistic reconciles: a process runs up to 8 steps at once
+# (the scheduler's capacity); the pool's other 12 (`storage.db`, 12 + 8) stay for the rest
+HELD_FOR_RECONCILES = 8
 Work = Callable[[Connection], T]
 DriverWork = Callable[[DriverConnection], Awaitable[T]]
 
@@ -130,7 +132,7 @@ class HeldPoolConnections:
     transaction), so the pool's reset on check-in had nothing to do either.
     """
 
-    def __init__(self, db: Database, limit: int = POOL_SIZE // 2) -> None:
+    def __init__(self, db: Database, limit: int = HELD_FOR_RECONCILES) -> None:
         self.db = db
         self.limit = limit
         self.free: list[tuple[PoolProxiedConnection, DriverConnection, float]] = []

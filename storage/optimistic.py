@@ -116,7 +116,7 @@ def _sql_type(column: Column[Any]) -> str:
 
 
 def _record(table: Table, names: Sequence[str], extra: str = "") -> str:
-    """A `jsonb_to_recordset` column list for `names` of `table`, typed as the table is."""
+    """A `json_to_recordset` column list for `names` of `table`, typed as the table is."""
     columns = [f'"{name}" {_sql_type(table.c[name])}' for name in names]
     return ", ".join([*columns, extra] if extra else columns)
 
@@ -139,7 +139,7 @@ def _write_sql(*, added: bool, sent: bool, claimed: bool) -> str:
 added_steps AS (
     INSERT INTO plan_steps (plan_id, {", ".join(f'"{n}"' for n in _ADDED)})
     SELECT {_PLAN_ID}, {", ".join(f'r."{n}"' for n in _ADDED)}
-    FROM version, jsonb_to_recordset(CAST(:added_steps AS JSONB)) AS r({_record(steps_t, _ADDED)})
+    FROM version, json_to_recordset(CAST(:added_steps AS JSON)) AS r({_record(steps_t, _ADDED)})
     RETURNING id
 ),"""
     marked_cte = f"""
@@ -167,7 +167,7 @@ changed_steps AS (
         {", ".join(f'"{n}" = r."{n}"' for n in MUTABLE_FIELDS)},
         started_at = coalesce(r.started_at, s.started_at),
         finished_at = r.finished_at
-    FROM version, jsonb_to_recordset(CAST(:changed_steps AS JSONB)) AS r(
+    FROM version, json_to_recordset(CAST(:changed_steps AS JSON)) AS r(
         {_record(steps_t, _CHANGED, "was_status VARCHAR, was_attempts INTEGER")}
     )
     WHERE s.plan_id = {_PLAN_ID} AND s."index" = r."index"
@@ -187,7 +187,7 @@ effects AS (
         failures, available_at, created_at)
     SELECT r.idempotency_key, r.kind, {_CONVERSATION}, r.payload, 'pending', r.attempts, 0,
         coalesce(r.available_at, {_NOW}), {_NOW}
-    FROM version, jsonb_to_recordset(CAST(:effects AS JSONB)) AS r({_record(outbox_t, _EFFECT)})
+    FROM version, json_to_recordset(CAST(:effects AS JSON)) AS r({_record(outbox_t, _EFFECT)})
     RETURNING id, idempotency_key, attempts
 )
 SELECT

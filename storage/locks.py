@@ -136,6 +136,7 @@ class HeldPoolConnections:
         self.db = db
         self.limit = limit
         self.free: list[tuple[PoolProxiedConnection, DriverConnection, float]] = []
+        self.closed = False  # the database was disposed: keep none from now on
 
     async def take(self) -> tuple[PoolProxiedConnection, DriverConnection]:
         now = time.monotonic()
@@ -151,12 +152,13 @@ class HeldPoolConnections:
         return raw, DriverConnection(self.db.engine.dialect, raw.driver_connection)
 
     def put_back(self, raw: PoolProxiedConnection, driver: DriverConnection) -> None:
-        if len(self.free) < self.limit:
+        if len(self.free) < self.limit and not self.closed:
             self.free.append((raw, driver, time.monotonic()))
         else:
             raw.close()  # nothing open on it: the check-in does no I/O
 
     def close(self) -> None:
+        self.closed = True
         while self.free:
             self.free.pop()[0].close()
 

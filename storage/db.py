@@ -80,6 +80,13 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
     event.listen(engine.sync_engine, "checkout", checkout)
 
 
+def mark_idle_since(info: dict[Any, Any], since: float) -> None:
+    """Record in a pooled connection's `info` that it has been idle since `since`
+    (`time.monotonic()`), e.g. while held outside the pool: its next checkout pings it
+    when that was ≥ `PING_AFTER_IDLE_SECONDS` ago."""
+    info[_IDLE_SINCE] = since
+
+
 def prepare_sqlite_connection(dbapi_connection: Any) -> None:
     """Flotilla's SQLite settings on a new DBAPI connection (sync or aiosqlite)."""
     # Take transaction control away from the driver; the `begin` hooks issue BEGIN.

@@ -42,6 +42,7 @@ from storage.db import (
     PING_AFTER_IDLE_SECONDS,
     READ_ONLY,
     Database,
+    mark_idle_since,
     prepare_sqlite_connection,
 )
 from storage.optimistic import VersionConflict
@@ -143,8 +144,10 @@ class HeldPoolConnections:
         if self.free and now - self.free[0][2] >= PING_AFTER_IDLE_SECONDS:
             idle = [entry for entry in self.free if now - entry[2] >= PING_AFTER_IDLE_SECONDS]
             self.free = [entry for entry in self.free if now - entry[2] < PING_AFTER_IDLE_SECONDS]
-            for raw, _, _ in idle:
-                await greenlet_spawn(raw.close)  # back to the pool: its checkout pings it
+            for raw, _, since in idle:
+                info = raw.info  # the pool's record of the connection
+                await greenlet_spawn(raw.close)  # back to the pool, idle since it was put back
+                mark_idle_since(info, since)  # here: so its next checkout pings it
         if self.free:
             raw, driver, _ = self.free.pop()
             return raw, driver

@@ -4,14 +4,19 @@ conversation on writes nothing, and the reconcile decides again on what is store
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import IntegrityError
 
+import storage.db
+import storage.locks
 from agents import reconcile_units
 from agents.plan import StepSucceeded
 from agents.reconciler import Reconciler
@@ -178,3 +183,33 @@ async def test_a_step_changed_behind_the_version_fails_the_write_whole(pg: Datab
     again = await locks.run_optimistic(pg, cid, lambda d: load_versioned(d, cid, event_key="e1"))
     assert again is not None and not again.event_seen
     assert again.lock_version == read.lock_version
+
+
+async def test_a_held_connection_idle_too_long_is_pinged_before_its_next_reconcile(
+    pg: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The optimistic path keeps its connections out of the pool between reconciles; one
+    idle too long goes back, and the pool's checkout pings it as it would have (storage.db)."""
+    pings = Counter[str]()
+    ping: Any = AsyncAdapt_asyncpg_connection.ping
+
+    def counted(self: AsyncAdapt_asyncpg_connection) -> None:
+        pings["ping"] += 1
+        ping(self)
+
+    monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "ping", counted)
+    locks = ConversationLocks()
+
+    async def work(driver: DriverConnection) -> Any:
+        return await driver.driver.fetchval("SELECT 1")
+
+    await locks.run_optimistic(pg, 1, work)  # one connection held now
+    before = pings["ping"]
+    await locks.run_optimistic(pg, 1, work)  # used a moment ago: no ping
+    assert pings["ping"] == before
+    # ten seconds later, as both modules see it (no sleep needed)
+    later = SimpleNamespace(monotonic=lambda: time.monotonic() + 10.0)
+    monkeypatch.setattr(storage.locks, "time", later)
+    monkeypatch.setattr(storage.db, "time", later)
+    assert await locks.run_optimistic(pg, 1, work) == 1
+    assert pings["ping"] == before + 1

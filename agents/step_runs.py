@@ -158,7 +158,8 @@ class AfterRun:
 class ClaimReads:
     """A step's reads before its run (`read_step_in`), made in the transaction that claims
     its run (`claim_slot(also=…)`) when that transaction holds no lock across processes
-    (SQLite: no read transaction of their own); else the run reads them itself."""
+    (SQLite: no read transaction of their own); else the run reads them itself. A commander
+    turn's are made with its plan read (`commander_turns.take`)."""
 
     job: RunJob
     fresh: bool  # not a resumption: its plan and received files are read too

@@ -54,6 +54,7 @@ from agents.session import (
     load_messages,
     unsaved_history,
 )
+from agents.step_reads import StepReads
 from agents.thread_window import Known, newest_plan_id, prompt_with_context, thread_window
 from storage.db import Database
 
@@ -323,14 +324,19 @@ async def commander_turn(
     limits: RunLimits = DEFAULT_LIMITS,
     plan_retries: int = 3,
     now: Clock = utcnow,
+    reads: StepReads | None = None,
 ) -> CommanderTurn:
     """Run one commander turn for `job` (its `input` is the new message) and return proposals.
 
     Same `job.run_key` again continues (after a crash) or returns (when finished) that turn.
     Raises `TransientError` / `PermanentError` like any run – e.g. a plan still invalid
-    after `plan_retries` corrections is a `PermanentError`.
+    after `plan_retries` corrections is a `PermanentError`. `reads`: its stored session and
+    the thread, if the caller read them already (`agents.step_reads`).
     """
-    stored, thread = await load_session(db, job)
+    if reads is None:
+        stored, thread = await load_session(db, job)
+    else:
+        stored, thread = reads.stored, reads.thread
     history = load_messages(stored.messages) if stored and stored.messages else None
     if stored and stored.status == "finished" and history:
         return turn_from_history(history)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -41,7 +41,7 @@ from agents.plan_transitions import stalled
 from agents.registry import spec_from_record
 from agents.runtime import RunJob
 from agents.session_status import activity, session_status
-from agents.step_runs import ids
+from agents.step_runs import ClaimReads, ids
 from storage.outbox import enqueue_effects
 from storage.records import ConversationRecord
 
@@ -55,18 +55,20 @@ RETRY_AFTER = timedelta(seconds=10)
 
 async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) -> None:
     """One commander turn for `effect`, applied; a failure decision is never left open."""
-    plan = await ctx.reconciler.plan(conversation.id)
+    # the turn's stored session and the thread, read with the plan (one read transaction)
+    reads = ClaimReads(turn_job(ctx, conversation, effect), fresh=False)
+    plan = await ctx.reconciler.plan(conversation.id, reads.read)
     if not isinstance(effect, MessageForCommander) and not wanted(plan, effect):
         return  # the plan moved on (stopped, replaced, or no longer stuck): no turn
     await ctx.port.show_status(conversation, "processing", "working")  # seen at once
     text, wake = _what_happened(effect, plan, await _addressees(ctx))
     if isinstance(effect, MessageForCommander):
-        answered = await _turn(ctx, conversation, effect, text, wake)
+        answered = await _turn(ctx, conversation, effect, text, wake, reads)
         changed = answered.decision.plan if answered.decision is not None else None
         await show_status(ctx, conversation, changed)
         return  # a person's message: answered (or refused) in the thread
     try:
-        turn = await _turn(ctx, conversation, effect, text, wake)
+        turn = await _turn(ctx, conversation, effect, text, wake, reads)
     except TransientError:
         raise  # e.g. Slack 5xx saying it: the stored turn is taken again, at no cost
     except Exception as exc:  # a bug must not leave the plan stuck: counts as a failed turn
@@ -110,6 +112,18 @@ async def show_status(
         return
     now = ctx.clock()
     await ctx.port.show_status(conversation, session_status(plan, now), activity(plan, now))
+
+
+def turn_job(ctx: Context, conversation: ConversationRecord, effect: Woken) -> RunJob:
+    """The commander turn's run for `effect` (its `input`, what happened, is set later)."""
+    return RunJob(
+        run_key=commander_run_key(effect.key),
+        team_id=ctx.team_id,
+        input="",
+        request=conversation.request_text,
+        channel_id=conversation.channel_id,
+        conversation_id=conversation.id,
+    )
 
 
 Followup = Literal["done", "ask_again", "stop"]
@@ -260,20 +274,16 @@ async def _turn(
     effect: Woken,
     text: str,
     wake: CommanderWake | None,
+    reads: ClaimReads,
 ) -> Turn:
-    """Run the turn and apply it (the plan's change, if any, is in the result)."""
+    """Run the turn and apply it (the plan's change, if any, is in the result); `reads`:
+    its stored session and the thread, read with the plan."""
     agents = [spec_from_record(record) for record in await ctx.agents.enabled()]
-    job = RunJob(
-        run_key=commander_run_key(effect.key),
-        team_id=ctx.team_id,
-        input=text,
-        request=conversation.request_text,
-        channel_id=conversation.channel_id,
-        conversation_id=conversation.id,
-    )
+    job = replace(reads.job, input=text)
     try:
         model = await ctx.choose_model(None)
-        turn = await commander_turn(ctx.db, job, agents, model=model, wake=wake)
+        read = await reads.reads(ctx.db)
+        turn = await commander_turn(ctx.db, job, agents, model=model, wake=wake, reads=read)
     except RunError as exc:
         return await _turn_failed(ctx, conversation, effect, exc)
     except ValueError as exc:  # a configured model string that cannot be used

@@ -3,14 +3,15 @@
 `RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
 grows, each time in one small write transaction: after every model response, after every tool
 call that completes (see `agents/tool_journal.py`), and with the request of tool returns
-before it is sent. The run's end (its output tool's return, never sent to a model) is
-stored by `close`, with the run's final status: a crash before it continues from the stored
-answer, processing its output again without a model call. A run interrupted by a crash is
-continued from what was stored: a finished tool call is never run again, and a stored
-request is sent as it is. Each save also
-records the tokens spent since the previous one in the usage ledger (workspace, channel,
-plan, step, agent, model), in the same transaction, so the ledger and the stored history
-never disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
+before it is sent. A new run's first request (its prompt, rebuilt from the step if the run
+starts again) is stored with the response to it: before that nothing was paid for. The run's
+end (its output tool's return, never sent to a model) is stored by `close`, with the run's
+final status: a crash before it continues from the stored answer, processing its output again
+without a model call. A run interrupted by a crash is continued from what was stored: a
+finished tool call is never run again, and a stored request is sent as it is. Each save also
+records the tokens spent since the previous one in the usage ledger (workspace, channel, plan,
+step, agent, model), in the same transaction, so the ledger and the stored history never
+disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
 `agents.runtime` classifies them.
 
 When the database is away (a storage error), what could not be stored is kept in this
@@ -181,6 +182,9 @@ class RunSession:
         pending, self.journal = split_journal(history or [])
         self.messages = messages = list(pending)
         saved = len(messages)
+        # a new run's first request (its prompt) is stored with the response to it: a run
+        # killed before that response is stored starts afresh, as one killed before its claim
+        fresh = prompt is not None and not pending and deferred is None
         answer = text_answer(pending) if prompt is None and deferred is None else None
         if answer is not None:  # resumed after its answer came back: nothing to ask again
             return answer, messages
@@ -202,19 +206,21 @@ class RunSession:
             ) as run:
                 async for node in run:
                     messages = list(run.all_messages())
-                    journaled = False
+                    journaled = held = False
                     if Agent.is_model_request_node(node) and node.request.parts:
                         # the request about to be sent (e.g. tool returns) is stored first –
-                        # unless the journal stored exactly its returns already
+                        # unless the journal stored exactly its returns already, or it is a
+                        # new run's prompt (stored with its response)
                         journaled = _all_journaled(node.request, self.journal)
                         messages.append(node.request)
                         self.journal = {}
+                        held, fresh = fresh, False
                     self.messages, self.usage = messages, run.usage
                     boundary = Agent.is_model_request_node(node)  # all paid for is stored
                     looked = False  # for urgent work at this boundary
                     if journaled or Agent.is_end_node(node):
                         saved = len(messages)  # the end: `close` stores it with its status
-                    elif len(messages) > saved:
+                    elif len(messages) > saved and not held:
                         await self.save("running", messages, boundary=boundary)
                         saved, looked = len(messages), boundary
                     if Agent.is_model_request_node(node):

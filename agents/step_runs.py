@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -83,17 +83,23 @@ async def load(
 ) -> Plan | None:
     """A plan as stored now, read under its conversation's lock (so a change being
     committed is seen whole); `with_waits`: with why its steps wait for a slot (for the
-    card), read in the same transaction."""
+    card, which shows it for a step in progress only), read in the same transaction."""
 
     def work(conn: Connection) -> tuple[LoadedPlan | None, dict[int, str]]:
         loaded = load_plan(conn, plan_id)
-        return loaded, (wait_reasons(conn, plan_id) if with_waits and loaded else {})
+        waiting = with_waits and loaded is not None and _in_progress(loaded.steps)
+        return loaded, (wait_reasons(conn, plan_id) if waiting else {})
 
     loaded, waits = await ctx.reconciler.locks.run(ctx.db, conversation_id, work)
     if loaded is None:
         return None
     plan = plan_from_rows(loaded.plan, loaded.steps or [])
     return plan.model_copy(update={"waits": waits}) if waits else plan
+
+
+def _in_progress(steps: list[dict[str, Any]] | None) -> bool:
+    """Whether a step of these rows is in progress (only such a step waits for a slot)."""
+    return any(step["status"] == "in_progress" for step in steps or ())
 
 
 async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> bool:
@@ -152,7 +158,8 @@ class AfterRun:
 class ClaimReads:
     """A step's reads before its run (`read_step_in`), made in the transaction that claims
     its run (`claim_slot(also=…)`) when that transaction holds no lock across processes
-    (SQLite: no read transaction of their own); else the run reads them itself."""
+    (SQLite: no read transaction of their own); else the run reads them itself. A commander
+    turn's are made with its plan read (`commander_turns.take`)."""
 
     job: RunJob
     fresh: bool  # not a resumption: its plan and received files are read too

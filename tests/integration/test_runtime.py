@@ -248,6 +248,26 @@ async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db:
     assert finished.input_tokens > stored.input_tokens  # the resumed turn was added, once
 
 
+async def test_a_new_runs_prompt_is_stored_with_the_models_response_to_it(db: Database) -> None:
+    """Nothing is stored before a new run's first model call (nothing was paid for yet: a
+    run killed during it starts afresh from its step); its prompt is stored with the
+    response, which is stored before the tools it calls run."""
+    job = await make_job(db)
+    seen: list[Any] = []
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(await stored_run(db, job.run_key))
+        if len(seen) == 1:
+            return ModelResponse(parts=[ToolCallPart("read_thread", {"last": 3})])
+        return final("Prices: A 10.", "A costs 10.")
+
+    result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+    assert isinstance(result, StepRunResult) and result.summary == "A costs 10."
+    assert seen[0] is None
+    assert [m["kind"] for m in seen[1].messages] == ["request", "response", "request"]
+    assert seen[1].messages[0]["parts"][-1]["part_kind"] == "user-prompt"
+
+
 async def ledger_total(db: Database) -> tuple[int, int]:
     async with db.read() as conn:
         rows = (await conn.execute(select(usage_t))).mappings().all()

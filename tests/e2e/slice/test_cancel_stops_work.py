@@ -81,7 +81,10 @@ async def test_a_cancel_stops_the_step_running_in_another_process(
         )  # fmt: skip
         await second.start()
         try:
+            # the abandon cancelled the first process's run at the gate: forget that too, or
+            # `cut` below would not wait for the second process's heartbeat
             writer.started.clear()
+            writer.stopped.clear()
             run.clock.advance(first.executor.context.options.lease.total_seconds() + 1)
             second.wake()  # the first process's lease is over: the second runs the writer
             await writer.reached()

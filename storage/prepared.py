@@ -193,7 +193,10 @@ def _wrapped(conn: Connection, sql: str, params: Any, exc: Exception) -> BaseExc
 
 
 def _dbapi(conn: Connection) -> Any:
-    return conn.connection.driver_connection
+    """The stdlib driver's connection under `conn`: the pool's `dbapi_connection`
+    attribute (for pysqlite the driver's connection itself), not `driver_connection`'s
+    three property calls through the pool record and the dialect, once per statement."""
+    return conn.connection.dbapi_connection
 
 
 def _compile(statement: Any, dialect: Dialect, keys: list[str] | None) -> _Compiled:

@@ -191,5 +191,5 @@ def _begin_on_driver(conn: Connection) -> None:
     statement without SQLAlchemy's execution layers, once per transaction (see
     storage/prepared.py for why the hot path skips them)."""
     read_only = conn.get_execution_options().get(READ_ONLY, False)
-    driver: Any = conn.connection.driver_connection
+    driver: Any = conn.connection.dbapi_connection  # pysqlite's: the driver's own
     driver.execute("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")

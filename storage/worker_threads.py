@@ -12,7 +12,11 @@ Threads are started on demand when no worker is idle, up to `MAX_WORKERS` (the d
 executor's bound, min(32, CPUs + 4)); beyond it, jobs wait in the queue, in order. They
 are daemon threads shared by every event loop of the process and wait for the next job
 between jobs. As with `to_thread`, a cancelled caller stops waiting while a job already
-started runs to its end (its transaction commits or rolls back), its outcome dropped.
+started runs to its end (its transaction commits or rolls back), its outcome dropped. One
+difference: `asyncio.run` joined the default executor's threads before it returned; nothing
+waits for these, so a job still running when the process exits is cut as a crash cuts it
+(its transaction never commits) – after its caller was cancelled, who could not have known
+either way.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from agents.plan import (
     Outcome,
     Plan,
     Step,
+    changed,
 )
 from agents.plan_transitions import apply_outcome, dispatch, fail_step, stalled, with_status
 
@@ -143,7 +144,7 @@ def _stopped(before: Plan, after: Plan, op: CommanderOperation, actor: str | Non
 
 def _versioned(before: Plan | None, plan: Plan, effects: list[Effect]) -> Decision:
     version = (before.version if before is not None else plan.version) + 1
-    plan = plan.model_copy(update={"version": version})
+    plan = changed(plan, {"version": version})
     card = UpdatePlanCard(
         key=card_key(plan.id, version),
         conversation_id=plan.conversation_id,

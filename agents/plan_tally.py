@@ -20,7 +20,11 @@ from agents.plan import USER, Step
 
 _FINISHED = frozenset({"done", "skipped"})
 _IN_FLIGHT = frozenset({"in_progress", "blocked"})
-_MEMO_SIZE = 256
+# the reconciler needs the tally of the plan it holds and of the tuples one decision makes:
+# a few entries per conversation in flight. Each entry keeps a whole steps tuple alive (256
+# of them held ~30,000 references at 120 steps, walked by every full collection and freed
+# at exit); a miss costs one pass over the steps
+_MEMO_SIZE = 32
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from agents.plan import (
     StepCancelled,
     StepFailed,
     StepSucceeded,
+    changed,
 )
 from agents.plan_tally import replaced, tally
 from agents.plan_validation import STEP_REF, TEMPLATE
@@ -160,17 +161,17 @@ def replace_step(plan: Plan, step: Step) -> Plan:
     was, listed[step.index - 1] = listed[step.index - 1], step
     steps = tuple(listed)
     replaced(old, steps, was, step)  # the new tuple's tally, from the old one's
-    return plan.model_copy(update={"steps": steps, "status": _status_of(plan.status, steps)})
+    return changed(plan, {"steps": steps, "status": _status_of(plan.status, steps)})
 
 
 def with_status(plan: Plan) -> Plan:
     """The plan with the status its steps imply (the same object when unchanged)."""
     status = plan_status(plan)
-    return plan if status == plan.status else plan.model_copy(update={"status": status})
+    return plan if status == plan.status else changed(plan, {"status": status})
 
 
 def _update(step: Step, **changes: Any) -> Step:
-    return step.model_copy(update=changes)
+    return changed(step, changes)
 
 
 def _meta(plan: Plan, step: Step) -> dict[str, Any]:

@@ -157,10 +157,12 @@ def plan_write(
     rows = [
         to_row(e) for e in decision.effects if not (card_waiting and e.kind == "update_plan_card")
     ]
-    claimed = []
+    claimed: list[dict[str, Any]] = []
     if preclaim is not None:
-        claimed = [r for r in rows if _claimable(r, preclaim, now)]
-        rows = [r for r in rows if not _claimable(r, preclaim, now)]
+        left: list[dict[str, Any]] = []
+        for row in rows:
+            (claimed if _claimable(row, preclaim, now) else left).append(row)
+        rows = left
     before = decision.before
     old = before.steps if before is not None else ()
     changed = decision.changed_steps()

@@ -6,8 +6,9 @@ conversation's lock, which commit or rollback releases:
 - SQLite: the transaction starts with `BEGIN IMMEDIATE`, the database's single write
   lock, which holds across processes (busy timeout for waiting). The transaction runs on
   a worker thread through the stdlib driver, so it costs one thread hop in all instead
-  of one per statement (aiosqlite's way). An `asyncio.Lock` per conversation in front
-  keeps this process's own callers from contending for the file lock.
+  of one per statement (aiosqlite's way; the hop: `storage/worker_threads.py`). An
+  `asyncio.Lock` per conversation in front keeps this process's own callers from
+  contending for the file lock.
 - PostgreSQL: an `UPDATE` of the conversation's row that moves its `lock_version` on (the
   row lock, and a signal to optimistic writers, see `run_optimistic`), or, for a thread
   with no row yet, `pg_advisory_xact_lock(hashtext(key))`. Both are transaction scoped
@@ -47,6 +48,7 @@ from storage.db import (
 )
 from storage.optimistic import VersionConflict
 from storage.prepared import DriverConnection
+from storage.worker_threads import on_worker
 
 T = TypeVar("T")
 # PostgreSQL connections kept for optimistic reconciles: a process runs up to 8 steps at once
@@ -85,7 +87,7 @@ class ConversationLocks:
 
         async with self._lock_for(conversation):
             if db.is_sqlite:
-                return await asyncio.to_thread(_in_transaction, sqlite_engine(db), locked)
+                return await on_worker(_in_transaction, sqlite_engine(db), locked)
             async with db.write() as conn:
                 return await conn.run_sync(locked)
 
@@ -181,7 +183,7 @@ async def run_transaction(db: Database, work: Work[T]) -> T:
     """`work(conn)` in a write transaction on the same one-hop path as the locked units
     (a worker thread on SQLite, `run_sync` on PostgreSQL), without a conversation lock."""
     if db.is_sqlite:
-        return await asyncio.to_thread(_in_transaction, sqlite_engine(db), work)
+        return await on_worker(_in_transaction, sqlite_engine(db), work)
     async with db.write() as conn:
         return await conn.run_sync(work)
 
@@ -263,5 +265,5 @@ def _begin_on_driver(conn: Connection) -> None:
     statement without SQLAlchemy's execution layers, once per transaction (see
     storage/prepared.py for why the hot path skips them)."""
     read_only = conn.get_execution_options().get(READ_ONLY, False)
-    driver: Any = conn.connection.driver_connection
+    driver: Any = conn.connection.dbapi_connection  # pysqlite's: the driver's own
     driver.execute("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")

@@ -220,7 +220,11 @@ class Executor:
             granted = await self.admission.run_pass()
             tasks = [j.task for j in self.jobs.values() if j.task is not None]
             if not tasks and not granted:
-                if self._stopping or not await self._due_now():
+                # rows a job's last reconcile handed over after the drain above are not
+                # due (they are claimed for this process), and the loop may be delivering
+                # them: those come first
+                busy = self.outbox.handed or self._draining.locked()
+                if self._stopping or not (busy or await self._due_now()):
                     return
                 continue  # committed meanwhile (a reconcile that was under way)
             await asyncio.gather(*tasks, return_exceptions=True)

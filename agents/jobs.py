@@ -23,6 +23,7 @@ from agents import step_runs, telemetry
 from agents.effects import Effect
 from agents.errors import PermanentError, TransientError
 from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
+from agents.job_settling import SETTLING, settling_of
 from agents.lru import LRUCache
 from agents.plan import StepFailed
 from agents.preemption import BOUNDARY, Preempted, turn_boundary
@@ -138,18 +139,27 @@ class JobRunner:
             ended: BaseException | None = None
             yields = job.scheduled and self.start_passed is not None  # …to urgent work
             BOUNDARY.set(turn_boundary(self.context, job, self.owner) if yields else None)
+            settling = None  # a scheduled job settles in its outcome's reconcile
+            if job.scheduled and not self.abandoned:
+                settling = settling_of(lease_key, job.key, self.owner, heartbeat)
+            SETTLING.set(settling)
             try:
                 await work()
             except (asyncio.CancelledError, Exception) as exc:
                 ended = exc
             finally:
+                SETTLING.set(None)  # a failure reported after the work settles on its own
                 job.working = False
                 heartbeat.cancel()
             # the heartbeat is over before the lease is let go: it cannot renew it after
             await asyncio.gather(heartbeat, return_exceptions=True)
             others_wait = True
             try:
-                others_wait = await self._release(job, lease_key, ended)
+                if ended is None and settling is not None and settling.others_wait is not None:
+                    self.outages.pop(job.key)  # settled with its outcome's reconcile
+                    others_wait = settling.others_wait
+                else:
+                    others_wait = await self._release(job, lease_key, ended)
             except Exception as exc:
                 self._unsettled(job, exc)
             if self.on_slot_freed is not None and not self.abandoned and others_wait:

@@ -72,6 +72,8 @@ class ReconcileCall:
     actor: str | None = None
     held: Plan | None = None  # the plan last written by this process (its steps are skipped)
     preclaim: PreClaim | None = None
+    # more writes of the caller's in the locked reconcile's transaction (a job's settle)
+    settle: Callable[[Connection, datetime], None] | None = None
 
     @property
     def known(self) -> tuple[int, int] | None:
@@ -103,6 +105,8 @@ def locked_reconcile(call: ReconcileCall) -> Unit:
         if loaded is None:
             return None
         decision = call.decide(loaded, apply=fresh)
+        if call.settle is not None:
+            call.settle(conn, call.now)
         if not decision.changed:
             if call.preclaim is not None:
                 mark_sent(conn, call.preclaim.sent, call.now)

@@ -189,11 +189,14 @@ class Reconciler:
         assignees: Collection[str] = (),
         disabled: Collection[str] = (),
         actor: str | None = None,
+        settle: Callable[[Connection, datetime], None] | None = None,
     ) -> Decision | None:
         """Apply what happened and dispatch what is ready; idempotent. None: no plan.
 
         `event_key` (a Slack event id, or channel+ts) is recorded in the same
         transaction: a repeated delivery of the same event applies nothing.
+        `settle`: the reporting job's settle, written in the same transaction when there
+        is a plan – on SQLite only (`agents/job_settling.py`); else not called.
         Raises `OperationRejected`/`PlanValidationError` for a commander operation that
         is not allowed (then nothing of this call is stored).
         """
@@ -210,6 +213,7 @@ class Reconciler:
             actor=actor,
             held=self._cache.get(conversation_id),
             preclaim=preclaim,
+            settle=settle if self.db.is_sqlite else None,
         )
         if self.db.is_sqlite:
             return await self._locked(conversation_id, locked_reconcile(call), preclaim)

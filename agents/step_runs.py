@@ -31,6 +31,7 @@ from agents.effects import (
 )
 from agents.errors import PermanentError, RunError, StorageError, TransientError
 from agents.file_transfer import fetch_attachments, share_produced
+from agents.job_settling import SETTLING
 from agents.plan import (
     COMMANDER,
     TERMINAL_PLAN,
@@ -331,9 +332,17 @@ async def _execute(
 async def report(ctx: Context, conversation_id: int, outcome: Outcome) -> None:
     """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing)."""
     ctx.observer.outcome(type(outcome).__name__.removeprefix("Step").lower())
-    await ctx.reconciler.reconcile(
-        conversation_id, outcomes=[outcome], assignees=await ctx.enabled_names()
+    assignees = await ctx.enabled_names()
+    settling = SETTLING.get()
+    if settling is None or not ctx.db.is_sqlite:
+        await ctx.reconciler.reconcile(conversation_id, outcomes=[outcome], assignees=assignees)
+        return
+    await settling.stop_heartbeat()  # it would see its request finished: a lost lease
+    decision = await ctx.reconciler.reconcile(
+        conversation_id, outcomes=[outcome], assignees=assignees, settle=settling.settle_in
     )
+    if decision is not None:  # committed with the settle (`agents/job_settling.py`)
+        settling.committed()
 
 
 async def fail_given_up(ctx: Context, effect: Effect, reason: str) -> None:

@@ -234,13 +234,21 @@ async def hold_effect(conn: AsyncConnection, key: str, until: datetime) -> None:
     )
 
 
+_FINISH_EFFECT = (
+    update(outbox_t)
+    .where(outbox_t.c.idempotency_key == bindparam("b_key"), outbox_t.c.state == "pending")
+    .values(state="sent", sent_at=bindparam("b_now", type_=outbox_t.c.sent_at.type))
+)
+
+
 async def finish_effect(conn: AsyncConnection, key: str, now: datetime) -> None:
     """Mark the row of `key` sent (long work settling its effect)."""
-    await conn.execute(
-        update(outbox_t)
-        .where(outbox_t.c.idempotency_key == key, outbox_t.c.state == "pending")
-        .values(state="sent", sent_at=now)
-    )
+    await conn.execute(_FINISH_EFFECT, {"b_key": key, "b_now": now})
+
+
+def finish_effect_in(conn: Connection, key: str, now: datetime) -> None:
+    """`finish_effect` in a caller's synchronous transaction (the outcome's reconcile)."""
+    conn.execute(_FINISH_EFFECT, {"b_key": key, "b_now": now})
 
 
 async def retry_effect_later(

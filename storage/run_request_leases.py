@@ -25,6 +25,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.run_requests import requests_t, requeue_request
@@ -169,6 +170,28 @@ _FINISH = (  # built once: a run's settle pays no statement construction
     )
     .returning(exists().where(_waits(_others.c.state)))
 )  # fmt: skip
+
+
+_FINISH_HELD = (  # `_FINISH` while the owner still holds the grant
+    update(requests_t)
+    .where(
+        requests_t.c.run_key == bindparam("b_key", type_=String),
+        requests_t.c.holder == bindparam("b_owner", type_=String),
+        requests_t.c.state == "granted",
+    )
+    .values(
+        state="done", holder=None, lease_until=None, preempt=False,
+        finished_at=bindparam("b_now", type_=requests_t.c.finished_at.type),
+    )
+    .returning(exists().where(_waits(_others.c.state)))
+)  # fmt: skip
+
+
+def finish_held_request(conn: Connection, run_key: str, owner: str, now: datetime) -> bool | None:
+    """`finish_request` in a caller's synchronous transaction (the outcome's reconcile),
+    only while `owner` holds the run's grant: None when it does not (nothing written)."""
+    row = conn.execute(_FINISH_HELD, {"b_key": run_key, "b_owner": owner, "b_now": now}).first()
+    return None if row is None else bool(row[0])
 
 
 async def finish_request(conn: AsyncConnection, run_key: str, now: datetime) -> bool:

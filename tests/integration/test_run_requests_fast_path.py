@@ -9,6 +9,7 @@ from typing import Any
 
 from storage.db import Database
 from storage.run_request_leases import (
+    finish_held_request,
     finish_request,
     grant_at_once,
     holders,
@@ -98,3 +99,21 @@ async def test_a_paused_runs_slot_goes_to_the_most_urgent_run_waiting_for_a_slot
         assert record is not None and (record.state, record.holder) == ("granted", "p1")
         # no other urgent run waits only for a slot: a pass decides
         assert await pass_slot(conn, "p1", now=NOW, until=LATER, priority_at_most=1) is None
+
+
+async def test_a_settle_in_a_reconcile_finishes_only_a_grant_its_owner_still_holds(
+    db: Database,
+) -> None:
+    """`finish_held_request` (a job's settle in its outcome's reconcile, on a synchronous
+    connection): a grant lost to another process is left as it is (None); the owner's is
+    finished, saying whether others wait for a slot."""
+    assert await fast(db, "r1", owner="p2")
+    async with db.write() as conn:
+        assert await conn.run_sync(finish_held_request, "r1", "p1", NOW) is None
+        assert await conn.run_sync(finish_held_request, "r1", "p2", NOW) is False
+    async with db.read() as conn:
+        record = await get_request(conn, "r1")
+        assert record is not None
+        assert (record.state, record.holder) == ("done", None)
+    async with db.write() as conn:  # finished already: nothing held, nothing written
+        assert await conn.run_sync(finish_held_request, "r1", "p2", NOW) is None

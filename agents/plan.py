@@ -109,7 +109,8 @@ class StepSucceeded(_Strict):
     index: int
     attempt: int
     summary: str
-    files: list[str] = []
+    # a fresh list by a factory: a `[]` default is deep-copied by pydantic at each build
+    files: list[str] = Field(default_factory=list)
     message_ts: str | None = None
 
 

@@ -50,6 +50,7 @@ from bench.reconcile import (  # noqa: E402
     chain,
     conversation,
     diamond,
+    dispatched,
     report_in_flight,
 )
 from storage.db import Database  # noqa: E402
@@ -96,7 +97,9 @@ async def flotilla_per_step(
     await sender.deliver_handed()
     plan = decision.plan
     while plan.status == "running":
-        plan = await report_in_flight(reconciler, cid, plan, tag)
+        # the steps in flight as an executor knows them: the dispatches it was handed
+        decision = await report_in_flight(reconciler, cid, plan, tag, dispatched(decision))
+        plan = decision.plan
         await sender.deliver_handed()
     await sender.flush()  # the last deliveries marked sent (each reconcile marked the others)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0

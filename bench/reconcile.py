@@ -28,7 +28,8 @@ from sqlalchemy import event, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.effects import Effect  # noqa: E402
+from agents.decisions import Decision  # noqa: E402
+from agents.effects import Effect, PostDispatch, RunCommanderStep  # noqa: E402
 from agents.outbox import Claimed, OutboxSender  # noqa: E402
 from agents.plan import Plan, Step, StepSucceeded  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
@@ -178,15 +179,32 @@ async def add_live_plans(db: Database, count: int, first: int) -> None:
             )
 
 
-async def report_in_flight(reconciler: Reconciler, cid: int, plan: Plan, tag: str) -> Plan:
-    """Every in-flight step of `plan` reported succeeded, in one reconcile; the plan after."""
-    running = [s for s in plan.steps if s.status == "in_progress"]
-    outcomes = [StepSucceeded(index=s.index, attempt=s.attempts, summary="ok") for s in running]
-    result = await reconciler.reconcile(
-        cid, event_key=f"{tag}:{running[0].index}", outcomes=outcomes
+InFlight = tuple[tuple[int, int], ...]
+"""Steps in flight as (index, attempt)."""
+
+
+def dispatched(decision: Decision) -> InFlight:
+    """The steps `decision` dispatched: what an executor is handed by its outbox rows."""
+    return tuple(
+        (effect.step, effect.attempt)
+        for effect in decision.effects
+        if isinstance(effect, PostDispatch | RunCommanderStep)
     )
+
+
+async def report_in_flight(
+    reconciler: Reconciler, cid: int, plan: Plan, tag: str, running: InFlight | None = None
+) -> Decision:
+    """Every in-flight step of `plan` reported succeeded, in one reconcile; its decision.
+
+    `running`: the steps in flight as the caller knows them (an executor knows the runs it
+    was handed: `dispatched` of the decisions before); None: found by scanning `plan`."""
+    if running is None:
+        running = tuple((s.index, s.attempts) for s in plan.steps if s.status == "in_progress")
+    outcomes = [StepSucceeded(index=i, attempt=n, summary="ok") for i, n in running]
+    result = await reconciler.reconcile(cid, event_key=f"{tag}:{running[0][0]}", outcomes=outcomes)
     assert result is not None
-    return result.plan
+    return result
 
 
 async def run_plan(

@@ -50,7 +50,7 @@ async def reconcile_steps(tmp: Path, steps: int, length: int) -> None:
     cid = await conversation(db, "c")
     plan = (await reconciler.start_steps(cid, chain(length))).plan
     for _ in range(steps):
-        plan = await report_in_flight(reconciler, cid, plan, "c")
+        plan = (await report_in_flight(reconciler, cid, plan, "c")).plan
     await db.dispose()
 
 

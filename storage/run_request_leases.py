@@ -172,19 +172,9 @@ _FINISH = (  # built once: a run's settle pays no statement construction
 )  # fmt: skip
 
 
-_FINISH_HELD = (  # `_FINISH` while the owner still holds the grant
-    update(requests_t)
-    .where(
-        requests_t.c.run_key == bindparam("b_key", type_=String),
-        requests_t.c.holder == bindparam("b_owner", type_=String),
-        requests_t.c.state == "granted",
-    )
-    .values(
-        state="done", holder=None, lease_until=None, preempt=False,
-        finished_at=bindparam("b_now", type_=requests_t.c.finished_at.type),
-    )
-    .returning(exists().where(_waits(_others.c.state)))
-)  # fmt: skip
+_FINISH_HELD = _FINISH.where(  # `_FINISH` while the owner still holds the grant
+    requests_t.c.holder == bindparam("b_owner", type_=String), requests_t.c.state == "granted"
+)
 
 
 def finish_held_request(conn: Connection, run_key: str, owner: str, now: datetime) -> bool | None:

@@ -317,6 +317,16 @@ class Driver:
             what="event deliveries",
         )
 
+    async def deliveries_finished(self, timeout: float | None = None) -> None:
+        """Await every event delivery having its last attempt: acked, or out of retries
+        (a delivery whose first attempt timed out has a retry still to come)."""
+        attempts = len(self.ws.events.retry_delays) + 1
+        await self.wait_for(
+            lambda: all(d.acked or len(d.attempts) >= attempts for d in self.ws.events.deliveries),
+            timeout,
+            what="event deliveries acked or out of retries",
+        )
+
 
 def _find_element(blocks: list[Json], action_id: str) -> tuple[Json, str]:
     for block in blocks:

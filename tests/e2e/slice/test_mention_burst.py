@@ -63,4 +63,6 @@ async def test_thirty_simultaneous_mentions_on_sqlite_lose_none(
         async with run.service.db.read() as conn:
             stored = (await conn.execute(text("SELECT count(*) FROM conversations"))).scalar_one()
         assert stored == BURST
+        # a first attempt that timed out behind the lock is acked by Slack's retry
+        await run.driver.deliveries_finished(timeout=30)
         assert all(d.acked for d in mentions(deliveries))

@@ -1,4 +1,5 @@
-"""Plans as stored rows and back: the mapping beside the plan store (`storage/plans.py`).
+"""Plans as stored rows and back: the mapping beside the plan store (`storage/plans.py`,
+`storage/plan_steps.py`).
 
 `storage/` knows tables and rows, `agents/plan.py` the domain models; this module is the
 one place that turns one into the other (the reconciler and the outbox both use it).

@@ -29,6 +29,7 @@ from storage import plans as store
 from storage.events import record_event
 from storage.optimistic import PlanWrite, load_versioned, write_versioned
 from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects, mark_sent
+from storage.plan_steps import insert_steps, update_steps
 from storage.prepared import DriverConnection
 from storage.records import OutboxRecord
 
@@ -199,8 +200,8 @@ def store_write(
     """`write` statement by statement, in the caller's (locked) transaction; the rows it
     inserted claimed (`preclaim`)."""
     mark_sent(conn, write.sent, now)
-    store.update_steps(conn, write.plan_id, write.changed)
-    store.insert_steps(conn, write.plan_id, write.added)
+    update_steps(conn, write.plan_id, write.changed)
+    insert_steps(conn, write.plan_id, write.added)
     if write.status is not None:
         store.update_plan(
             conn,

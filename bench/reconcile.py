@@ -33,11 +33,12 @@ from agents.effects import Effect, PostDispatch, RunCommanderStep  # noqa: E402
 from agents.outbox import Claimed, OutboxSender  # noqa: E402
 from agents.plan import Plan, Step, StepSucceeded  # noqa: E402
 from agents.reconciler import Reconciler  # noqa: E402
-from storage.conversations import open_conversation  # noqa: E402
+from storage.conversations import conversations_t, open_conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.locks import sqlite_engine  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
-from storage.plans import conversations_t, plans_t, steps_t  # noqa: E402
+from storage.plan_steps import steps_t  # noqa: E402
+from storage.plans import plans_t  # noqa: E402
 from storage.workspaces import ensure_workspace  # noqa: E402
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

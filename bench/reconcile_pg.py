@@ -53,7 +53,7 @@ from agents.reconciler import Reconciler  # noqa: E402
 from bench.reconcile import NOW, chain, conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402
-from storage.plans import outbox_t  # noqa: E402
+from storage.outbox import outbox_t  # noqa: E402
 
 DEFAULT_URL = os.environ.get(
     "FLOTILLA_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

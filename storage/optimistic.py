@@ -35,20 +35,13 @@ from sqlalchemy import Column, Table, bindparam, exists, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
+from storage.conversations import conversations_t
 from storage.events import events_t
-from storage.plans import (
-    MUTABLE_FIELDS,
-    STEP_FIELDS,
-    ConcurrentPlanChange,
-    LoadedPlan,
-    conversations_t,
-    loaded_plan,
-    outbox_t,
-    plan_query,
-    plans_t,
-    steps_t,
-)
+from storage.outbox import outbox_t
+from storage.plan_steps import MUTABLE_FIELDS, STEP_FIELDS, steps_t
+from storage.plans import LoadedPlan, loaded_plan, plan_query, plans_t
 from storage.prepared import DriverConnection, Prepared
+from storage.sql import ConcurrentPlanChange
 
 
 class VersionConflict(RuntimeError):

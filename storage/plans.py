@@ -1,14 +1,15 @@
-"""Plan and step persistence for the reconciler, in as few round trips as possible.
+"""A conversation's plans: the reconciler's load of a plan with its steps, the plan row's
+writes, the plan card, and plans as the admin surface lists them.
 
-Rows go in and out as plain dicts (the domain models live in `agents/`). The functions are
-synchronous, over a `Connection`: the reconciler runs a whole transaction as one function
-(`ConversationLocks.run`), which on SQLite is one hop to a worker thread instead of one
-hop per statement (see the cost note in orchestration.md). Every write is
-guarded by what the reconciler read: a step row is updated only `WHERE status = :was AND
-attempts = :was_attempts` (so "mark dispatched" is `… WHERE status = 'pending'`), the plan
-row only `WHERE version = :was`, and dispatch effects go to the outbox under a unique
-idempotency key. A write that finds the data changed under it raises, so the whole
-transaction rolls back: the lock removes contention, the data makes the guarantee.
+Rows go in and out as plain dicts (the domain models live in `agents/`). The reconciler's
+functions are synchronous, over a `Connection`: the reconciler runs a whole transaction as
+one function (`ConversationLocks.run`), which on SQLite is one hop to a worker thread
+instead of one hop per statement (see the cost note in orchestration.md). Every write is
+guarded by what the reconciler read: the plan row only `WHERE version = :was`, a step row
+only `WHERE status = :was AND attempts = :was_attempts` (`storage/plan_steps.py`), and
+dispatch effects go to the outbox under a unique idempotency key. A write that finds the
+data changed under it raises, so the whole transaction rolls back: the lock removes
+contention, the data makes the guarantee.
 """
 
 from __future__ import annotations
@@ -37,50 +38,16 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.prepared import Prepared, prepared_insert
-from storage.tables import Conversation, OutboxEntry, Plan, PlanStep
+from storage.conversations import conversations_t
+from storage.outbox import outbox_t
+from storage.plan_steps import STEP_FIELDS, steps_t
+from storage.prepared import Prepared
+from storage.sql import ConcurrentPlanChange
+from storage.tables import Plan
 
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
-steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
-conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
-outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
 
 CARD_KIND = "update_plan_card"
-# step columns the reconciler reads and writes (besides plan_id and index)
-STEP_FIELDS = (
-    "title",
-    "assignee",
-    "input",
-    "wait_for",
-    "on_failure",
-    "form",
-    "status",
-    "output_summary",
-    "output_files",
-    "failure_reason",
-    "attempts",
-    "transient_failures",
-    "retries",
-    "not_before",
-    "blocked_question",
-)
-MUTABLE_FIELDS = (
-    "title",
-    "input",
-    "status",
-    "output_summary",
-    "output_files",
-    "failure_reason",
-    "attempts",
-    "transient_failures",
-    "retries",
-    "not_before",
-    "blocked_question",
-)
-
-
-class ConcurrentPlanChange(RuntimeError):
-    """The stored plan changed between read and write: the transaction must roll back."""
 
 
 def plan_query(where: Any, *, unless_known: bool = False, card_of: Any = None) -> Any:
@@ -203,18 +170,6 @@ def load_plan(conn: Connection, plan_id: int) -> LoadedPlan | None:
     return loaded_plan(list(result.mappings()))
 
 
-_INSERT_STEPS = insert(steps_t)
-_UPDATE_PLAN = (
-    update(plans_t)
-    .where(plans_t.c.id == bindparam("b_id"), plans_t.c.version == bindparam("b_was_version"))
-    .values(
-        status=bindparam("b_status"),
-        version=bindparam("b_version"),
-        updated_at=bindparam("b_updated_at"),
-    )
-)
-
-
 def insert_plan(
     conn: Connection,
     conversation_id: int,
@@ -244,59 +199,16 @@ def insert_plan(
     return int((conn.execute(stmt)).scalar_one())
 
 
-def insert_steps(conn: Connection, plan_id: int, rows: Sequence[dict[str, Any]]) -> None:
-    """New step rows (each with `index` and STEP_FIELDS, optionally started_at)."""
-    if not rows:
-        return
-    values = [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows]
-    if Prepared.runs_on(conn):
-        prepared_insert(steps_t, values[0]).executemany(conn, values)
-    else:
-        conn.execute(_INSERT_STEPS, values)
-
-
-_UPDATE_STEP = (
-    update(steps_t)
-    .where(
-        steps_t.c.plan_id == bindparam("b_plan_id"),
-        steps_t.c.index == bindparam("b_index"),
-        steps_t.c.status == bindparam("b_was_status"),
-        steps_t.c.attempts == bindparam("b_was_attempts"),
-    )
+_UPDATE_PLAN = (
+    update(plans_t)
+    .where(plans_t.c.id == bindparam("b_id"), plans_t.c.version == bindparam("b_was_version"))
     .values(
-        **{name: bindparam(f"b_{name}") for name in MUTABLE_FIELDS},
-        started_at=func.coalesce(bindparam("b_started_at"), steps_t.c.started_at),
-        finished_at=bindparam("b_finished_at"),
+        status=bindparam("b_status"),
+        version=bindparam("b_version"),
+        updated_at=bindparam("b_updated_at"),
     )
 )
-_UPDATE_STEP_PREPARED = Prepared(_UPDATE_STEP)
-# (parameter, row key) of a step update, named once
-_STEP_PARAMS = tuple((f"b_{k}", k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index"))
 _UPDATE_PLAN_PREPARED = Prepared(_UPDATE_PLAN)
-
-
-def update_steps(
-    conn: Connection, plan_id: int, changes: Sequence[tuple[dict[str, Any], str, int]]
-) -> None:
-    """Write changed steps, each guarded by (status, attempts) as read: `(row, was, was_n)`.
-
-    The dispatch of a step is thus `… WHERE status = 'pending' AND attempts = :n`.
-    Raises `ConcurrentPlanChange` when a row no longer matches what was read.
-    """
-    if not changes:
-        return
-    params = [
-        {b: row.get(k) for b, k in _STEP_PARAMS}
-        | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
-        for row, was, was_attempts in changes
-    ]
-    if Prepared.runs_on(conn):  # SQLite's executemany counts the rows of all
-        rowcount, sane = _UPDATE_STEP_PREPARED.executemany(conn, params), True
-    else:
-        rowcount = conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params).rowcount
-        sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
-    if sane and rowcount != len(params):
-        raise ConcurrentPlanChange(f"plan {plan_id}: a step changed under the reconciler")
 
 
 def update_plan(

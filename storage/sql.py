@@ -14,6 +14,10 @@ class DuplicateError(ValueError):
     """A row with the same unique key exists already."""
 
 
+class ConcurrentPlanChange(RuntimeError):
+    """The stored plan changed between read and write: the transaction must roll back."""
+
+
 def insert_ignoring_conflict(
     conn: AsyncConnection | Connection, table: Table, **values: Any
 ) -> Insert:

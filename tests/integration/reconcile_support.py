@@ -33,7 +33,7 @@ from agents.plan import PlanProposal, StepProposal, StepSucceeded
 from agents.reconciler import Reconciler
 from storage.conversations import open_conversation
 from storage.db import Database
-from storage.plans import outbox_t
+from storage.outbox import outbox_t
 
 AGENTS = ("researcher", "writer")
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

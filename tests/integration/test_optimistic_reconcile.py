@@ -20,13 +20,15 @@ import storage.locks
 from agents import reconcile_units
 from agents.plan import StepSucceeded
 from agents.reconciler import Reconciler
+from storage.conversations import conversations_t
 from storage.db import Database
 from storage.events import events_t
 from storage.locks import ConversationLocks
 from storage.migrate import upgrade
 from storage.optimistic import PlanWrite, VersionConflict, load_versioned, write_versioned
-from storage.plans import ConcurrentPlanChange, conversations_t, steps_t
+from storage.plan_steps import steps_t
 from storage.prepared import DriverConnection
+from storage.sql import ConcurrentPlanChange
 from tests.conftest import PostgresSchema, postgres_url
 from tests.integration.reconcile_support import (
     AGENTS,

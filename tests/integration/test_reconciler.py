@@ -24,7 +24,8 @@ from agents.plan import (
 )
 from agents.reconciler import Reconciler
 from storage.db import Database
-from storage.plans import outbox_t, steps_t
+from storage.outbox import outbox_t
+from storage.plan_steps import steps_t
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,

@@ -19,7 +19,7 @@ from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import sqlite_engine
 from storage.migrate import upgrade
-from storage.plans import outbox_t
+from storage.outbox import outbox_t
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,

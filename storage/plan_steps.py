@@ -1,0 +1,110 @@
+"""A plan's step rows: their columns, and the reconciler's inserts and guarded updates.
+
+Synchronous, over a `Connection`, like the plan row's statements (`storage/plans.py`, which
+reads a plan with its steps in one statement). A step row is updated only `WHERE status =
+:was AND attempts = :was_attempts` – what the reconciler read – so "mark dispatched" is
+`… WHERE status = 'pending'`; a row found changed raises `ConcurrentPlanChange` and the
+whole transaction rolls back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Table, bindparam, func, insert, update
+from sqlalchemy.engine import Connection
+
+from storage.prepared import Prepared, prepared_insert
+from storage.sql import ConcurrentPlanChange
+from storage.tables import PlanStep
+
+steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
+
+# step columns the reconciler reads and writes (besides plan_id and index)
+STEP_FIELDS = (
+    "title",
+    "assignee",
+    "input",
+    "wait_for",
+    "on_failure",
+    "form",
+    "status",
+    "output_summary",
+    "output_files",
+    "failure_reason",
+    "attempts",
+    "transient_failures",
+    "retries",
+    "not_before",
+    "blocked_question",
+)
+MUTABLE_FIELDS = (
+    "title",
+    "input",
+    "status",
+    "output_summary",
+    "output_files",
+    "failure_reason",
+    "attempts",
+    "transient_failures",
+    "retries",
+    "not_before",
+    "blocked_question",
+)
+
+_INSERT_STEPS = insert(steps_t)
+
+
+def insert_steps(conn: Connection, plan_id: int, rows: Sequence[dict[str, Any]]) -> None:
+    """New step rows (each with `index` and STEP_FIELDS, optionally started_at)."""
+    if not rows:
+        return
+    values = [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows]
+    if Prepared.runs_on(conn):
+        prepared_insert(steps_t, values[0]).executemany(conn, values)
+    else:
+        conn.execute(_INSERT_STEPS, values)
+
+
+_UPDATE_STEP = (
+    update(steps_t)
+    .where(
+        steps_t.c.plan_id == bindparam("b_plan_id"),
+        steps_t.c.index == bindparam("b_index"),
+        steps_t.c.status == bindparam("b_was_status"),
+        steps_t.c.attempts == bindparam("b_was_attempts"),
+    )
+    .values(
+        **{name: bindparam(f"b_{name}") for name in MUTABLE_FIELDS},
+        started_at=func.coalesce(bindparam("b_started_at"), steps_t.c.started_at),
+        finished_at=bindparam("b_finished_at"),
+    )
+)
+_UPDATE_STEP_PREPARED = Prepared(_UPDATE_STEP)
+# (parameter, row key) of a step update, named once
+_STEP_PARAMS = tuple((f"b_{k}", k) for k in (*MUTABLE_FIELDS, "started_at", "finished_at", "index"))
+
+
+def update_steps(
+    conn: Connection, plan_id: int, changes: Sequence[tuple[dict[str, Any], str, int]]
+) -> None:
+    """Write changed steps, each guarded by (status, attempts) as read: `(row, was, was_n)`.
+
+    The dispatch of a step is thus `… WHERE status = 'pending' AND attempts = :n`.
+    Raises `ConcurrentPlanChange` when a row no longer matches what was read.
+    """
+    if not changes:
+        return
+    params = [
+        {b: row.get(k) for b, k in _STEP_PARAMS}
+        | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
+        for row, was, was_attempts in changes
+    ]
+    if Prepared.runs_on(conn):  # SQLite's executemany counts the rows of all
+        rowcount, sane = _UPDATE_STEP_PREPARED.executemany(conn, params), True
+    else:
+        rowcount = conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params).rowcount
+        sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
+    if sane and rowcount != len(params):
+        raise ConcurrentPlanChange(f"plan {plan_id}: a step changed under the reconciler")

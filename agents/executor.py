@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -62,7 +62,6 @@ from storage.outbox import next_effect_due
 from storage.records import ConversationRecord, RunRequestRecord
 
 log = logging.getLogger(__name__)
-RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
 FINISH_BATCH_SECONDS = 5.0  # a stopping process still delivers the rows it claimed
 
 

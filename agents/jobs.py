@@ -4,8 +4,9 @@ A job holds its outbox row and its run's lease until the same instant, renewed t
 a heartbeat every few seconds, so after a crash another process takes the work over as
 soon as that one lease expired. The heartbeat also notices when the step is no longer the
 job's to finish (the plan was cancelled or aborted, in this process or another) and stops
-the job at once. A job that dies of a bug fails its step with a sentence; a transient
-failure hands the work over to be tried again shortly.
+the job at once. What a failed job leads to – tried again shortly, handed over after a
+backoff while the database is away, or its step failed with a sentence – is
+`agents/job_failures.py`.
 
 A scheduled run (a step or a commander turn) has no lease of its own: its granted run
 request is its lease (`agents/slot_requests.py`), asked for as the job claims its work.
@@ -22,33 +23,20 @@ from datetime import timedelta
 from agents import step_runs, telemetry
 from agents.effects import Effect
 from agents.errors import PermanentError, TransientError
-from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
+from agents.failures import is_storage_error
+from agents.job_failures import JobFailures, unsettled
 from agents.job_settling import SETTLING, settling_of
-from agents.lru import LRUCache
-from agents.plan import StepFailed
 from agents.preemption import BOUNDARY, Preempted, turn_boundary
 from agents.run_context import Context, Job, Work
 from agents.slot_requests import SlotRequest, claim_slot
 from storage.db import Also
-from storage.outbox import (
-    fail_held_effect,
-    finish_effect,
-    give_up_held_effect,
-    hold_effect,
-)
+from storage.outbox import finish_effect, hold_effect
 from storage.records import RunRequestRecord
 from storage.run_request_leases import finish_request, renew_request
-from storage.run_requests import (
-    drop_request,
-    requeue_request,
-    requeue_requests_of,
-)
+from storage.run_requests import requeue_request, requeue_requests_of
 from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
 
 log = logging.getLogger(__name__)
-RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
-MAX_TRANSIENT_TRIES = 8  # … this many times in a row, then its step fails with a sentence
-STORAGE_BACKOFF = (timedelta(seconds=1), timedelta(seconds=60))  # first, at most
 
 
 class JobRunner:
@@ -71,9 +59,7 @@ class JobRunner:
         self.start_passed = start_passed  # starts the urgent run a paused one's slot went to
         self.jobs: dict[str, Job] = {}
         self.abandoned = False  # a killed process releases nothing (see Executor.abandon)
-        # plans whose thread was told of a storage outage (once each); outages in a row by job
-        self.told_of_storage: LRUCache[int, bool] = LRUCache(10_000)
-        self.outages: LRUCache[str, int] = LRUCache(10_000)
+        self.failures = JobFailures(context, owner=owner)
 
     def hold(
         self,
@@ -126,7 +112,7 @@ class JobRunner:
                     "mine" if granted else await self._claim(lease_key, job.key, slot, at_claim)
                 )
             except Exception as exc:
-                self._unsettled(job, exc)
+                unsettled(job, exc)
                 return
             if claimed == "granted_here" and job.take_grant:
                 claimed = "mine"  # a pass here granted it as the row was delivered again
@@ -156,12 +142,12 @@ class JobRunner:
             others_wait = True
             try:
                 if ended is None and settling is not None and settling.others_wait is not None:
-                    self.outages.pop(job.key)  # settled with its outcome's reconcile
+                    self.failures.outage_over(job)  # settled with its outcome's reconcile
                     others_wait = settling.others_wait
                 else:
                     others_wait = await self._release(job, lease_key, ended)
             except Exception as exc:
-                self._unsettled(job, exc)
+                unsettled(job, exc)
             if self.on_slot_freed is not None and not self.abandoned and others_wait:
                 self.on_slot_freed(job, isinstance(ended, Preempted))
             if isinstance(ended, asyncio.CancelledError) and not isinstance(ended, Preempted):
@@ -170,18 +156,6 @@ class JobRunner:
             self.jobs.pop(job.key, None)
             self.context.observer.jobs_running(len(self.jobs))
 
-    def _unsettled(self, job: Job, exc: Exception) -> None:
-        """Claiming or letting go of a job's lease failed: nothing is lost (the lease runs out
-        and the outbox row comes due again), so one line says so – never a task's traceback."""
-        if is_storage_error(exc):
-            log.warning(
-                "%s: the database is away (%s); taken again after its lease",
-                job.key,
-                storage_error(exc),
-            )
-        else:
-            log.error("%s could not be settled; taken again after its lease", job.key, exc_info=exc)
-
     async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> bool:
         """Let go of a job's lease and row as its work ended (`ended`: why, None: done);
         False when no run waits for the slot it freed (no admission pass needed)."""
@@ -189,9 +163,13 @@ class JobRunner:
             return False  # a killed process releases nothing; a lost lease is another's
         if ended is not None and not isinstance(ended, asyncio.CancelledError):
             if is_storage_error(ended):
-                await self._storage_away(job, lease_key, ended)
+                after = await self.failures.storage_away(job, ended)
+                try:
+                    await self._hand_over(job, lease_key, after=after, quietly=False)
+                except Exception as exc:  # still away: the lease runs out, the outbox retakes it
+                    log.info("%s: could not hand over while storage is away: %s", job.key, exc)
                 return True
-        self.outages.pop(job.key)
+        self.failures.outage_over(job)
         if isinstance(ended, Preempted):  # its slot went to urgent work as it paused
             await self._pause(job)
             if job.cancelled:  # …and the plan was stopped meanwhile: over, not waiting
@@ -201,83 +179,18 @@ class JobRunner:
                 return await self._settle(job, lease_key)
             await self._hand_over(job, lease_key)  # this process stops: any takes it now
         elif isinstance(ended, TransientError):  # e.g. Slack 5xx on the answer: try again
-            await self._try_again(job, lease_key, ended)
+            await self.failures.try_again(job, lease_key, ended)
         elif isinstance(ended, PermanentError):  # refused for good (e.g. Slack, the post)
             log.warning("%s failed for good: %s", job.key, ended)
-            await self._crashed(job, ended.public)
+            await self.failures.crashed(job, ended.public)
             return await self._settle(job, lease_key)
         elif isinstance(ended, Exception):
             log.error("%s failed", job.key, exc_info=ended)
-            await self._crashed(job)
+            await self.failures.crashed(job)
             return await self._settle(job, lease_key)
         else:
             return await self._settle(job, lease_key)
         return True
-
-    async def _try_again(self, job: Job, lease_key: str, error: TransientError) -> None:
-        """Hand the work over to be tried again shortly, counting the failure on its row;
-        after MAX_TRANSIENT_TRIES in a row its step fails with a sentence (a step never
-        waits for ever on Slack or a model that stays down)."""
-        clock = self.context.clock
-        async with self.context.db.write() as conn:
-            await drop_request(conn, lease_key)  # the row, due again later, asks anew
-            if not job.scheduled:
-                await release_run(conn, lease_key, self.owner)
-            failures = await fail_held_effect(
-                conn, job.key, error=str(error), available_at=clock() + RETRY_AFTER
-            )
-            if failures >= MAX_TRANSIENT_TRIES:
-                await give_up_held_effect(conn, job.key, error=str(error))
-        if failures < MAX_TRANSIENT_TRIES:
-            log.info("%s will be tried again (%d): %s", job.key, failures, error)
-            return
-        log.warning("%s gave up after %d tries: %s", job.key, failures, error)
-        await self._fail_step(job, f"its work kept failing and was given up ({error.public})")
-
-    async def _storage_away(self, job: Job, lease_key: str, error: BaseException) -> None:
-        """The database was away: tell the thread once per plan, then hand the work over
-        after a backoff, counting nothing against the step (see the module)."""
-        outages = (self.outages.get(job.key) or 0) + 1
-        self.outages.put(job.key, outages)
-        first, most = STORAGE_BACKOFF
-        after = min(most, first * 2 ** min(outages - 1, 10))
-        log.warning("%s: storage is away (%s); trying again in %s", job.key, error, after)
-        await self._tell_storage_away(job)
-        try:
-            await self._hand_over(job, lease_key, after=after, quietly=False)
-        except Exception as exc:  # still away: the lease runs out, the outbox takes it again
-            log.info("%s: could not hand over while storage is away: %s", job.key, exc)
-
-    async def _tell_storage_away(self, job: Job) -> None:
-        """ "I'm having trouble with my storage…" in the job's thread, once per plan."""
-        told = job.plan_id if job.plan_id is not None else -(job.conversation_id or 0)
-        if job.conversation_id is None or told in self.told_of_storage:
-            return
-        try:
-            conversation = await self.context.conversation(job.conversation_id)
-        except Exception as exc:  # not known in this process yet: said at the next outage
-            log.info("could not say that storage is away: %s", exc)
-            return
-        self.told_of_storage.put(told, True)  # at most once: a post is not repeated
-        try:
-            await self.context.port.say(conversation, PUBLIC_STORAGE)
-        except Exception as exc:  # posted, but not kept in the thread's store (it is away)
-            log.info("saying that storage is away: %s", exc)
-
-    async def _crashed(self, job: Job, why: str = "") -> None:
-        """A job died of a bug, or of a refusal that says `why` in a sentence: its step fails
-        with a sentence, under its on_failure."""
-        with contextlib.suppress(Exception):
-            await self._fail_step(
-                job, why or "an internal error stopped this step (the details are in the log)"
-            )
-
-    async def _fail_step(self, job: Job, reason: str) -> None:
-        """Report the job's step attempt (if it runs one) failed for good with `reason`."""
-        if job.step is None or job.attempt is None or job.conversation_id is None:
-            return
-        failed = StepFailed(index=job.step, attempt=job.attempt, reason=reason, retryable=False)
-        await step_runs.report(self.context, job.conversation_id, failed)
 
     async def _claim(
         self,

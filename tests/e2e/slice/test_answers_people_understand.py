@@ -25,7 +25,7 @@ from tests.e2e.slice.faults import LostAnswer
 from tests.e2e.slice.scripts import Script, answered, call, combine, flaky, plans, steer, text
 
 ANSWER = "[offline model] What the team found for “"
-RETRY_AFTER_JOB = 16  # past agents/jobs.py RETRY_AFTER (a job handed over after Slack 5xx)
+RETRY_AFTER_JOB = 16  # past agents/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
 NO_SYNTHESIS = [
     {"index": 1, "title": "Find the numbers", "assignee": "researcher",
      "input": "Find the launch numbers."},

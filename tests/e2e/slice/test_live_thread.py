@@ -21,7 +21,7 @@ from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import FaultyPort
 
 RESULT = "flotilla_result"
-RETRY_AFTER_JOB = 16  # past agents/jobs.py RETRY_AFTER (a job handed over after Slack 5xx)
+RETRY_AFTER_JOB = 16  # past agents/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
 
 
 def calls(run: Run) -> Counter[str]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.errors import TransientError
-from agents.jobs import MAX_TRANSIENT_TRIES, RETRY_AFTER
+from agents.job_failures import MAX_TRANSIENT_TRIES, RETRY_AFTER
 from agents.ports import StepTag
 from storage.records import ConversationRecord
 from tests.e2e.slice.faults import FaultyPort, Gate, gated, outbox_row

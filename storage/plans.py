@@ -4,9 +4,10 @@ writes, the plan card, and plans as the admin surface lists them.
 Rows go in and out as plain dicts (the domain models live in `agents/`). The reconciler's
 functions are synchronous, over a `Connection`: the reconciler runs a whole transaction as
 one function (`ConversationLocks.run`), which on SQLite is one hop to a worker thread
-instead of one hop per statement (see the cost note in orchestration.md). Every write is
-guarded by what the reconciler read: the plan row only `WHERE version = :was`, a step row
-only `WHERE status = :was AND attempts = :was_attempts` (`storage/plan_steps.py`), and
+instead of one hop per statement (bench/README.md, "reconcile.py", says what it saves).
+Every write is guarded by what the reconciler read: the plan row only
+`WHERE version = :was`, a step row only `WHERE status = :was AND attempts = :was_attempts`
+(`storage/plan_steps.py`), and
 dispatch effects go to the outbox under a unique idempotency key. A write that finds the
 data changed under it raises, so the whole transaction rolls back: the lock removes
 contention, the data makes the guarantee.

@@ -32,7 +32,7 @@ from agents.answer_text import ShowText
 from agents.built_agents import BUILT_AGENTS
 from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
-from agents.failures import classify_error
+from agents.failures import classify_error, is_storage_error, storage_error
 from agents.files import FilePolicy
 from agents.models import model_label
 from agents.plan import Plan
@@ -327,12 +327,29 @@ async def _drive_step(
     if isinstance(output, DeferredToolRequests):
         question = pending_question(messages)
         if question is None:
-            await session.close("failed", messages)
+            await close(session, "failed", messages)
             raise PermanentError("The agent deferred a tool call Flotilla cannot answer.")
-        await session.close("suspended", messages)
+        await close(session, "suspended", messages)
         return question
-    await session.close("finished", messages, at_close)
+    await close(session, "finished", messages, at_close)
     return result_of(output, deps.files)
+
+
+async def close(
+    session: RunSession,
+    status: str,
+    messages: list[ModelMessage],
+    at_close: AtClose | None = None,
+) -> None:
+    """`session.close`, with the database being away turned into `StorageError` (the
+    run's answer is kept in this process: tried again, it re-reports without a model
+    call); other failures as they came."""
+    try:
+        await session.close(status, messages, at_close)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise storage_error(exc) from exc
+        raise
 
 
 async def drive(

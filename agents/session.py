@@ -1,18 +1,20 @@
 """Crash-safe agent sessions: a run's message history stored as it grows, and its usage.
 
 `RunSession.drive` runs a pydantic-ai agent node by node and stores the history whenever it
-grows, each time in one small write transaction: after every model response, after every tool
-call that completes (see `agents/tool_journal.py`), and with the request of tool returns
-before it is sent. A new run's first request (its prompt, rebuilt from the step if the run
-starts again) is stored with the response to it: before that nothing was paid for. The run's
-end (its output tool's return, never sent to a model) is stored by `close`, with the run's
-final status: a crash before it continues from the stored answer, processing its output again
-without a model call. A run interrupted by a crash is continued from what was stored: a
-finished tool call is never run again, and a stored request is sent as it is. Each save also
-records the tokens spent since the previous one in the usage ledger (workspace, channel, plan,
-step, agent, model), in the same transaction, so the ledger and the stored history never
-disagree, even after a crash. Failures are stored as `failed` and re-raised unchanged;
-`agents.runtime` classifies them.
+grows, each time in one small write transaction: a model response before the first of its
+tool calls runs, after every tool call that completes (see `agents/tool_journal.py`), and
+with the request of tool returns before it is sent. A new run's first request (its prompt,
+rebuilt from the step if the run starts again) is stored with the response to it: before
+that nothing was paid for. The response that ends the run (its answer: words, or only the
+output tool's call) reaches no tool: it is stored by `close` with the output tool's return
+and the run's final status, one write – between the two there is no call of any kind, only
+pydantic-ai checking the output. Once closed, a crash continues from the stored answer,
+processing its output again without a model call. A run interrupted by a crash is continued
+from what was stored: a finished tool call is never run again, and a stored request is sent
+as it is. Each save also records the tokens spent since the previous one in the usage
+ledger (workspace, channel, plan, step, agent, model), in the same transaction, so the
+ledger and the stored history never disagree, even after a crash. Failures are stored as
+`failed` and re-raised unchanged; `agents.runtime` classifies them.
 
 When the database is away (a storage error), what could not be stored is kept in this
 process (`unsaved_history`) so the run, tried again once storage is back, continues from
@@ -156,6 +158,9 @@ class RunSession:
         self.messages: list[ModelMessage] = []
         self.journal: dict[str, ToolReturnPart] = {}
         self._writing = asyncio.Lock()  # tool calls of one response finish concurrently
+        # the last model response is not stored yet (`store_response` before a tool runs)
+        self._response_unstored = False
+        self._storing_response = asyncio.Lock()  # … and its tools start concurrently
 
     async def drive(
         self,
@@ -181,6 +186,7 @@ class RunSession:
         """
         pending, self.journal = split_journal(history or [])
         self.messages = messages = list(pending)
+        self._response_unstored = False
         saved = len(messages)
         # a new run's first request (its prompt) is stored with the response to it: a run
         # killed before that response is stored starts afresh, as one killed before its claim
@@ -190,7 +196,9 @@ class RunSession:
             return answer, messages
         resolved = telemetry.measured(resolve_model(model) if isinstance(model, str) else model)
         streaming = show is not None and can_stream(resolved)
-        journal = ToolJournal(write=self.record_tool_return, stored=dict(self.journal))
+        journal = ToolJournal(
+            write=self.record_tool_return, stored=dict(self.journal), before=self.store_response
+        )
         try:
             async with agent.iter(
                 prompt,
@@ -220,6 +228,11 @@ class RunSession:
                     looked = False  # for urgent work at this boundary
                     if journaled or Agent.is_end_node(node):
                         saved = len(messages)  # the end: `close` stores it with its status
+                        self._response_unstored = False
+                    elif Agent.is_call_tools_node(node) and len(messages) > saved:
+                        # a response: stored before its first tool runs (`store_response`),
+                        # else with the next request – or, as the run's answer, by `close`
+                        self._response_unstored = True
                     elif len(messages) > saved and not held:
                         await self.save("running", messages, boundary=boundary)
                         saved, looked = len(messages), boundary
@@ -242,6 +255,17 @@ class RunSession:
 
     def _keep_unsaved(self, messages: Sequence[ModelMessage]) -> None:
         _UNSAVED.put(self.job.run_key, list(with_journal(messages, self.journal)))
+
+    async def store_response(self) -> None:
+        """Store the last model response before the first of its tool calls runs (each
+        waits for it): a run that dies in a tool continues from that response without
+        paying for it again. A response whose only calls are output tools (or none: the
+        run's answer) reaches no tool: `close` stores it with the run's status, one write
+        where there were two, with no call of any kind between them."""
+        async with self._storing_response:
+            if self._response_unstored:
+                await self.save("running", self.messages)
+                self._response_unstored = False
 
     async def record_tool_return(self, part: ToolReturnPart) -> None:
         """Store one finished tool call's return at once, after the response that made the call."""

@@ -115,6 +115,9 @@ class ToolJournal(AbstractCapability[Any]):
 
     write: JournalWriter
     stored: Mapping[str, ToolReturnPart] = field(default_factory=dict)
+    # awaited before a call that is not answered from the journal runs (the session stores
+    # the response that made the call first, if it has not yet)
+    before: Callable[[], Awaitable[None]] | None = None
 
     async def wrap_tool_execute(
         self,
@@ -128,6 +131,8 @@ class ToolJournal(AbstractCapability[Any]):
         stored = self.stored.get(call.tool_call_id)
         if stored is not None:
             return replay(stored)
+        if self.before is not None:
+            await self.before()
         try:
             result = await handler(args)
         except ToolRetryError as exc:

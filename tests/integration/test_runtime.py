@@ -18,7 +18,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import Table, insert, select
 
-from agents.errors import PermanentError, RunError, TransientError
+from agents.errors import PermanentError, RunError, StorageError, TransientError
+from agents.failures import PUBLIC_STORAGE
 from agents.registry import AgentSpec
 from agents.run_results import bounded_summary
 from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
@@ -292,28 +293,33 @@ def failing(exc: Exception) -> FunctionModel:
     ],
     ids=["output tool", "words"],
 )
-async def test_a_run_stopped_after_its_answer_came_back_returns_it_without_the_model(
+async def test_a_run_stopped_after_its_answer_was_stored_returns_it_without_the_model(
     db: Database, monkeypatch: pytest.MonkeyPatch, response: ModelResponse, summary: str
 ) -> None:
-    """Killed after the model's answer was stored and before the run was closed: the run
-    continues from the stored answer and pays nothing again."""
+    """The answer that ends a run calls no tool: it is stored once, by the close, with the
+    run's status (before, a save of its own came first, with nothing between the two). A
+    process killed after that, before the step's outcome was reported, runs the step again:
+    it continues from the stored answer and pays nothing again."""
     job = await make_job(db)
     calls: list[int] = []
+    saves: list[str] = []
+    save = RunSession.save
 
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls.append(len(messages))
         return response
 
-    async def killed(self: RunSession, status: str, messages: Any, also: Any = None) -> None:
-        raise RuntimeError("the process was killed before the run was closed")
+    async def counted(self: RunSession, status: str, *args: Any, **kwargs: Any) -> None:
+        saves.append(status)
+        await save(self, status, *args, **kwargs)
 
     with monkeypatch.context() as patched:
-        patched.setattr(RunSession, "close", killed)
-        with pytest.raises(RuntimeError):
-            await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+        patched.setattr(RunSession, "save", counted)
+        first = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+    assert saves == ["finished"]  # one write for the answer and the close
     result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
 
-    assert result == StepRunResult("Prices: A 10.", summary, [])
+    assert result == first == StepRunResult("Prices: A 10.", summary, [])
     assert calls == [1]  # the model answered once
     assert (await stored_run(db, job.run_key)).status == "finished"
 
@@ -345,8 +351,9 @@ async def test_a_run_whose_close_met_a_storage_outage_returns_its_answer_without
 
     with monkeypatch.context() as patched:
         patched.setattr(RunSession, "save", away_at_close)
-        with pytest.raises(OperationalError):  # a storage outage: the job tries again
+        with pytest.raises(StorageError) as raised:  # a storage outage: the job tries again
             await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
+    assert raised.value.retryable and raised.value.public == PUBLIC_STORAGE
     result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
 
     assert result == StepRunResult("Prices: A 10.", "A costs 10.", [])

@@ -126,6 +126,54 @@ async def test_a_tool_that_returned_is_not_run_again_after_a_crash(db: Database)
     assert finished.input_tokens > stored.input_tokens
 
 
+async def test_a_response_is_stored_before_its_first_tool_runs(db: Database) -> None:
+    """The response that calls tools is stored before any of them starts (calls of one
+    response start together: each waits for that one write), so a crash inside a tool
+    continues from the stored response without paying for it again. The answer that ends
+    the run calls no tool and is stored by the close alone."""
+    run = job("durable:3", "Weather in two cities")
+    seen: list[list[str]] = []
+    crashed: list[bool] = []
+
+    async def weather(city: str) -> str:
+        """The weather in a city."""
+        stored = await stored_run(db, run.run_key)
+        seen.append([m["kind"] for m in stored.messages] if stored is not None else [])
+        if not crashed:
+            crashed.append(True)
+            raise Crash()  # the process dies inside the first call, before any return
+        return f"sunny in {city}"
+
+    tools = FunctionToolset([weather])
+    turns: list[str] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if isinstance(messages[-1].parts[0], UserPromptPart):
+            turns.append("calls")
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("weather", {"city": "Oslo"}),
+                    ToolCallPart("weather", {"city": "Rome"}),
+                ]
+            )
+        turns.append("answer")
+        return final("Sunny in both.")
+
+    with pytest.raises(Crash):
+        await run_step(db, run, SPEC, model=FunctionModel(script), toolsets=[tools])
+    assert seen and seen[0] == ["request", "response"]  # stored before the tool started
+    seen.clear()
+    result = await run_step(db, run, SPEC, model=FunctionModel(script), toolsets=[tools])
+
+    assert isinstance(result, StepRunResult) and result.message == "Sunny in both."
+    assert turns == ["calls", "answer"]  # the response that called the tools: paid once
+    # both calls ran again (neither had returned), each after the response was stored
+    assert len(seen) == 2 and all(kinds[:2] == ["request", "response"] for kinds in seen)
+    finished = await stored_run(db, run.run_key)
+    assert finished.status == "finished"
+    assert totals(await ledger(db)) == (finished.input_tokens, finished.output_tokens)
+
+
 async def test_each_tool_return_is_stored_as_it_completes(db: Database) -> None:
     """Two calls in one response: the first one's return is stored before the second ends."""
     ran: list[str] = []

@@ -42,3 +42,16 @@ async def test_a_form_submission_reads_its_thread_once(start: Callable[..., Any]
     report = "\n".join(line for line in callers if any(s in line for s in FORM_SITES))
     assert _at(callers, "SELECT plans", *FORM_SITES) == 1, report
     assert _at(callers, "SELECT conversations", *FORM_SITES) <= 1, report
+
+
+async def test_the_thread_s_conversation_is_read_only_where_it_is_written(
+    start: Callable[..., Any],
+) -> None:
+    """A conversation's record never changes once committed: the process that opened it
+    keeps it (by id and by thread, bounded), so the executor's effects, the thread's message
+    events and the form's click find it without a read. Left: the write that opens it reads
+    it back, and the plan's start reads its request text (both inside their writes)."""
+    callers = await _walk(start)
+    report = "\n".join(line for line in callers if "conversations" in line)
+    assert _at(callers, "SELECT conversations") == 2, report
+    assert _at(callers, "SELECT conversations", "record_request") == 1, report

@@ -55,3 +55,14 @@ async def test_the_thread_s_conversation_is_read_only_where_it_is_written(
     report = "\n".join(line for line in callers if "conversations" in line)
     assert _at(callers, "SELECT conversations") == 2, report
     assert _at(callers, "SELECT conversations", "record_request") == 1, report
+
+
+async def test_a_produced_file_is_shared_in_two_transactions(start: Callable[..., Any]) -> None:
+    """The diamond's writer writes one file: its bytes are read in the write that stores
+    Slack's file id, then it is marked shared (it was read, begun and marked in three, the
+    mark reading the row back)."""
+    callers = await _walk(start)
+    sites = ("agents/file_transfer.py",)
+    report = "\n".join(line for line in callers if any(s in line for s in sites))
+    assert _at(callers, "BEGIN", *sites) == 2, report
+    assert _at(callers, "SELECT files", *sites) == 1, report

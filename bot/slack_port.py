@@ -202,10 +202,18 @@ class SlackPort(StepMessages, FileTransfers):
                 metadata=metadata,
             )
 
-    async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
+    async def show_card(
+        self,
+        conversation: ConversationRecord,
+        plan: Plan,
+        *,
+        first: bool,
+        card: PlanCard | None = None,
+    ) -> None:
         """Post the card once (the first poster wins), then edit it in place. The card opens
-        with the commander's words about the plan (stored with it), not a message before it."""
-        card = await self._card(plan.id)
+        with the commander's words about the plan (stored with it), not a message before it.
+        `card`: as the caller just read it (`plan_card`); one known posted here wins."""
+        card = self._cards.get(plan.id) or card or await self._card(plan.id)
         card_ts = card.posted
         if card_ts is not None and first:
             return
@@ -250,9 +258,9 @@ class SlackPort(StepMessages, FileTransfers):
             return
         await self.plan_display.show(conversation, plan)  # under the card
 
-    async def card_posted(self, plan_id: int) -> bool:
-        """Whether the plan's card is posted (known here once posted: it never moves)."""
-        return (await self._card(plan_id)).posted is not None
+    async def plan_card(self, plan_id: int) -> PlanCard:
+        """The plan card's message and intro; once posted, neither changes: kept in memory."""
+        return await self._card(plan_id)
 
     async def _card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory."""

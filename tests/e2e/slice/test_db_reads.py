@@ -66,3 +66,14 @@ async def test_a_produced_file_is_shared_in_two_transactions(start: Callable[...
     report = "\n".join(line for line in callers if any(s in line for s in sites))
     assert _at(callers, "BEGIN", *sites) == 2, report
     assert _at(callers, "SELECT files", *sites) == 1, report
+
+
+async def test_the_plan_card_is_read_once_before_its_first_post(
+    start: Callable[..., Any],
+) -> None:
+    """A step's dispatch shows the card first if it is not posted: the card read that finds
+    it unposted is the one the post starts from (it was read again in show_card); once
+    posted the port keeps it, so it is never read again."""
+    callers = await _walk(start)
+    report = "\n".join(line for line in callers if "slack_port.py" in line)
+    assert _at(callers, "SELECT plans", "_card <") == 1, report

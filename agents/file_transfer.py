@@ -14,6 +14,7 @@ finishes or redoes only what is missing.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from agents.errors import TransientError
@@ -21,7 +22,6 @@ from agents.files import refusal_note
 from agents.ports import FileRefused
 from storage.files import (
     begin_upload,
-    get_file,
     keep_received_bytes,
     mark_shared,
     produced_files,
@@ -102,33 +102,61 @@ async def share_produced(
 async def _share(
     ctx: Context, conversation: ConversationRecord, file: FileRecord, agent: str | None
 ) -> FileRecord:
+    """Upload one produced file into the thread, in two transactions: its bytes are read
+    with the write that stores Slack's file id (before a byte is sent), then it is marked
+    shared. A process that dies between any two steps is finished by the next: with the
+    file id stored, `files.info` tells whether it is in the thread already."""
     port = ctx.port
-    if file.slack_file_id is not None:  # begun before: is it in the thread already?
-        permalink = await port.shared_permalink(conversation, file.slack_file_id, agent=agent)
-        if permalink is not None:
-            return await _shared(ctx, file, permalink)
-    async with ctx.db.read() as conn:
-        data = await read_bytes(conn, file)
-    if data is None:
-        raise FileRefused(f"the bytes of {file.name} are no longer kept")
-    sent = False
-    if file.slack_file_id is not None and file.upload_url:
-        sent = await port.send_upload(file.upload_url, data)
     file_id = file.slack_file_id
+    if file_id is not None:  # begun before: is it in the thread already?
+        permalink = await port.shared_permalink(conversation, file_id, agent=agent)
+        if permalink is not None:
+            return await _shared(ctx, file, file_id, permalink)
+    if not file.has_bytes:
+        raise _gone(file)
+    data: bytes | None = None
+    sent = False
+    if file_id is not None and file.upload_url:  # its upload may still take the bytes
+        data = await _bytes(ctx, file)
+        sent = await port.send_upload(file.upload_url, data)
     if not sent:
-        file_id, url = await port.start_upload(name=file.name, size=len(data), agent=agent)
+        if data is None and file.size is None:  # the size Slack is told first is not known
+            data = await _bytes(ctx, file)
+        size = len(data) if data is not None else file.size
+        assert size is not None
+        file_id, url = await port.start_upload(name=file.name, size=size, agent=agent)
         async with ctx.db.write() as conn:
+            if data is None:  # the bytes recorded with the file (storage/files.py: its size)
+                data = await read_bytes(conn, file)
+                if data is None:
+                    raise _gone(file)  # expired meanwhile: nothing of the upload is stored
             await begin_upload(conn, file.id, file_id, url)
         if not await port.send_upload(url, data):
             raise TransientError(f"the upload of {file.name} was not taken")
     assert file_id is not None
     permalink = await port.complete_upload(conversation, file_id, title=file.name, agent=agent)
-    return await _shared(ctx, file, permalink)
+    return await _shared(ctx, file, file_id, permalink)
 
 
-async def _shared(ctx: Context, file: FileRecord, permalink: str | None) -> FileRecord:
+async def _bytes(ctx: Context, file: FileRecord) -> bytes:
+    async with ctx.db.read() as conn:
+        data = await read_bytes(conn, file)
+    if data is None:
+        raise _gone(file)
+    return data
+
+
+def _gone(file: FileRecord) -> FileRefused:
+    return FileRefused(f"the bytes of {file.name} are no longer kept")
+
+
+async def _shared(
+    ctx: Context, file: FileRecord, file_id: str, permalink: str | None
+) -> FileRecord:
+    """Mark the file shared; the record as it is now stored (what `mark_shared` and
+    `begin_upload` wrote, no read back)."""
     async with ctx.db.write() as conn:
         await mark_shared(conn, file.id, permalink)
-        found = await get_file(conn, file.id)
-    assert found is not None
-    return found
+    return replace(
+        file, state="shared", slack_file_id=file_id, permalink=permalink, upload_url=None
+    )

@@ -20,11 +20,12 @@ async def show_card(
 ) -> None:
     """Render the plan card from the plan as stored now, with its runs' wait reasons
     (`first`: only if it is not posted yet – a step's dispatch puts it above its message)."""
-    if first and await context.port.card_posted(plan_id):
+    card = await context.port.plan_card(plan_id) if first else None
+    if card is not None and card.posted is not None:
         return  # posted: the step's own card refresh (an effect of its own) renders it
     plan = await step_runs.load(context, conversation.id, plan_id, with_waits=True)
-    if plan is not None:
-        await context.port.show_card(conversation, plan, first=first)
+    if plan is not None:  # the card as just read: not read again before its first post
+        await context.port.show_card(conversation, plan, first=first, card=card)
 
 
 async def stopped(

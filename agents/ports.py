@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agents.effects import AskUser, FormAnswer, PostDispatch, ShowForm
     from agents.plan import Plan, Step
     from agents.session_status import SessionStatus
+    from storage.plans import PlanCard
     from storage.records import ConversationRecord, MessageRecord
 
 
@@ -76,13 +77,21 @@ class SlackPort(Protocol):
         """Post a user step's form, or a blocked step's question, carrying the key."""
         ...
 
-    async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
-        """Post the plan card once, then edit it in place (`first`: only if not posted)."""
+    async def show_card(
+        self,
+        conversation: ConversationRecord,
+        plan: Plan,
+        *,
+        first: bool,
+        card: PlanCard | None = None,
+    ) -> None:
+        """Post the plan card once, then edit it in place (`first`: only if not posted;
+        `card`: its message as just read by `plan_card`, else read here)."""
         ...
 
-    async def card_posted(self, plan_id: int) -> bool:
-        """Whether the plan's card is in the thread already (then `show_card(first=True)`
-        does nothing: its plan need not be read)."""
+    async def plan_card(self, plan_id: int) -> PlanCard:
+        """The plan card's message as stored. Once posted it is in the thread already (then
+        `show_card(first=True)` does nothing: its plan need not be read)."""
         ...
 
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:

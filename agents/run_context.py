@@ -15,12 +15,13 @@ from agents.lru import LRUCache
 from agents.ports import ChooseModel, RunObserver, SlackPort
 from agents.reconciler import Reconciler
 from agents.roster import Roster
-from storage.conversations import get_conversation
+from storage.conversations import find_conversation, get_conversation
 from storage.db import Database
 from storage.records import ConversationRecord, RunRequestRecord
 
 Work = Callable[[], Awaitable[None]]
 CONVERSATION_CACHE_SIZE = 1000  # conversation records kept in memory per process
+Thread = tuple[str, str, str]  # a conversation's workspace, channel and thread ts
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +72,14 @@ class Context:
     options: ExecutorOptions
     observer: RunObserver
     team_id: str = ""
-    # conversations this process worked in lately: bounded, a long-running process sees many
+    # conversations this process worked in lately, by id and by thread: bounded, a
+    # long-running process sees many. A record never changes once its row is committed
+    # (`ConversationRecord` carries none of the row's changing columns; no row is deleted),
+    # so no other process can make a kept one stale; a thread not found is never kept.
     conversations: LRUCache[int, ConversationRecord] = field(
+        default_factory=lambda: LRUCache(CONVERSATION_CACHE_SIZE)
+    )
+    threads: LRUCache[Thread, ConversationRecord] = field(
         default_factory=lambda: LRUCache(CONVERSATION_CACHE_SIZE)
     )
     # the workspace's agents, read once for many look-ups (see `agents.roster`)
@@ -87,14 +94,36 @@ class Context:
         assert self.roster is not None  # set in __post_init__
         return self.roster
 
+    def remember(self, conversation: ConversationRecord) -> None:
+        """Keep a conversation's record as committed (read, or written by this process –
+        after its transaction committed: a rolled-back id may be given again)."""
+        self.conversations.put(conversation.id, conversation)
+        thread = (conversation.team_id, conversation.channel_id, conversation.thread_ts)
+        self.threads.put(thread, conversation)
+
+    def known_conversation(self, channel: str, thread_ts: str) -> ConversationRecord | None:
+        """The conversation of a thread as kept here (no read), if any."""
+        return self.threads.get((self.team_id, channel, thread_ts))
+
     async def conversation(self, conversation_id: int) -> ConversationRecord:
-        """The conversation's record (its thread never changes: kept, least recently used
+        """The conversation's record (it never changes: kept, least recently used
         forgotten first)."""
         known = self.conversations.get(conversation_id)
         if known is None:
             async with self.db.read() as conn:
                 known = await get_conversation(conn, conversation_id)
-            self.conversations.put(conversation_id, known)
+            self.remember(known)
+        return known
+
+    async def find_conversation(self, channel: str, thread_ts: str) -> ConversationRecord | None:
+        """The conversation of a thread of this workspace, or None (not kept: another
+        process may open it any moment)."""
+        known = self.known_conversation(channel, thread_ts)
+        if known is None:
+            async with self.db.read() as conn:
+                known = await find_conversation(conn, self.team_id, channel, thread_ts)
+            if known is not None:
+                self.remember(known)
         return known
 
     async def enabled_names(self) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from agents import form_answers
 from agents.effects import form_answer_key
 from agents.form_answers import StoredAnswer
 from agents.inbox import Incoming, record_attachments
-from agents.plan import USER, Step
+from agents.plan import USER, FormSpec, Plan, Step
 from agents.step_runs import ids
 from bot.handlers import received_file, refused_note
 from bot.listeners.payloads import SlackFile
@@ -42,6 +43,36 @@ log = logging.getLogger(__name__)
 Rewrite = Callable[[str, list[dict[str, Any]]], Awaitable[bool]]
 """Rewrites an answered form's own message in place with (text, blocks) – a click's
 response_url, chosen by the listener; False when it could not (then chat.update does)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FormThread:
+    """A form's thread as read once for a click or a submission: its conversation and its
+    newest plan (None when there is none). The listener reads it to know the form's fields;
+    the answer is then checked against the same read (`answer_form`, `form_refusal`)."""
+
+    conversation: ConversationRecord | None
+    plan: Plan | None
+
+    def step(self, key: FormKey) -> Step | None:
+        """The step of the form `key` in the plan read (any plan: see `_form_step`)."""
+        return self.plan.step(key.step_index) if self.plan is not None else None
+
+    def form(self, key: FormKey) -> tuple[str, str, FormSpec | None]:
+        """The title, question and fields of the form `key` names (as stored in the plan)."""
+        step = self.step(key)
+        if step is None:
+            return "", "", None
+        if step.question is not None and step.assignee != USER:
+            return step.title, step.question.text, step.question.form
+        return step.title, step.input or step.title, step.form
+
+
+async def form_thread(service: SlackService, channel: str, thread_ts: str) -> FormThread:
+    """The thread's conversation and newest plan, in one read."""
+    conversation, plan = await service.find_plan(channel, thread_ts)
+    return FormThread(conversation, plan)
+
 
 # how long a stored answer waits for its click's own rewrite before any process's outbox
 # sender shows it with chat.update (the response_url is given 10 s, the reconcile the rest)
@@ -59,11 +90,14 @@ async def answer_form(
     message_ts: str | None,
     files: Sequence[SlackFile] = (),
     rewrite: Rewrite | None = None,
+    thread: FormThread | None = None,
 ) -> str | None:
     """Store, record and show a form's answer (and keep the files attached to it). Returns a
     refusal sentence, or None when this answer is the form's (also when it was already:
-    a replay, a double click). See the module."""
-    found = await _form_step(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
+    a replay, a double click). `thread`: the form's thread as just read (else read here).
+    See the module."""
+    thread = thread or await form_thread(service, channel, thread_ts)
+    found = await _form_step(service, thread, key=key, user=user)
     if isinstance(found, str):
         return found
     conversation, step_read = found
@@ -157,11 +191,19 @@ async def _say(service: SlackService, conversation: ConversationRecord, text: st
 
 
 async def form_refusal(
-    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
+    service: SlackService,
+    *,
+    key: FormKey,
+    user: str,
+    channel: str,
+    thread_ts: str,
+    thread: FormThread | None = None,
 ) -> str | None:
     """Why `user` cannot answer the form `key` now (a sentence), or None while it is theirs
-    to answer: a submission that is refused anyway is told so before what it lacks."""
-    found = await _form_step(service, key=key, user=user, channel=channel, thread_ts=thread_ts)
+    to answer: a submission that is refused anyway is told so before what it lacks.
+    `thread`: the form's thread as just read (else read here)."""
+    thread = thread or await form_thread(service, channel, thread_ts)
+    found = await _form_step(service, thread, key=key, user=user)
     if isinstance(found, str):
         return found
     conversation, step = found
@@ -175,11 +217,10 @@ async def form_refusal(
 
 
 async def _form_step(
-    service: SlackService, *, key: FormKey, user: str, channel: str, thread_ts: str
+    service: SlackService, thread: FormThread, *, key: FormKey, user: str
 ) -> str | tuple[ConversationRecord, Step]:
     """The conversation and step of the form `key`, if `user` may answer it (else why not)."""
-    conversation, plan = await service.find_plan(channel, thread_ts)
-    step = plan.step(key.step_index) if plan is not None else None
+    conversation, plan, step = thread.conversation, thread.plan, thread.step(key)
     if conversation is None or plan is None or step is None or plan.id != key.plan_id:
         return "This form belongs to a plan that no longer exists."
     refused = await _may_answer(service, conversation, user)

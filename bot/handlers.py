@@ -101,6 +101,7 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
     )
     if conversation is None:
         return
+    service.context.remember(conversation)  # committed: its thread's next events find it here
     refused = refused_note(incoming)
     if refused is not None:
         said = conversation

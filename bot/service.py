@@ -281,18 +281,22 @@ class SlackService:
         return await self.context.conversation(conversation_id)
 
     async def find_conversation(self, channel: str, thread_ts: str) -> ConversationRecord | None:
-        async with self.db.read() as conn:
-            return await find_conversation(conn, self.team_id, channel, thread_ts)
+        """A thread's conversation (kept in memory once found: see `Context.threads`)."""
+        return await self.context.find_conversation(channel, thread_ts)
 
     async def find_plan(
         self, channel: str, thread_ts: str
     ) -> tuple[ConversationRecord | None, Plan | None]:
-        """A thread's conversation and its newest plan as stored, in one read."""
+        """A thread's conversation (read only when not kept) and its newest plan as stored,
+        in one read."""
+        known = self.context.known_conversation(channel, thread_ts)
         async with self.db.read() as conn:
-            conversation = await find_conversation(conn, self.team_id, channel, thread_ts)
+            conversation = known or await find_conversation(conn, self.team_id, channel, thread_ts)
             if conversation is None:
                 return None, None
             loaded = await conn.run_sync(load_latest_plan, conversation.id)
+        if known is None:
+            self.context.remember(conversation)
         plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
         return conversation, plan
 

@@ -41,7 +41,7 @@ from bot.slack_features import SlackFeatures
 from bot.slack_files import FileTransfers
 from bot.step_messages import StepMessages, fit_text, payload_of
 from bot.views.plan_card import plan_card
-from storage.conversations import store_message, thread_messages
+from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
 from storage.plans import PlanCard, claim_plan_card, take_card_post
 from storage.plans import plan_card as plan_card_of
@@ -125,7 +125,10 @@ class SlackPort(StepMessages, FileTransfers):
         identity: Identity | None,
         metadata: dict[str, Any] | None,
     ) -> None:
-        """Store a message Flotilla posted (as the commander or `identity`)."""
+        """Store a message Flotilla posted (as the commander or `identity`). Its own event
+        may have stored it first, without what only Flotilla knows – a streamed answer's
+        event carries no metadata, so the mark that finds it after a stop would be lost:
+        then this text and metadata replace the event's."""
         record = MessageRecord(
             channel_id=conversation.channel_id,
             ts=ts,
@@ -136,7 +139,8 @@ class SlackPort(StepMessages, FileTransfers):
             metadata=metadata,
         )
         async with self.db.write() as conn:
-            await store_message(conn, conversation.id, record, self.clock())
+            if not await store_message(conn, conversation.id, record, self.clock()):
+                await update_message(conn, record.channel_id, ts, text=text, metadata=metadata)
 
     async def open_answer(
         self,
@@ -198,10 +202,18 @@ class SlackPort(StepMessages, FileTransfers):
                 metadata=metadata,
             )
 
-    async def show_card(self, conversation: ConversationRecord, plan: Plan, *, first: bool) -> None:
+    async def show_card(
+        self,
+        conversation: ConversationRecord,
+        plan: Plan,
+        *,
+        first: bool,
+        card: PlanCard | None = None,
+    ) -> None:
         """Post the card once (the first poster wins), then edit it in place. The card opens
-        with the commander's words about the plan (stored with it), not a message before it."""
-        card = await self._card(plan.id)
+        with the commander's words about the plan (stored with it), not a message before it.
+        `card`: as the caller just read it (`plan_card`); one known posted here wins."""
+        card = self._cards.get(plan.id) or card or await self._card(plan.id)
         card_ts = card.posted
         if card_ts is not None and first:
             return
@@ -246,9 +258,9 @@ class SlackPort(StepMessages, FileTransfers):
             return
         await self.plan_display.show(conversation, plan)  # under the card
 
-    async def card_posted(self, plan_id: int) -> bool:
-        """Whether the plan's card is posted (known here once posted: it never moves)."""
-        return (await self._card(plan_id)).posted is not None
+    async def plan_card(self, plan_id: int) -> PlanCard:
+        """The plan card's message and intro; once posted, neither changes: kept in memory."""
+        return await self._card(plan_id)
 
     async def _card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory."""

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.plan import FormSpec
 from bot import form_answers
 from bot.listeners.guard import answer, guarded
 from bot.listeners.inbound import (
@@ -37,7 +36,6 @@ from bot.views.forms import (
     MODAL_CALLBACK,
     OPEN_ACTION,
     SUBMIT_ACTION,
-    FormKey,
     form_modal,
     inline_value,
     missing_sentence,
@@ -64,7 +62,8 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         if not value:
             await answer(ack, body, respond, "Please type an answer first.")
             return
-        _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
+        thread = await form_answers.form_thread(service, where.channel, where.thread_ts)
+        _title, _question, form = thread.form(key)
         field_name = form.fields[0].name if form and form.fields else "answer"
         refusal = await form_answers.answer_form(
             service,
@@ -72,6 +71,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             values={field_name: value},
             **where.model_dump(),
             rewrite=through_response_url(click, respond, context),
+            thread=thread,
         )
         if refusal:  # only to the person, through the click's response_url (never raises)
             await answer(ack, body, respond, refusal)
@@ -87,11 +87,12 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         await ack()
         click = parse(BlockActions, body, "a form's Submit")
         where, key = click.where(), form_key(click.action.button_value())
-        _title, _question, form = await _form_of(service, where.channel, where.thread_ts, key)
+        thread = await form_answers.form_thread(service, where.channel, where.thread_ts)
+        _title, _question, form = thread.form(key)
         values, errors = modal_values(click.state, form)
         if errors:  # a form closed meanwhile (a stale copy, a second click) says so first
             refusal = await form_answers.form_refusal(
-                service, key=key, **where.model_dump(exclude={"message_ts"})
+                service, key=key, **where.model_dump(exclude={"message_ts"}), thread=thread
             )
             refusal = refusal or missing_sentence(errors)
         else:
@@ -101,6 +102,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
                 values=values,
                 **where.model_dump(),
                 rewrite=through_response_url(click, respond, context),
+                thread=thread,
             )
         if refusal:  # only to the person, through the click's response_url (never raises)
             await answer(ack, body, respond, refusal)
@@ -113,7 +115,8 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         where, key = click.where(), form_key(click.action.button_value())
         if click.trigger_id is None:
             raise InvalidPayload("an Answer click", "trigger_id: missing")
-        title, question, form = await _form_of(service, where.channel, where.thread_ts, key)
+        thread = await form_answers.form_thread(service, where.channel, where.thread_ts)
+        title, question, form = thread.form(key)
         view = form_modal(key, title=title, question=question, form=form,
                           metadata=where.model_dump(exclude={"user"}))  # fmt: skip
         await client.views_open(trigger_id=click.trigger_id, view=view)
@@ -124,7 +127,8 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
         submission = parse(ViewSubmission, body, "a form submission")
         metadata = metadata_of(submission.view, FormMetadata)
         key = form_key(metadata.key)
-        _title, _question, form = await _form_of(service, metadata.channel, metadata.thread_ts, key)
+        thread = await form_answers.form_thread(service, metadata.channel, metadata.thread_ts)
+        _title, _question, form = thread.form(key)
         values, errors = modal_values(submission.view.state, form)
         files = [
             parse(InboundFile, f, "a form's attachment")
@@ -144,22 +148,9 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             thread_ts=metadata.thread_ts,
             message_ts=metadata.message_ts,
             files=files,
+            thread=thread,
         )
         if refusal:
             await client.chat_postEphemeral(
                 channel=metadata.channel, user=user, text=refusal, thread_ts=metadata.thread_ts
             )
-
-
-async def _form_of(
-    service: SlackService, channel: str, thread_ts: str, key: FormKey
-) -> tuple[str, str, FormSpec | None]:
-    """The title, question and fields of the form a key names (as stored in the plan)."""
-    conversation = await service.find_conversation(channel, thread_ts)
-    plan = await service.reconciler.plan(conversation.id) if conversation else None
-    step = plan.step(key.step_index) if plan is not None else None
-    if step is None:
-        return "", "", None
-    if step.question is not None and step.assignee != "user":
-        return step.title, step.question.text, step.question.form
-    return step.title, step.input or step.title, step.form

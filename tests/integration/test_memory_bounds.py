@@ -64,13 +64,20 @@ async def test_the_executor_context_keeps_a_bounded_number_of_conversations(
         options=ExecutorOptions(),
         observer=None,
     )
-    assert Context(**parts).conversations.max_size == CONVERSATION_CACHE_SIZE  # by default too
-    ctx = Context(**parts, conversations=LRUCache(5))
+    default = Context(**parts)  # by default too
+    assert default.conversations.max_size == default.threads.max_size == CONVERSATION_CACHE_SIZE
+    ctx = Context(**parts, conversations=LRUCache(5), threads=LRUCache(4))
+    ctx.team_id = "T1"
     for _round in range(2):
         for conv in convs:
             assert await ctx.conversation(conv.id) == conv
-            assert len(ctx.conversations) <= 5
+            assert await ctx.find_conversation(conv.channel_id, conv.thread_ts) == conv
+            assert len(ctx.conversations) <= 5 and len(ctx.threads) <= 4
     assert list(ctx.conversations) == [c.id for c in convs[-5:]]
+    assert [t for _team, _channel, t in ctx.threads] == [c.thread_ts for c in convs[-4:]]
+    for i in range(20):  # threads not found are never kept
+        assert await ctx.find_conversation("C1", f"missing {i}") is None
+    assert len(ctx.threads) == 4
 
 
 async def test_the_reconciler_keeps_a_bounded_number_of_plans(db: Database) -> None:

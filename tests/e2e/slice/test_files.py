@@ -205,30 +205,39 @@ async def test_a_restart_between_writing_and_uploading_uploads_once(
         assert [s.attempts for s in (await resumed.plan(root)).steps] == [1, 1]
 
 
-@pytest.mark.parametrize("dies_after", ["send_upload", "complete_upload"])
+@pytest.mark.parametrize(
+    "dies_at", ["start_upload", "before send_upload", "send_upload", "complete_upload"]
+)
 async def test_a_restart_in_the_middle_of_an_upload_finishes_it_once(
-    start: Callable[..., Any], dies_after: str
+    start: Callable[..., Any], dies_at: str
 ) -> None:
-    """The process dies after the bytes were sent (the file is not shared yet), or after
-    Slack shared it (before Flotilla recorded that): either way the file is shared once."""
+    """The process dies once Slack gave the upload its file id (not stored yet: the bytes
+    are read with the write that stores it), with the file id stored and nothing sent,
+    after the bytes were sent (the file is not shared yet), or after Slack shared it
+    (before Flotilla recorded that): whichever, the file is shared once."""
     prompts = Prompts()
     async with start(model=prompts.model()) as run:
         port = run.service.port
         reached = asyncio.Event()
-        real = getattr(port, dies_after)
+        before, method = dies_at.startswith("before "), dies_at.removeprefix("before ")
+        real = getattr(port, method)
 
         async def then_dies(*args: Any, **kwargs: Any) -> Any:
-            await real(*args, **kwargs)
+            if not before:
+                await real(*args, **kwargs)
             reached.set()
             await asyncio.Event().wait()  # the process stops here
 
-        setattr(port, dies_after, then_dies)
+        setattr(port, method, then_dies)
         root = run.ask("the quarterly note please")
         await asyncio.wait_for(reached.wait(), 20)
         rows = await produced_rows(run, root)
-        assert [r.state for r in rows] == ["uploading"] and rows[0].slack_file_id
+        if dies_at == "start_upload":  # nothing of the upload stored: it is begun again
+            assert [(r.state, r.slack_file_id) for r in rows] == [("stored", None)]
+        else:
+            assert [r.state for r in rows] == ["uploading"] and rows[0].slack_file_id
         shared = len(file_messages(run, root))
-        assert shared == (1 if dies_after == "complete_upload" else 0)
+        assert shared == (1 if dies_at == "complete_upload" else 0)
 
         await run.stack.restart()
         resumed = Run(run.stack, run.driver, run.clock)

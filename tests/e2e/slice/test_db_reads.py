@@ -1,0 +1,79 @@
+"""Reads and transactions the Slack path no longer makes (issue 17), counted by call site
+(`tests/db_counts.py`) while the walkthrough's diamond runs through the real Bolt app and
+the local workspace: each test pins one repeated read or split write that was removed, so
+it cannot come back unnoticed (`test_db_budget.py` pins only the totals, with headroom)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from tests.db_counts import counting
+from tests.e2e.slice.diamond import walk_diamond
+
+FORM_SITES = ("bot/form_answers.py", "bot/listeners/forms.py")
+
+
+async def _walk(start: Callable[..., Any]) -> Counter[str]:
+    """Statements by kind and call site (`BEGIN` for a transaction) of one diamond."""
+    with counting(callers=True) as counts:
+        async with start() as run:
+            await run.service.settle()
+            counts.reset()  # the plan only: not the stack's start-up
+            await walk_diamond(run.driver, run.stack.commander)
+            await run.quiesce()
+            return Counter(counts.callers)
+
+
+def _at(callers: Counter[str], kind: str, *sites: str) -> int:
+    """How many statements of `kind` were sent from a call site naming any of `sites`."""
+    return sum(
+        n
+        for line, n in callers.items()
+        if line.split("  ", 1)[0].strip() == kind and (not sites or any(s in line for s in sites))
+    )
+
+
+async def test_a_form_submission_reads_its_thread_once(start: Callable[..., Any]) -> None:
+    """The listener reads the form's conversation and plan to know its fields; the answer is
+    checked against that same read (it was read again, conversation and plan, twice)."""
+    callers = await _walk(start)
+    report = "\n".join(line for line in callers if any(s in line for s in FORM_SITES))
+    assert _at(callers, "SELECT plans", *FORM_SITES) == 1, report
+    assert _at(callers, "SELECT conversations", *FORM_SITES) <= 1, report
+
+
+async def test_the_thread_s_conversation_is_read_only_where_it_is_written(
+    start: Callable[..., Any],
+) -> None:
+    """A conversation's record never changes once committed: the process that opened it
+    keeps it (by id and by thread, bounded), so the executor's effects, the thread's message
+    events and the form's click find it without a read. Left: the write that opens it reads
+    it back, and the plan's start reads its request text (both inside their writes)."""
+    callers = await _walk(start)
+    report = "\n".join(line for line in callers if "conversations" in line)
+    assert _at(callers, "SELECT conversations") == 2, report
+    assert _at(callers, "SELECT conversations", "record_request") == 1, report
+
+
+async def test_a_produced_file_is_shared_in_two_transactions(start: Callable[..., Any]) -> None:
+    """The diamond's writer writes one file: its bytes are read in the write that stores
+    Slack's file id, then it is marked shared (it was read, begun and marked in three, the
+    mark reading the row back)."""
+    callers = await _walk(start)
+    sites = ("agents/file_transfer.py",)
+    report = "\n".join(line for line in callers if any(s in line for s in sites))
+    assert _at(callers, "BEGIN", *sites) == 2, report
+    assert _at(callers, "SELECT files", *sites) == 1, report
+
+
+async def test_the_plan_card_is_read_once_before_its_first_post(
+    start: Callable[..., Any],
+) -> None:
+    """A step's dispatch shows the card first if it is not posted: the card read that finds
+    it unposted is the one the post starts from (it was read again in show_card); once
+    posted the port keeps it, so it is never read again."""
+    callers = await _walk(start)
+    report = "\n".join(line for line in callers if "slack_port.py" in line)
+    assert _at(callers, "SELECT plans", "_card <") == 1, report

@@ -30,6 +30,7 @@ from pydantic_ai.tools import Tool
 from agents.built_agents import BUILT_AGENTS
 from agents.clock import Clock, utcnow
 from agents.errors import PermanentError, PlanValidationError
+from agents.history_compaction import compact_history
 from agents.models import model_label
 from agents.plan import (
     COMMANDER,
@@ -50,7 +51,6 @@ from agents.session import (
     DEFAULT_LIMITS,
     RunLimits,
     RunSession,
-    compact_history,
     load_messages,
     unsaved_history,
 )

@@ -34,6 +34,7 @@ from agents.clock import Clock, utcnow
 from agents.errors import PermanentError
 from agents.failures import classify_error, is_storage_error, storage_error
 from agents.files import FilePolicy
+from agents.history_compaction import compact_history
 from agents.models import model_label
 from agents.plan import Plan
 from agents.registry import AgentSpec
@@ -53,7 +54,6 @@ from agents.session import (
     AtClose,
     RunLimits,
     RunSession,
-    compact_history,
     load_messages,
     unsaved_history,
 )

@@ -59,7 +59,7 @@ from agents.slot_requests import (
     slot_request,
 )
 from storage.outbox import next_effect_due
-from storage.records import ConversationRecord, RunRequestRecord
+from storage.records import ConversationRecord, MessageRecord, RunRequestRecord
 
 log = logging.getLogger(__name__)
 FINISH_BATCH_SECONDS = 5.0  # a stopping process still delivers the rows it claimed
@@ -297,11 +297,14 @@ class Executor:
             plan = await self._current_plan(effect, conversation)
             if plan is None:
                 return False  # cancelled or aborted before it ran: nothing to post or run
+        dispatch = None  # the step's dispatch message, kept as its run claims its slot
         if isinstance(effect, PostDispatch):
-            await step_dispatch.post_dispatch(ctx, conversation, effect, redelivered=redelivered)
+            dispatch = await step_dispatch.post_dispatch(
+                ctx, conversation, effect, redelivered=redelivered
+            )
         if isinstance(effect, PostDispatch | RunCommanderStep):  # a step waited to run
             self._queued(claimed)
-        return await self._start_long(claimed, conversation, plan)
+        return await self._start_long(claimed, conversation, plan, dispatch)
 
     async def _current_plan(
         self, effect: PostDispatch | RunCommanderStep | ResumeStep, conversation: ConversationRecord
@@ -316,11 +319,16 @@ class Executor:
         return await step_runs.current_plan(self.context, effect, also=facts)
 
     async def _start_long(
-        self, claimed: Claimed, conversation: ConversationRecord, plan: Plan | None = None
+        self,
+        claimed: Claimed,
+        conversation: ConversationRecord,
+        plan: Plan | None = None,
+        dispatch: MessageRecord | None = None,
     ) -> bool:
         """Ask the scheduler for a slot for a step run or a commander turn (it starts when
         granted); the other long work starts at once. True: the row is held. `plan`: the
-        step's plan as just read, if it was."""
+        step's plan as just read, if it was; `dispatch`: its dispatch message, posted and
+        kept by the claim (`SlotRequest.keep`)."""
         effect = claimed.effect
         redelivered = claimed.delivery > 1
         run_key, work, at_claim = step_dispatch.work_of(
@@ -328,6 +336,7 @@ class Executor:
         )
         if isinstance(effect, SCHEDULED):
             slot = await slot_request(self.context, self.admission, effect, conversation, plan)
+            slot = replace(slot, keep=dispatch)
             if self._stopping:  # it waits in line: a running process grants it
                 now = self.context.clock()
                 queued = replace(slot, fast=None)

@@ -67,8 +67,20 @@ class AnswerStream(Protocol):
 class SlackPort(Protocol):
     """What the executor needs from Slack (or the local workspace)."""
 
-    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
-        """Post `@agent <input>` in the thread, carrying the effect's key."""
+    async def post_dispatch(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
+        """Post `@agent <input>` in the thread, carrying the effect's key, without keeping
+        it: the message to keep (stored with the step's claim, `claim_slot`), or None when
+        a retry edited the step's earlier message instead (kept as edited)."""
+        ...
+
+    async def dispatch_posted(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
+        """The step's dispatch message if Flotilla posted it already (looked for in the
+        thread by the effect's key, as `thread_has_key`), as `post_dispatch` returns it:
+        a redelivery after a crash keeps it instead of posting it again."""
         ...
 
     async def post_form(

@@ -30,9 +30,10 @@ from agents.effects import (
     to_row,
 )
 from agents.plan import COMMANDER, Plan, StepFailed
+from storage.conversations import store_message
 from storage.db import Also, Database
 from storage.outbox import finish_effect, hold_effect
-from storage.records import ConversationRecord, RunRequestRecord
+from storage.records import ConversationRecord, MessageRecord, RunRequestRecord
 from storage.run_request_leases import finish_request, grant_at_once
 from storage.run_requests import enqueue_request, lock_admission
 
@@ -81,6 +82,7 @@ class SlotRequest:
     run_key: str
     values: dict[str, Any]
     fast: FastPath | None  # None: a tool quota or a budget applies – the queue decides
+    keep: MessageRecord | None = None  # the step's dispatch message, kept by the claim
 
 
 def fast_path(options: SchedulerOptions, agent: str, tools: list[str]) -> FastPath | None:
@@ -159,9 +161,23 @@ async def claim_slot(
 
     `also`: the run's reads, made in this transaction once granted – on SQLite only (on
     PostgreSQL the transaction holds the admission lock every process's claims and passes
-    wait for: the run reads in a transaction of its own, after)."""
+    wait for: the run reads in a transaction of its own, after).
+
+    `slot.keep`, the step's dispatch message just posted (or found in the thread again
+    after a crash), is kept whatever the claim's answer, before the run's reads see the
+    thread: in this transaction on SQLite (no transaction of its own), in one just before
+    on PostgreSQL (not under the admission lock). A claim delivered again keeps it once
+    (one row per channel and ts)."""
     row_key = slot.values["effect_key"]
+    conversation_id = slot.values["conversation_id"]
+    keep = slot.keep
+    if keep is not None and not db.is_sqlite:
+        async with db.write() as conn:
+            await store_message(conn, conversation_id, keep, now)
+        keep = None
     async with db.write() as conn:
+        if keep is not None:
+            await store_message(conn, conversation_id, keep, now)
         if slot.fast is not None:
             await lock_admission(conn)  # counted under the passes' lock (PostgreSQL)
             fast = slot.fast

@@ -21,7 +21,7 @@ from agents.effects import (
 )
 from agents.run_context import Context
 from storage.db import Also
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -44,13 +44,19 @@ async def post_form(
 
 async def post_dispatch(
     ctx: Context, conversation: ConversationRecord, effect: PostDispatch, *, redelivered: bool
-) -> None:
+) -> MessageRecord | None:
+    """Post the step's dispatch message; the message to keep, stored in the transaction
+    that claims the step's run (`claim_slot`: no transaction of its own), None when a
+    retry's edit kept it already. After a crash between the post and that claim the
+    message is in the thread but maybe not kept: found there, it is kept, never posted
+    twice."""
     await plan_notices.show_card(ctx, conversation, effect.plan_id, first=True)
-    # after a crash the message may be there already: never post twice
-    if not (redelivered and await ctx.port.thread_has_key(conversation, effect.key)):
-        await ctx.port.post_dispatch(conversation, effect)
-        ctx.observer.dispatched("agent")
-        log.info("step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect))
+    if redelivered and (found := await ctx.port.dispatch_posted(conversation, effect)):
+        return found
+    message = await ctx.port.post_dispatch(conversation, effect)
+    ctx.observer.dispatched("agent")
+    log.info("step dispatched to %s", effect.agent, extra=step_runs.ids(conversation, effect))
+    return message
 
 
 def work_of(

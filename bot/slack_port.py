@@ -112,10 +112,47 @@ class SlackPort(StepMessages, FileTransfers):
                 metadata = step_metadata(RESULT_EVENT, result_of, key)
             else:
                 metadata = {"event_type": NOTICE_EVENT, "event_payload": {"key": key}}
+        message = await self.post_unkept(
+            conversation, text, identity=identity, blocks=blocks, metadata=metadata
+        )
+        async with self.db.write() as conn:
+            await store_message(conn, conversation.id, message, self.clock())
+        return message.ts
+
+    async def post_unkept(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        *,
+        identity: Identity | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> MessageRecord:
+        """Post in the thread (as the commander or `identity`) and return the message to
+        keep, not kept yet: the caller stores it in a transaction it makes anyway (a step's
+        dispatch message: with its run's claim, `claim_slot`)."""
         text = fit_text(text)
         ts = await self._post(conversation, text, identity, blocks, metadata)
-        await self.keep(conversation, ts, text, identity, metadata)
-        return ts
+        return self.message(conversation, ts, text, identity, metadata)
+
+    def message(
+        self,
+        conversation: ConversationRecord,
+        ts: str,
+        text: str,
+        identity: Identity | None,
+        metadata: dict[str, Any] | None,
+    ) -> MessageRecord:
+        """A message Flotilla posted (as the commander or `identity`), as it is kept."""
+        return MessageRecord(
+            channel_id=conversation.channel_id,
+            ts=ts,
+            user_id=identity.bot_user_id if identity is not None else self.bot_user_id,
+            bot_id=identity.bot_id if identity is not None else self.bot_id,
+            author_name=identity.display_name if identity is not None else COMMANDER_NAME,
+            text=text,
+            metadata=metadata,
+        )
 
     async def keep(
         self,
@@ -129,15 +166,7 @@ class SlackPort(StepMessages, FileTransfers):
         may have stored it first, without what only Flotilla knows – a streamed answer's
         event carries no metadata, so the mark that finds it after a stop would be lost:
         then this text and metadata replace the event's."""
-        record = MessageRecord(
-            channel_id=conversation.channel_id,
-            ts=ts,
-            user_id=identity.bot_user_id if identity is not None else self.bot_user_id,
-            bot_id=identity.bot_id if identity is not None else self.bot_id,
-            author_name=identity.display_name if identity is not None else COMMANDER_NAME,
-            text=text,
-            metadata=metadata,
-        )
+        record = self.message(conversation, ts, text, identity, metadata)
         async with self.db.write() as conn:
             if not await store_message(conn, conversation.id, record, self.clock()):
                 await update_message(conn, record.channel_id, ts, text=text, metadata=metadata)
@@ -293,10 +322,17 @@ class SlackPort(StepMessages, FileTransfers):
     ) -> bool:
         """Whether Flotilla (its bot, or `agent`'s own app) posted a message carrying `key`
         with one of Flotilla's metadata event types (redelivery and recovery only)."""
+        return await self.posted(conversation, key, agent=agent) is not None
+
+    async def posted(
+        self, conversation: ConversationRecord, key: str, *, agent: str | None = None
+    ) -> str | None:
+        """The ts of the message carrying `key` that Flotilla (its bot, or `agent`'s own
+        app) posted, if any (as `thread_has_key`)."""
         authors = {self.bot_id}
         if agent:
             authors.add((await self.identity(agent)).bot_id)
-        return await self._posted(conversation, key, authors) is not None
+        return await self._posted(conversation, key, authors)
 
     async def _posted(
         self, conversation: ConversationRecord, key: str, authors: set[str | None]

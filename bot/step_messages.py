@@ -22,7 +22,7 @@ from bot.slack_errors import slack_call
 from bot.views.forms import FormKey, answered_form, closed_form_message, form_message
 from storage.conversations import thread_messages, update_message
 from storage.db import Database
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +63,48 @@ class StepMessages(ABC):
         """Post in the thread and keep the message (`SlackPort.say`)."""
 
     @abstractmethod
+    async def post_unkept(
+        self,
+        conversation: ConversationRecord,
+        text: str,
+        *,
+        identity: Identity | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> MessageRecord:
+        """Post in the thread; the message to keep, not kept yet (`SlackPort.post_unkept`)."""
+
+    @abstractmethod
+    def message(
+        self,
+        conversation: ConversationRecord,
+        ts: str,
+        text: str,
+        identity: Identity | None,
+        metadata: dict[str, Any] | None,
+    ) -> MessageRecord:
+        """A message Flotilla posted, as it is kept (`SlackPort.message`)."""
+
+    @abstractmethod
+    async def posted(
+        self, conversation: ConversationRecord, key: str, *, agent: str | None = None
+    ) -> str | None:
+        """The ts of Flotilla's message carrying `key` in the thread (`SlackPort.posted`)."""
+
+    @abstractmethod
     async def update(
         self, conversation: ConversationRecord, ts: str, text: str, blocks: list[dict[str, Any]]
     ) -> None:
         """Edit a message Flotilla posted (`SlackPort.update`)."""
 
-    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
-        """Post `@agent <input>`; a transient failure's retry edits the step's earlier
-        dispatch message instead ("— retrying, 2 of 3"), so the thread holds one."""
-        identity = await self.identity(effect.agent)
-        text = f"{identity.mention} {effect.text}".strip()
-        metadata = step_metadata(DISPATCH_EVENT, effect, effect.key)
+    async def post_dispatch(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
+        """Post `@agent <input>`, not kept yet: the message to keep (the step's claim stores
+        it, `claim_slot`). A transient failure's retry edits the step's earlier dispatch
+        message instead ("— retrying, 2 of 3"), so the thread holds one: kept as edited
+        here (None)."""
+        text, metadata = await self._dispatch(effect)
         if effect.retry:
             earlier = await self._dispatch_message(conversation, effect)
             if earlier is not None:
@@ -86,8 +117,26 @@ class StepMessages(ABC):
                     await update_message(
                         conn, conversation.channel_id, earlier, text=text, metadata=metadata
                     )
-                return
-        await self.say(conversation, text, metadata=metadata)
+                return None
+        return await self.post_unkept(conversation, text, metadata=metadata)
+
+    async def dispatch_posted(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
+        """The step's dispatch message if the thread holds it already (posted before a
+        crash, maybe never kept), as `post_dispatch` returns it; keeping it again is
+        harmless (a message is kept once per channel and ts)."""
+        ts = await self.posted(conversation, effect.key)
+        if ts is None:
+            return None
+        text, metadata = await self._dispatch(effect)
+        return self.message(conversation, ts, fit_text(text), None, metadata)
+
+    async def _dispatch(self, effect: PostDispatch) -> tuple[str, dict[str, Any]]:
+        """A step's dispatch message: its text and metadata (posted as the commander)."""
+        identity = await self.identity(effect.agent)
+        text = f"{identity.mention} {effect.text}".strip()
+        return text, step_metadata(DISPATCH_EVENT, effect, effect.key)
 
     async def _dispatch_message(
         self, conversation: ConversationRecord, effect: PostDispatch

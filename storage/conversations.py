@@ -136,12 +136,15 @@ async def update_message(
 async def thread_messages(
     conn: AsyncConnection, conversation_id: int, *, limit: int = 200
 ) -> list[MessageRecord]:
-    """The newest `limit` stored messages of a thread, oldest first."""
+    """The newest `limit` stored messages of a thread, oldest first – in Slack's order (by
+    ts), not the order they were stored in: a message Flotilla posted may be stored after
+    a person's later one (a step's dispatch message is kept as its run claims its slot).
+    Slack's ts strings ("1733333333.123456") sort as they compare."""
     rows = (
         await conn.execute(
             select(messages_t)
             .where(messages_t.c.conversation_id == conversation_id)
-            .order_by(messages_t.c.id.desc())
+            .order_by(messages_t.c.ts.desc(), messages_t.c.id.desc())
             .limit(limit)
         )
     ).mappings()

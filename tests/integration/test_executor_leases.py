@@ -49,7 +49,7 @@ from bot.settings import Settings
 from local_slack import Driver, Message
 from storage.db import Database
 from storage.outbox import outbox_t
-from storage.records import ConversationRecord
+from storage.records import ConversationRecord, MessageRecord
 from storage.run_request_leases import holders
 from storage.run_requests import get_request, requests_t
 from storage.runs import leases_t
@@ -321,13 +321,13 @@ class LookFailsOnce:
         self.port = port
         self.failed = False
 
-    async def thread_has_key(
-        self, conversation: ConversationRecord, key: str, *, agent: str | None = None
-    ) -> bool:
+    async def dispatch_posted(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
         if not self.failed:
             self.failed = True
             raise TransientError("Slack answered 503")
-        return await self.port.thread_has_key(conversation, key, agent=agent)
+        return await self.port.dispatch_posted(conversation, effect)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.port, name)
@@ -386,10 +386,12 @@ class SlowDispatch:
         self.reached = asyncio.Event()
         self.go = asyncio.Event()
 
-    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+    async def post_dispatch(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
         self.reached.set()
         await self.go.wait()
-        await self.port.post_dispatch(conversation, effect)
+        return await self.port.post_dispatch(conversation, effect)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.port, name)

@@ -221,9 +221,11 @@ class FirstPostsFail(FaultyPort):
     async def failure(self, key: str) -> None:
         await asyncio.wait_for(self.failed.setdefault(key, asyncio.Event()).wait(), WAIT)
 
-    async def post_dispatch(self, conversation: ConversationRecord, effect: PostDispatch) -> None:
+    async def post_dispatch(
+        self, conversation: ConversationRecord, effect: PostDispatch
+    ) -> MessageRecord | None:
         await self._fail_first(effect)
-        await super().post_dispatch(conversation, effect)
+        return await super().post_dispatch(conversation, effect)
 
     async def post_form(
         self, conversation: ConversationRecord, effect: ShowForm | AskUser, plan: Any

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from agents.commander import commander_step_spec
 from agents.effects import PlanFinished, StepFailureNotice, final_answer_key
 from agents.errors import PermanentError, RunError
+from agents.final_texts import store_final_text
 from agents.plan import COMMANDER, USER, Plan, Step
 from agents.run_results import StepRunResult
 from agents.runtime import RunJob, run_step
@@ -110,7 +111,8 @@ async def write_final_answer(
     )
     text = await _commanders_answer(ctx, conversation, plan, answer)
     try:
-        await answer.finish(text)
+        finished = await answer.finish(text)
+        await store_final_text(ctx.db, finished.final)  # no reconcile follows to carry it
     except PermanentError as exc:  # e.g. removed from the channel: nothing else can be said
         log.warning("the final answer could not be posted: %s", exc)
 

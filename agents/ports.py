@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from agents.effects import AskUser, FormAnswer, PostDispatch, ShowForm
+    from agents.final_texts import FinalText, FinishedAnswer
     from agents.plan import Plan, Step
     from agents.session_status import SessionStatus
     from storage.plans import PlanCard
@@ -54,9 +55,16 @@ class AnswerStream(Protocol):
         """The answer so far (a preview; never raises: a display problem only stops it)."""
         ...
 
-    async def finish(self, text: str) -> str:
-        """The final answer in the thread, with its step's metadata; its ts. Raises like
-        `SlackPort.say`."""
+    async def finish(self, text: str) -> FinishedAnswer:
+        """The final answer in the thread, with its step's metadata: its ts, and the final
+        text its stored message is still to be given (the caller stores it, see
+        `agents/final_texts.py`). Raises like `SlackPort.say`."""
+        ...
+
+    def finished_before(self, text: str) -> FinalText | None:
+        """The answer `text` was found finished in the thread already (a redelivery): the
+        final text to store if its stored message was left streaming (a process stopped
+        after Slack finished it, before storing it); None when there is nothing to store."""
         ...
 
     async def discard(self) -> None:

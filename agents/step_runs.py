@@ -31,6 +31,7 @@ from agents.effects import (
 )
 from agents.errors import PermanentError, RunError, StorageError, TransientError
 from agents.file_transfer import fetch_attachments, share_produced
+from agents.final_texts import FinalText, store_final_text, with_final_text
 from agents.job_settling import SETTLING
 from agents.plan import (
     COMMANDER,
@@ -223,14 +224,15 @@ async def run(
     name = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     spec = await _assignee(ctx, name)
     outcome: Outcome
+    final: FinalText | None = None
     if spec is None:
         outcome = _failed(effect, f"the agent {name} is not available (removed or disabled)")
     else:
         began = time.perf_counter()
         reads = reads or claim_reads(ctx, conversation, effect)
-        outcome = await _execute(ctx, conversation, effect, spec, redelivered, reads)
+        outcome, final = await _execute(ctx, conversation, effect, spec, redelivered, reads)
         ctx.observer.ran(spec.name, time.perf_counter() - began)
-    await report(ctx, conversation.id, outcome)
+    await report(ctx, conversation.id, outcome, final)
     log.info(
         "step outcome: %s",
         type(outcome).__name__.removeprefix("Step").lower(),
@@ -258,7 +260,8 @@ async def _execute(
     spec: AgentSpec,
     redelivered: bool,
     claimed: ClaimReads,
-) -> Outcome:
+) -> tuple[Outcome, FinalText | None]:
+    """The step's outcome, and its streamed answer's final text to store with it."""
     job = claimed.job
     files = ctx.options.files
     key = result_key(effect.plan_id, effect.step, effect.attempt)
@@ -296,52 +299,78 @@ async def _execute(
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
         await answer.discard()
-        return _failed(effect, exc.public, retryable=exc.retryable)
+        return _failed(effect, exc.public, retryable=exc.retryable), None
     except ValueError as exc:  # a model string that cannot be used
         log.error("step run cannot start: %s", exc, extra=ids(conversation, effect))
         await answer.discard()
-        return _failed(effect, "its model is not configured correctly (an admin can fix it)")
+        return _failed(effect, "its model is not configured correctly (an admin can fix it)"), None
     if isinstance(result, StepQuestion):
         await answer.discard()
-        return StepBlocked(
+        blocked = StepBlocked(
             index=effect.step, attempt=effect.attempt, question=result.question, form=result.form
         )
+        return blocked, None
     current, produced = await after.seen(ctx)
     if not current:
+        stale = _failed(effect, "the plan stopped while it ran")  # changes nothing
+        if redelivered and await _answered(ctx, conversation, key, spec.name):
+            # finished in Slack before the process stopped: kept, its stored text made final
+            return stale, answer.finished_before(result.message)
         await answer.discard()
-        return _failed(effect, "the plan stopped while it ran")  # stale: changes nothing
+        return stale, None
     ts: str | None = None
     try:
         # the files it wrote go into the thread first (each once), then its answer
         shared = await share_produced(ctx, conversation, job.run_key, agent, produced)
-        if not (redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name)):
-            ts = await answer.finish(result.message)
+        if redelivered and await ctx.port.thread_has_key(conversation, key, agent=spec.name):
+            # answered before the process stopped: its stored text may not be final yet
+            final = answer.finished_before(result.message)
+        else:
+            finished = await answer.finish(result.message)
+            ts, final = finished.ts, finished.final
     except TransientError:
         raise  # the job is handed over: the stored run answers again, at no cost
     except PermanentError as exc:
-        return _failed(effect, f"its answer could not be posted: {exc.public}")
-    return StepSucceeded(
+        return _failed(effect, f"its answer could not be posted: {exc.public}"), None
+    succeeded = StepSucceeded(
         index=effect.step,
         attempt=effect.attempt,
         summary=result.summary,
         files=[f.name for f in shared],
         message_ts=ts,
     )
+    return succeeded, final
 
 
-async def report(ctx: Context, conversation_id: int, outcome: Outcome) -> None:
-    """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing)."""
+async def _answered(ctx: Context, conversation: ConversationRecord, key: str, agent: str) -> bool:
+    """Whether the thread has the answer carrying `key` (False when Slack refuses to say)."""
+    try:
+        return await ctx.port.thread_has_key(conversation, key, agent=agent)
+    except PermanentError:
+        return False
+
+
+async def report(
+    ctx: Context, conversation_id: int, outcome: Outcome, final: FinalText | None = None
+) -> None:
+    """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing);
+    `final`: its answer's final text, stored with it (`agents/final_texts.py`)."""
     ctx.observer.outcome(type(outcome).__name__.removeprefix("Step").lower())
     assignees = await ctx.enabled_names()
     settling = SETTLING.get()
-    if settling is None or not ctx.db.is_sqlite:
+    if not ctx.db.is_sqlite:  # an optimistic reconcile: the text is stored before it
+        await store_final_text(ctx.db, final)
         await ctx.reconciler.reconcile(conversation_id, outcomes=[outcome], assignees=assignees)
         return
-    await settling.stop_heartbeat()  # it would see its request finished: a lost lease
+    if settling is not None:
+        await settling.stop_heartbeat()  # it would see its request finished: a lost lease
+    settle = with_final_text(settling.settle_in if settling is not None else None, final)
     decision = await ctx.reconciler.reconcile(
-        conversation_id, outcomes=[outcome], assignees=assignees, settle=settling.settle_in
+        conversation_id, outcomes=[outcome], assignees=assignees, settle=settle
     )
-    if decision is not None:  # committed with the settle (`agents/job_settling.py`)
+    if decision is None:  # no plan: nothing was written with it
+        await store_final_text(ctx.db, final)
+    elif settling is not None:  # committed with the settle (`agents/job_settling.py`)
         settling.committed()
 
 

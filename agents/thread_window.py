@@ -8,7 +8,9 @@ the original request. The thread window beside them leaves out what would repeat
 - a message whose text the prompt already carries (the request, the new message);
 - the answers of the plan's steps whose summaries reached this run – the ones its input
   was given, and transitively the ones those steps were given (a summary is written for
-  the next steps: it passes on what they need of the answer).
+  the next steps: it passes on what they need of the answer);
+- an answer still marked `streaming`: its stored text is only what it started with (the
+  final text is stored with its step's outcome, `agents/final_texts.py`), not its answer.
 
 What is left – people's messages (interjections), the commander's replies, answers the
 run was not given – is shown newest first up to a budget in characters, oldest first.
@@ -25,12 +27,13 @@ from agents.plan_validation import STEP_REF, TEMPLATE
 from agents.tools.builtin import format_thread_line
 
 # Message metadata event types Flotilla writes (bot/listeners/payloads.py writes the same
-# strings; agents/ does not import bot/).
+# strings, and bot/answer_stream.py the streaming mark; agents/ does not import bot/).
 DISPATCH_EVENT = "flotilla_dispatch"  # `@agent <input>` for a step
 RESULT_EVENT = "flotilla_result"  # a step's answer
 FORM_EVENT = "flotilla_form"  # a user step's form, or a blocked step's question
 NOTICE_EVENT = "flotilla_notice"  # a notice (plan card, plan stopped or finished)
 OWN_POSTS = frozenset({DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT})
+STREAMING_MARK = "streaming"  # in the payload of an answer whose final text is not stored
 
 WINDOW_CHARS = 4_000  # the whole window, newest messages first
 MESSAGE_CHARS = 400  # one message of the window
@@ -103,7 +106,7 @@ def _event(message: Any) -> tuple[str | None, dict[str, Any]]:
 def left_out(message: Any, known: Known, texts: Sequence[str]) -> bool:
     """Whether the window leaves `message` out: see the module's docstring."""
     event, payload = _event(message)
-    if event in OWN_POSTS:
+    if event in OWN_POSTS or (event == RESULT_EVENT and payload.get(STREAMING_MARK)):
         return True
     if event == RESULT_EVENT and known.plan_id is not None:
         if payload.get("plan_id") == known.plan_id and payload.get("step") in known.steps:

@@ -7,6 +7,8 @@ finishes it with the rest, the step's metadata and 👍/👎 buttons (`bot/views
 The message is kept in the thread's stored messages from its start (marked `streaming`),
 so a process that stops mid-answer leaves a trace: the run that continues the step
 finishes that message (stop, then edit to the whole answer) instead of posting another.
+Its final text is handed back by `finish` and stored by the caller – with the step's
+outcome, in its reconcile's transaction (`agents/final_texts.py`).
 
 Where the workspace does not stream (see `bot/slack_features.py`), or a stream call fails,
 the answer is posted whole at the end: the preview is best effort, the answer is not.
@@ -23,6 +25,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agents.failures import is_storage_error
+from agents.final_texts import FinalText, FinishedAnswer
 from agents.plan import COMMANDER
 from agents.ports import StepTag
 from bot.identities import Identity
@@ -36,7 +39,7 @@ from storage.records import ConversationRecord
 log = logging.getLogger(__name__)
 
 STREAM_TEXT_MAX = 12_000  # markdown_text of one streaming call, and a markdown block
-STREAMING_MARK = "streaming"
+STREAMING_MARK = "streaming"  # agents/thread_window.py knows it too
 
 
 def answer_metadata(tag: StepTag | None, key: str, *, streaming: bool = False) -> dict[str, Any]:
@@ -149,11 +152,13 @@ class SlackAnswerStream:
         )
         self.sent, self.last_append = text, self.monotonic()
 
-    async def finish(self, text: str) -> str:
+    async def finish(self, text: str) -> FinishedAnswer:
+        """The answer finished in Slack; its stored message's final text is left to the
+        caller to store (with the step's outcome: `agents/final_texts.py`)."""
         metadata = answer_metadata(self.tag, self.key)
         agent = self.identity.name if self.identity is not None else None
         if self.ts is None:
-            return await self._say(text, agent)
+            return FinishedAnswer(await self._say(text, agent))  # stored as it was posted
         ts = self.ts
         rest = text[len(self.sent) :] if text.startswith(self.sent) else None
         if not self.stopped and rest is not None and len(text) <= STREAM_TEXT_MAX:
@@ -178,13 +183,21 @@ class SlackAnswerStream:
                 )
         else:  # too long for one streamed message: the whole answer as a post
             await self.discard()
-            return await self._say(text, agent)
-        async with self.port.db.write() as conn:
-            await update_message(
-                conn, self.conversation.channel_id, ts, text=text, metadata=metadata
-            )
+            return FinishedAnswer(await self._say(text, agent))
         self.ts, self.stopped = None, True
-        return ts
+        return FinishedAnswer(ts, FinalText(self.conversation.channel_id, ts, text, metadata))
+
+    def finished_before(self, text: str) -> FinalText | None:
+        """Slack has the finished answer already (found on a redelivery); if its stored
+        message was left streaming (`left_ts`), the final text to store. `text` is the
+        answer of the stored run, the one finished in Slack."""
+        if self.ts is None:
+            return None  # nothing left streaming: stored as it was posted
+        ts, self.ts, self.stopped = self.ts, None, True
+        if len(text) > STREAM_TEXT_MAX:  # taken back, the answer posted whole: as `discard`
+            return FinalText(self.conversation.channel_id, ts, "", None)
+        metadata = answer_metadata(self.tag, self.key)
+        return FinalText(self.conversation.channel_id, ts, text, metadata)
 
     def _buttons(self) -> list[dict[str, Any]]:
         return list(self.feedback)

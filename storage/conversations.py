@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, Update, bindparam, select, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -126,7 +126,18 @@ async def update_message(
     metadata: dict[str, Any] | None,
 ) -> None:
     """Keep an edited message's new text and metadata (Flotilla's own edits)."""
-    await conn.execute(
+    await conn.execute(_message_update(channel_id, ts, text, metadata))
+
+
+def update_message_in(
+    conn: Connection, channel_id: str, ts: str, *, text: str, metadata: dict[str, Any] | None
+) -> None:
+    """`update_message` in a caller's synchronous transaction (e.g. a reconcile's)."""
+    conn.execute(_message_update(channel_id, ts, text, metadata))
+
+
+def _message_update(channel_id: str, ts: str, text: str, metadata: dict[str, Any] | None) -> Update:
+    return (
         update(messages_t)
         .where(messages_t.c.channel_id == channel_id, messages_t.c.ts == ts)
         .values(text=text, metadata=metadata)

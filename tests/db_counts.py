@@ -7,6 +7,9 @@ each statement SQLite runs through its trace callback. That is the ground truth:
 transaction is a `BEGIN …` (or a statement run outside one, which SQLite wraps in its
 own), a statement anything else but `COMMIT`, `ROLLBACK` and `PRAGMA`.
 
+Each transaction's statement kinds are kept too (`shapes`), so a test can tell which
+writes commit together.
+
 With `callers=True` a SQLAlchemy listener also attributes each statement to the nearest
 project frames that sent it (through greenlets, so an `await conn.execute(...)` shows
 its coroutine), for `bench/slice.py --callers`.
@@ -56,10 +59,12 @@ def statement_kind(sql: str) -> str:
 @dataclass
 class DbCounts:
     """Transactions by kind (`write`/`read`/`autocommit` × `aiosqlite`/`worker thread`),
-    statements by kind (`statement_kind`) and, if asked, statements by call site."""
+    statements by kind (`statement_kind`), transactions by the statement kinds they ran
+    (`shapes`) and, if asked, statements by call site."""
 
     transactions: Counter[str] = field(default_factory=Counter)
     statements: Counter[str] = field(default_factory=Counter)
+    shapes: Counter[frozenset[str]] = field(default_factory=Counter)
     callers: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -75,10 +80,17 @@ class DbCounts:
         with self._lock:
             self.transactions.clear()
             self.statements.clear()
+            self.shapes.clear()
             self.callers.clear()
+
+    def together(self, kind: str) -> list[frozenset[str]]:
+        """The statement kinds of every transaction that ran a statement of `kind`."""
+        with self._lock:
+            return [shape for shape, n in self.shapes.items() if kind in shape for _ in range(n)]
 
     def _tracer(self, path: str) -> Any:
         in_transaction = False
+        kinds: set[str] = set()  # of the transaction open on this connection
 
         def trace(sql: str) -> None:
             nonlocal in_transaction
@@ -86,14 +98,19 @@ class DbCounts:
             with self._lock:
                 if head.startswith("BEGIN"):
                     in_transaction = True
+                    kinds.clear()
                     read = "DEFERRED" in sql.upper()
                     self.transactions[f"{'read' if read else 'write'} ({path})"] += 1
                 elif head.startswith(("COMMIT", "ROLLBACK", "END")):
                     in_transaction = False
+                    self.shapes[frozenset(kinds)] += 1
                 elif not head.startswith("PRAGMA"):
+                    kind = statement_kind(sql)
                     if not in_transaction:
                         self.transactions[f"autocommit ({path})"] += 1
-                    self.statements[statement_kind(sql)] += 1
+                        self.shapes[frozenset({kind})] += 1
+                    kinds.add(kind)
+                    self.statements[kind] += 1
 
         return trace
 

@@ -58,6 +58,14 @@ def test_the_window_leaves_out_own_posts_given_answers_and_known_texts() -> None
     ]
 
 
+def test_the_window_leaves_out_an_answer_whose_final_text_is_not_stored_yet() -> None:
+    thread = [
+        msg("Researcher", "Prices: A costs", "flotilla_result", plan_id=7, step=1, streaming=True),
+        msg("Analyst", "Answer two, whole", "flotilla_result", plan_id=7, step=2),
+    ]
+    assert thread_window(thread, Known(plan_id=7)) == ["- Analyst: Answer two, whole"]
+
+
 def test_the_window_is_bounded_in_characters_newest_first() -> None:
     thread = [msg("alice", f"message {i} " + "x" * 500) for i in range(30)]
     lines = thread_window(thread, Known(), budget=1_000, per_message=300)

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from agents import offline
 from agents.effects import AskUser, PostDispatch, ShowForm
 from agents.errors import TransientError
+from agents.final_texts import FinishedAnswer
 from agents.offline import first_prompt
 from agents.ports import StepTag
 from bot.identities import make_client
@@ -160,10 +161,10 @@ class LostAnswer(FaultyPort):
         )
         finish = stream.finish
 
-        async def finish_then_lose(text: str) -> str:
-            ts = await finish(text)
+        async def finish_then_lose(text: str) -> FinishedAnswer:
+            finished = await finish(text)
             self._lose(text)
-            return ts
+            return finished
 
         stream.finish = finish_then_lose  # type: ignore[method-assign]
         return stream
@@ -191,7 +192,7 @@ class BrokenAnswers(FaultyPort):
         )
         if agent == self.broken:
 
-            async def finish(text: str) -> str:
+            async def finish(text: str) -> FinishedAnswer:
                 raise RuntimeError("a bug in posting the answer")
 
             stream.finish = finish  # type: ignore[method-assign]

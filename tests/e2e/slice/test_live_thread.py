@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agents.errors import TransientError
+from agents.final_texts import FinishedAnswer
 from agents.ports import StepTag
 from bot.channel_pacing import ChannelBucket
 from local_slack import Message
@@ -115,7 +116,7 @@ class StopsMidStream(FaultyPort):
         if not self.left.is_set() and stream.ts is None:
             original = stream.finish
 
-            async def finish(text: str) -> str:
+            async def finish(text: str) -> FinishedAnswer:
                 if stream.ts is None or self.left.is_set():
                     return await original(text)
                 self.left.set()

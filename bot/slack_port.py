@@ -276,9 +276,12 @@ class SlackPort(StepMessages, FileTransfers):
             return
         key = card_message_key(plan.id)
         metadata = {"event_type": NOTICE_EVENT, "event_payload": {"plan_id": plan.id, "key": key}}
-        ts = await self.say(conversation, text, blocks=rendered, metadata=metadata)
-        async with self.db.write() as conn:
+        posted = await self.post_unkept(conversation, text, blocks=rendered, metadata=metadata)
+        ts = posted.ts
+        async with self.db.write() as conn:  # kept with the claim: one write, not two
             won = await claim_plan_card(conn, plan.id, ts)
+            if won:
+                await store_message(conn, conversation.id, posted, self.clock())
         if won:
             self._cards.put(plan.id, PlanCard(ts, card.intro))
         if not won:  # another sender posted the card first: keep one card

@@ -136,10 +136,12 @@ class LostAnswer(FaultyPort):
         self.text = text
         self.lost = asyncio.Event()
 
-    async def say(self, conversation: ConversationRecord, text: str, **kwargs: Any) -> str:
-        ts = await super().say(conversation, text, **kwargs)
+    async def post_unkept(
+        self, conversation: ConversationRecord, text: str, **kwargs: Any
+    ) -> MessageRecord:
+        posted = await super().post_unkept(conversation, text, **kwargs)  # every post's way
         self._lose(text)
-        return ts
+        return posted
 
     def _lose(self, text: str) -> None:
         if text.startswith(self.text) and not self.lost.is_set():

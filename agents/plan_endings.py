@@ -107,7 +107,7 @@ async def write_final_answer(
     if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
         return  # said already (Slack's answer was lost, or the process stopped after)
     answer = await ctx.port.open_answer(
-        conversation, agent=None, result_of=None, key=effect.key, plan_id=plan.id
+        conversation, agent=None, result_of=None, key=effect.key, plan_id=plan.id, plan=plan
     )
     text = await _commanders_answer(ctx, conversation, plan, answer)
     try:

@@ -149,6 +149,7 @@ class SlackPort(Protocol):
         key: str,
         plan_id: int,
         thread: list[MessageRecord] | None = None,
+        plan: Plan | None = None,
     ) -> AnswerStream:
         """A stream for the answer carrying `key`, as the commander or `agent`: a step's
         answer (`result_of`) or the plan's final answer, in plan `plan_id` (people's 👍/👎 on

@@ -276,6 +276,7 @@ async def _execute(
         key=key,
         plan_id=effect.plan_id,
         thread=reads.thread,
+        plan=reads.plan,
     )
     try:
         model = await ctx.choose_model(spec.model)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from agents.commander_operations import upstream_of
+from agents.plan import Plan
 from agents.plan_store import plan_from_rows
 from agents.ports import StepTag
 from bot.identities import Identity
@@ -28,19 +29,21 @@ class AgentDirectory(Protocol):
 
 
 async def own_app_ratings(
-    port: AgentDirectory, plan_id: int, answer_to: StepTag | None
+    port: AgentDirectory, plan_id: int, answer_to: StepTag | None, plan: Plan | None = None
 ) -> list[dict[str, Any]]:
-    """The rating blocks for the commander's answer to a step (None: the final answer)."""
+    """The rating blocks for the commander's answer to a step (None: the final answer);
+    `plan`: as the caller read it since the steps it waited for were done (else read)."""
     db, identities = port.db, await port.identities()
     step = answer_to.step if answer_to is not None else None
     apps = {name for name, who in identities.items() if who.kind == "app"}
     if not apps:
         return []
-    async with db.read() as conn:
-        loaded = await conn.run_sync(load_plan, plan_id)
-    if loaded is None:
-        return []
-    plan = plan_from_rows(loaded.plan, loaded.steps or [])
+    if plan is None or plan.id != plan_id:
+        async with db.read() as conn:
+            loaded = await conn.run_sync(load_plan, plan_id)
+        if loaded is None:
+            return []
+        plan = plan_from_rows(loaded.plan, loaded.steps or [])
     if step is not None and plan.step(step) is None:
         return []
     built_on = upstream_of(plan, step) if step is not None else {s.index for s in plan.steps}

@@ -180,9 +180,11 @@ class SlackPort(StepMessages, FileTransfers):
         key: str,
         plan_id: int,
         thread: list[MessageRecord] | None = None,
+        plan: Plan | None = None,
     ) -> SlackAnswerStream:
         """A stream for the answer carrying `key` (see `bot/answer_stream.py`); `thread`:
-        the thread's stored messages as just read (else read here)."""
+        the thread's stored messages as just read (else read here); `plan`: the plan as the
+        caller just read it (else read here if the answer rates own-app agents' answers)."""
         identity = await self.identity(agent) if agent else None
         messages = thread
         if messages is None:
@@ -199,7 +201,7 @@ class SlackPort(StepMessages, FileTransfers):
             None,
         )
         # the commander's answer rates the own-app agents' answers it is built on
-        rated = await own_app_ratings(self, plan_id, result_of) if identity is None else []
+        rated = await own_app_ratings(self, plan_id, result_of, plan) if identity is None else []
         return SlackAnswerStream(
             self, conversation, identity, result_of, key,
             plan_id=plan_id, interval=self.stream_interval, left_ts=left, rated=rated,

@@ -15,6 +15,7 @@ from agents.effects import AskUser, PostDispatch, ShowForm
 from agents.errors import TransientError
 from agents.final_texts import FinishedAnswer
 from agents.offline import first_prompt
+from agents.plan import Plan
 from agents.ports import StepTag
 from bot.identities import make_client
 from bot.slack_port import SlackPort
@@ -157,9 +158,16 @@ class LostAnswer(FaultyPort):
         key: str,
         plan_id: int,
         thread: list[MessageRecord] | None = None,
+        plan: Plan | None = None,
     ) -> Any:
         stream = await super().open_answer(
-            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id, thread=thread
+            conversation,
+            agent=agent,
+            result_of=result_of,
+            key=key,
+            plan_id=plan_id,
+            thread=thread,
+            plan=plan,
         )
         finish = stream.finish
 
@@ -188,9 +196,16 @@ class BrokenAnswers(FaultyPort):
         key: str,
         plan_id: int,
         thread: list[MessageRecord] | None = None,
+        plan: Plan | None = None,
     ) -> Any:
         stream = await super().open_answer(
-            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id, thread=thread
+            conversation,
+            agent=agent,
+            result_of=result_of,
+            key=key,
+            plan_id=plan_id,
+            thread=thread,
+            plan=plan,
         )
         if agent == self.broken:
 

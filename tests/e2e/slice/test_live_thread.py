@@ -13,6 +13,7 @@ import pytest
 
 from agents.errors import TransientError
 from agents.final_texts import FinishedAnswer
+from agents.plan import Plan
 from agents.ports import StepTag
 from bot.channel_pacing import ChannelBucket
 from local_slack import Message
@@ -109,9 +110,16 @@ class StopsMidStream(FaultyPort):
         key: str,
         plan_id: int,
         thread: list[MessageRecord] | None = None,
+        plan: Plan | None = None,
     ) -> Any:
         stream = await super().open_answer(
-            conversation, agent=agent, result_of=result_of, key=key, plan_id=plan_id, thread=thread
+            conversation,
+            agent=agent,
+            result_of=result_of,
+            key=key,
+            plan_id=plan_id,
+            thread=thread,
+            plan=plan,
         )
         if not self.left.is_set() and stream.ts is None:
             original = stream.finish

@@ -147,11 +147,25 @@ class AdmissionLoop:
         estimate are read at most once a poll interval (a request asks at every step; an
         admin's change calls `changed`); the agent's record comes from the roster, the
         process's one cache of the agents table (forgotten at once on an admin's edit)."""
-        tools = await self._quota_keys(team_id, agent)
-        kept = self._kept(team_id, agent)
-        if kept is None:
-            async with self.db.read() as conn:
-                kept = await self._read_facts(conn, team_id, agent)
+        tools = await self.tools_of(team_id, agent)
+        if (known := self.facts_kept(team_id, agent, tools)) is not None:
+            return known
+        async with self.db.read() as conn:
+            return await self.facts_in(conn, team_id, agent, tools)
+
+    def facts_kept(self, team_id: str, agent: str, tools: tuple[str, ...]) -> SlotFacts | None:
+        """The facts if they are known for this poll interval (no read); `tools`: the
+        agent's quota keys (`tools_of`)."""
+        if (kept := self._kept(team_id, agent)) is None:
+            return None
+        return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
+
+    async def facts_in(
+        self, conn: AsyncConnection, team_id: str, agent: str, tools: tuple[str, ...]
+    ) -> SlotFacts:
+        """The facts, read in the caller's transaction if they are not known (a run's
+        claim, `claim_slot`: no read transaction of their own)."""
+        kept = self._kept(team_id, agent) or await self._read_facts(conn, team_id, agent)
         return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
 
     async def read_facts_in(self, conn: AsyncConnection, team_id: str, agent: str) -> None:
@@ -175,7 +189,8 @@ class AdmissionLoop:
         self._facts[(team_id, agent)] = (until, kept)
         return kept
 
-    async def _quota_keys(self, team_id: str, agent: str) -> tuple[str, ...]:
+    async def tools_of(self, team_id: str, agent: str) -> tuple[str, ...]:
+        """The agent's quota keys (from the roster: usually no read)."""
         if team_id == self.roster.team_id():
             record = await self.roster.agent(agent)
         else:  # another workspace than the process's (not served by one process today)

@@ -24,8 +24,6 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from agents import form_answers, plan_notices, step_dispatch, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
@@ -52,9 +50,9 @@ from agents.ports import RunObserver
 from agents.run_context import Context, Job
 from agents.slot_requests import (
     SCHEDULED,
-    agent_of,
     claim_slot,
     fail_refused,
+    in_line,
     let_go_unrun,
     slot_request,
 )
@@ -294,7 +292,10 @@ class Executor:
             return False
         plan = None
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
-            plan = await self._current_plan(effect, conversation)
+            handed = claimed.handed and not redelivered  # decided here a moment ago
+            plan = await step_dispatch.current_plan(
+                ctx, self.admission, effect, conversation, handed=handed
+            )
             if plan is None:
                 return False  # cancelled or aborted before it ran: nothing to post or run
         dispatch = None  # the step's dispatch message, kept as its run claims its slot
@@ -306,18 +307,6 @@ class Executor:
             self._queued(claimed)
         return await self._start_long(claimed, conversation, plan, dispatch)
 
-    async def _current_plan(
-        self, effect: PostDispatch | RunCommanderStep | ResumeStep, conversation: ConversationRecord
-    ) -> Plan | None:
-        """The step's plan if the step is still current, read with its slot request's
-        admission facts when they are due (one read transaction, not two)."""
-        team, agent = conversation.team_id, agent_of(effect)
-
-        async def facts(conn: AsyncConnection) -> None:
-            await self.admission.read_facts_in(conn, team, agent)
-
-        return await step_runs.current_plan(self.context, effect, also=facts)
-
     async def _start_long(
         self,
         claimed: Claimed,
@@ -327,7 +316,7 @@ class Executor:
     ) -> bool:
         """Ask the scheduler for a slot for a step run or a commander turn (it starts when
         granted); the other long work starts at once. True: the row is held. `plan`: the
-        step's plan as just read, if it was; `dispatch`: its dispatch message, posted and
+        step's plan, as just read or remembered; `dispatch`: its dispatch message, posted and
         kept by the claim (`SlotRequest.keep`)."""
         effect = claimed.effect
         redelivered = claimed.delivery > 1
@@ -339,7 +328,7 @@ class Executor:
             slot = replace(slot, keep=dispatch)
             if self._stopping:  # it waits in line: a running process grants it
                 now = self.context.clock()
-                queued = replace(slot, fast=None)
+                queued = in_line(slot)
                 until = now + self.context.options.lease
                 await claim_slot(self.context.db, queued, self.owner, now=now, until=until)
                 return True

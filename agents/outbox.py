@@ -51,6 +51,8 @@ class Claimed:
     effect: Effect
     delivery: int  # 1: first delivery; 2+: claimed before, may have happened already
     created_at: datetime | None  # when it was decided (queue-time metrics)
+    # handed over by this process's reconcile as it committed (`hand_over`), not claimed
+    handed: bool = False
 
 
 # The performer: True when it started long work that settles the row itself.
@@ -175,7 +177,7 @@ class OutboxSender:
             if isinstance(effect, UpdatePlanCard) and last_card[effect.plan_id] != i:
                 self._sent.append(record.id)  # covered by the plan's later refresh
                 continue
-            await self._deliver(record, effect, until=until)
+            await self._deliver(record, effect, until=until, handed=True)
         return len(handed)
 
     async def drain(self, *, until_empty: bool = True) -> int:
@@ -209,7 +211,12 @@ class OutboxSender:
             raise
 
     async def _deliver(
-        self, record: OutboxRecord, effect: Effect | None = None, *, until: datetime
+        self,
+        record: OutboxRecord,
+        effect: Effect | None = None,
+        *,
+        until: datetime,
+        handed: bool = False,
     ) -> None:
         """Perform one row claimed for this sender until `until`. A claim that ran out
         before its turn came (the deliveries before it took longer than the lease) is
@@ -232,7 +239,7 @@ class OutboxSender:
             async with self.db.write() as conn:
                 await give_up_effect(conn, record.id, error=f"malformed: {exc}")
             return
-        claimed = Claimed(effect, record.attempts, record.created_at)
+        claimed = Claimed(effect, record.attempts, record.created_at, handed)
         # the renewals start only when the delivery outlasts half its claim: a timer, not a
         # task per delivery (a delivery within half a lease costs no task, no loop pass)
         loop = asyncio.get_running_loop()

@@ -7,17 +7,22 @@ estimate of its tokens (the agent's recent runs) for the budgets.
 The job asks in the transaction that claims its work (`claim_slot`): when nobody waits
 and the caps have room (no tool quota or budget to weigh), one statement grants the slot
 there and then – the idle scheduler costs no transaction of its own. Otherwise the request
-waits in line and an admission pass decides. A granted request is the run's lease.
+waits in line and an admission pass decides. A granted request is the run's lease. The
+workspace's settings and the agent's estimate, when not kept from the last poll interval,
+are read first in that same transaction (`SlotRequest.complete`): no read of their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from agents import step_runs, telemetry
-from agents.admission import PARK
+from agents.admission import PARK, SlotFacts
 from agents.admission_policy import SchedulerOptions, marks_of, priority_of
 from agents.effects import (
     AskCommander,
@@ -77,15 +82,36 @@ class FastPath:
 
 @dataclass(frozen=True, slots=True)
 class SlotRequest:
-    """A run's request for a slot: its columns, and whether it may be granted at once."""
+    """A run's request for a slot: its columns, and whether it may be granted at once.
+
+    `complete`: set when the admission facts were not known as it was asked for – the
+    request is completed from them in the claim's transaction (`claim_slot` reads them
+    first there, before anything is locked: no read transaction of their own); until
+    then `values` lacks priority, estimate and tools."""
 
     run_key: str
     values: dict[str, Any]
     fast: FastPath | None  # None: a tool quota or a budget applies – the queue decides
     keep: MessageRecord | None = None  # the step's dispatch message, kept by the claim
+    complete: Complete | None = None
 
 
-def fast_path(options: SchedulerOptions, agent: str, tools: list[str]) -> FastPath | None:
+Complete = Callable[[AsyncConnection], Awaitable[SlotRequest]]
+
+
+def in_line(slot: SlotRequest) -> SlotRequest:
+    """The request, never granted at once (a stopping process's: a running one grants it)."""
+    complete = slot.complete
+    if complete is None:
+        return replace(slot, fast=None)
+
+    async def completed(conn: AsyncConnection) -> SlotRequest:
+        return in_line(await complete(conn))
+
+    return replace(slot, fast=None, complete=completed)
+
+
+def fast_path(options: SchedulerOptions, agent: str, tools: Sequence[str]) -> FastPath | None:
     """The caps for a grant at once; None when a tool quota or a budget must be weighed."""
     if any(options.budgets.values()) or set(tools) & set(options.tool_caps):
         return None
@@ -105,11 +131,12 @@ async def slot_request(
     plan: Plan | None = None,
 ) -> SlotRequest:
     """What the effect's run asks the scheduler for (settings, quotas and the estimate
-    as the admission loop remembers them for a poll interval: usually no read at all);
-    `plan`: the step's plan, if the caller just read it."""
-    agent = agent_of(effect)
+    as the admission loop remembers them for a poll interval: usually no read at all;
+    else read by its claim, `SlotRequest.complete`); `plan`: the step's plan, if the
+    caller has it."""
+    team, agent = conversation.team_id, agent_of(effect)
     plan_id = getattr(effect, "plan_id", None)
-    facts = await admission.facts(conversation.team_id, agent)
+    tools = await admission.tools_of(team, agent)
     plan_steps = 0
     if plan_id is not None:
         plan = (
@@ -118,32 +145,40 @@ async def slot_request(
             or await ctx.reconciler.plan(conversation.id)
         )
         plan_steps = len(plan.steps) if plan is not None and plan.id == plan_id else 0
-    priority = priority_of(
-        effect.kind,
-        channel_id=conversation.channel_id,
-        plan_id=plan_id,
-        plan_steps=plan_steps,
-        marks=marks_of(facts.settings),
-        batch_steps=ctx.options.scheduler.batch_steps,
-    )
     row = to_row(effect)
     values = dict(
         effect_key=effect.key,
         effect_kind=effect.kind,
         effect=row["payload"],
         conversation_id=conversation.id,
-        team_id=conversation.team_id,
+        team_id=team,
         channel_id=conversation.channel_id,
         agent_name=agent,
         plan_id=plan_id,
         step_index=getattr(effect, "step", None),
         attempt=getattr(effect, "attempt", None),
-        priority=priority,
-        estimate_tokens=facts.estimate or ctx.options.scheduler.default_estimate,
-        tools=list(facts.tools),
     )
-    fast = fast_path(facts.options, agent, list(facts.tools))
-    return SlotRequest(lease_key_of(effect), values, fast)
+
+    def of(facts: SlotFacts) -> SlotRequest:
+        priority = priority_of(
+            effect.kind,
+            channel_id=conversation.channel_id,
+            plan_id=plan_id,
+            plan_steps=plan_steps,
+            marks=marks_of(facts.settings),
+            batch_steps=ctx.options.scheduler.batch_steps,
+        )
+        estimate = facts.estimate or ctx.options.scheduler.default_estimate
+        asked = values | dict(priority=priority, estimate_tokens=estimate, tools=list(tools))
+        return SlotRequest(lease_key_of(effect), asked, fast_path(facts.options, agent, tools))
+
+    if (known := admission.facts_kept(team, agent, tools)) is not None:
+        return of(known)
+
+    async def complete(conn: AsyncConnection) -> SlotRequest:
+        return of(await admission.facts_in(conn, team, agent, tools))
+
+    return SlotRequest(lease_key_of(effect), values, None, complete=complete)
 
 
 async def claim_slot(
@@ -176,6 +211,8 @@ async def claim_slot(
             await store_message(conn, conversation_id, keep, now)
         keep = None
     async with db.write() as conn:
+        if slot.complete is not None:  # the admission facts: read first, before any lock
+            slot = await slot.complete(conn)
         if keep is not None:
             await store_message(conn, conversation_id, keep, now)
         if slot.fast is not None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import commander_turns, plan_notices, step_runs
 from agents.effects import (
@@ -19,9 +22,14 @@ from agents.effects import (
     RunCommanderStep,
     ShowForm,
 )
+from agents.plan import Plan
 from agents.run_context import Context
+from agents.slot_requests import agent_of
 from storage.db import Also
 from storage.records import ConversationRecord, MessageRecord
+
+if TYPE_CHECKING:
+    from agents.admission import AdmissionLoop
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]
@@ -40,6 +48,37 @@ async def post_form(
     if isinstance(effect, ShowForm):
         ctx.observer.dispatched("user")
         log.info("step dispatched to a person", extra=step_runs.ids(conversation, effect))
+
+
+async def current_plan(
+    ctx: Context,
+    admission: AdmissionLoop,
+    effect: PostDispatch | RunCommanderStep | ResumeStep,
+    conversation: ConversationRecord,
+    *,
+    handed: bool,
+) -> Plan | None:
+    """The step's plan if the step is still current, else None (cancelled or aborted
+    before it ran: nothing to post or run).
+
+    `handed`: a first delivery this process's reconcile handed over as it committed
+    (`OutboxSender.hand_over`). It takes the plan that reconcile remembers, when the step
+    is current in it: no read. On SQLite only: there one process serves the database and
+    every plan write goes through its reconciler, so a stop committed since (a cancel,
+    an abort) is remembered already; on PostgreSQL another replica's cancel would not be.
+    Its slot request then reads the admission facts in its claim (`SlotRequest.complete`).
+    Otherwise the plan is read, with the admission facts when they are due (one read
+    transaction, not two)."""
+    if handed and ctx.db.is_sqlite:
+        remembered = ctx.reconciler.remembered(effect.conversation_id)
+        if step_runs.is_current(remembered, effect):
+            return remembered
+    team, agent = conversation.team_id, agent_of(effect)
+
+    async def facts(conn: AsyncConnection) -> None:
+        await admission.read_facts_in(conn, team, agent)
+
+    return await step_runs.current_plan(ctx, effect, also=facts)
 
 
 async def post_dispatch(

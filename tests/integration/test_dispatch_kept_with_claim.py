@@ -176,3 +176,56 @@ async def test_a_claim_delivered_again_keeps_the_dispatch_once_in_slack_order(
         assert seen == [[dispatch.ts, person.ts]]
     else:  # PostgreSQL: the run reads after the claim (not under the admission lock)
         assert seen == []
+
+
+async def test_a_claim_whose_facts_read_fails_leaves_nothing_and_is_claimed_again(
+    db: Database,
+) -> None:
+    """A request asked while the admission facts were not kept reads them in its claim
+    (`SlotRequest.complete`): the database failing there rolls the whole claim back – no
+    request, no message kept on SQLite (on PostgreSQL it was kept just before, once) – and
+    the claim delivered again (its outbox row come due) completes it, keeping the dispatch
+    message once."""
+    from dataclasses import replace
+
+    from sqlalchemy.exc import OperationalError
+
+    from storage.run_requests import get_request
+
+    async with db.write() as conn:
+        conversation = await open_conversation(
+            conn, team_id="T1", channel_id="C1", thread_ts="1764849600.000100",
+            requested_by="U1", request_text="research it", now=NOW,
+        )  # fmt: skip
+    key = "plan:1:step:1:attempt:1"
+    payload = {"plan_id": 1, "step": 1, "attempt": 1, "key": key}
+    dispatch = MessageRecord(
+        "C1", "1764849601.000200", "UBOT", "BBOT", "Flotilla", "<@UR> research it",
+        {"event_type": DISPATCH_EVENT, "event_payload": payload},
+    )  # fmt: skip
+    values = slot_values(conversation.id, key)
+    asked = {k: v for k, v in values.items() if k not in ("priority", "estimate_tokens", "tools")}
+    complete = SlotRequest(key, values, FastPath(2, 2, None))
+
+    async def away(conn: AsyncConnection) -> SlotRequest:
+        await thread_messages(conn, conversation.id)  # reading, when the database goes
+        raise OperationalError("SELECT workspaces", {}, ConnectionError("the database is away"))
+
+    async def facts(conn: AsyncConnection) -> SlotRequest:
+        await thread_messages(conn, conversation.id)  # the facts' read, in the claim
+        return complete
+
+    slot = SlotRequest(key, asked, None, dispatch, complete=away)
+    with pytest.raises(OperationalError):
+        await claim_slot(db, slot, "p1", now=NOW, until=LATER)
+    async with db.read() as conn:
+        assert await get_request(conn, key) is None
+        kept = await thread_messages(conn, conversation.id)
+    assert kept == ([] if db.is_sqlite else [dispatch])
+
+    again = replace(slot, complete=facts)  # delivered again: found in the thread, kept
+    assert await claim_slot(db, again, "p1", now=NOW, until=LATER) == "mine"
+    async with db.read() as conn:
+        request = await get_request(conn, key)
+        assert await thread_messages(conn, conversation.id) == [dispatch]  # once
+    assert request is not None and request.priority == 3 and request.estimate_tokens == 10

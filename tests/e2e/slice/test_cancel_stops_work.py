@@ -268,3 +268,42 @@ async def test_an_abort_closes_an_agents_open_question(start: Callable[..., Any]
         plan = await run.plan(root)
         assert plan.status == "aborted"
         assert [s.status for s in plan.steps] == ["skipped", "failed"]
+
+
+async def test_a_step_cancelled_before_its_handed_dispatch_is_performed_is_not_dispatched(
+    start: Callable[..., Any], empty_db: Database
+) -> None:
+    """Step 1's outcome is reconciled and step 2's dispatch handed to this process's sender
+    (no claim); the plan is cancelled before the sender performs it. The dispatch takes no
+    plan it remembers from before the cancel: nothing is posted and nothing runs."""
+    from agents.effects import PostDispatch
+    from agents.outbox import Claimed
+    from bot.handlers import cancel_plan
+
+    async with start(db=empty_db) as run:
+        sender = run.service.executor.outbox
+        perform = sender.perform
+        handed: list[bool] = []
+
+        async def cancelled_first(claimed: Claimed) -> bool:
+            effect = claimed.effect
+            if isinstance(effect, PostDispatch) and effect.step == 2 and not handed:
+                handed.append(claimed.handed and claimed.delivery == 1)
+                refused = await cancel_plan(
+                    run.service, plan_id=effect.plan_id, user=run.driver.person("maya").id,
+                    channel=root.channel, thread_ts=root.ts,
+                )  # fmt: skip
+                assert refused is None
+            performed: bool = await perform(claimed)
+            return performed
+
+        sender.perform = cancelled_first
+        root = run.ask(CHAIN)
+        await run.says(root, "Plan cancelled by")
+        await run.quiesce()
+        assert handed == [True]  # decided by this process's reconcile a moment before
+        plan = await run.plan(root)
+        assert plan.status == "cancelled"
+        assert [s.status for s in plan.steps] == ["done", "skipped", "skipped"]
+        assert run.dispatches(root) == [(1, 1)], run.transcript(root)
+        assert said(run, root, "[offline model] writer:") == 0

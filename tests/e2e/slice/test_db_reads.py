@@ -77,3 +77,29 @@ async def test_the_plan_card_is_read_once_before_its_first_post(
     callers = await _walk(start)
     report = "\n".join(line for line in callers if "slack_port.py" in line)
     assert _at(callers, "SELECT plans", "_card <") == 1, report
+
+
+async def test_a_handed_dispatch_reads_nothing_before_its_claim(
+    start: Callable[..., Any],
+) -> None:
+    """A step's dispatch (or commander step) that this process's reconcile decided and
+    handed to its sender a moment ago takes the plan that reconcile committed to know the
+    step is still current, and its slot request's admission facts (not kept: the poll
+    interval passed) are read in its claim: no read transaction before the claim (each
+    dispatch read its plan, and the facts when due, in one of its own)."""
+    with counting(callers=True) as counts:
+        async with start() as run:
+            await run.service.settle()
+            run.clock.advance(run.service.executor.admission.options.poll_seconds + 1)  # facts due
+            counts.reset()
+            root = run.ask("research the history of our launch emails and write a short report")
+            await run.says(root, "[offline model] commander:")
+            await run.quiesce()
+            assert (await run.plan(root)).status == "completed", run.transcript(root)
+            callers = Counter(counts.callers)
+    report = "\n".join(f"{n:4} {line}" for line, n in callers.items())
+    assert _at(callers, "BEGIN", "claim_slot") >= 3, report  # researcher, writer, commander…
+    assert _at(callers, "BEGIN", "current_plan") == 0, report
+    assert _at(callers, "BEGIN", " facts < ") == 0, report  # the admission facts' own read
+    # the three agents' facts, each read once in a claim (kept for the rest of the plan)
+    assert _at(callers, "SELECT workspaces", "facts_in") == 3, report

@@ -273,7 +273,10 @@ class Executor:
             await plan_notices.show_card(self.context, conversation, effect.plan_id, first=False)
             return False
         if isinstance(effect, ShowForm | AskUser):
-            await step_dispatch.post_form(ctx, conversation, effect, redelivered=redelivered)
+            handed = claimed.handed and not redelivered  # decided here a moment ago
+            await step_dispatch.post_form(
+                ctx, conversation, effect, redelivered=redelivered, handed=handed
+            )
             return False
         if isinstance(effect, FormAnswer):
             await form_answers.perform(ctx, conversation, effect)

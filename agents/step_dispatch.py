@@ -36,9 +36,16 @@ Work = Callable[[], Awaitable[None]]
 
 
 async def post_form(
-    ctx: Context, conversation: ConversationRecord, effect: ShowForm | AskUser, *, redelivered: bool
+    ctx: Context,
+    conversation: ConversationRecord,
+    effect: ShowForm | AskUser,
+    *,
+    redelivered: bool,
+    handed: bool = False,
 ) -> None:
-    plan = await step_runs.current_plan(ctx, effect)
+    """Post a form step's form (or an agent's question) unless its step moved on; `handed`:
+    see `current_plan`."""
+    plan = remembered_current(ctx, effect, handed) or await step_runs.current_plan(ctx, effect)
     if plan is None:
         return  # the plan moved on (cancelled, aborted): no form to show
     if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
@@ -69,16 +76,28 @@ async def current_plan(
     Its slot request then reads the admission facts in its claim (`SlotRequest.complete`).
     Otherwise the plan is read, with the admission facts when they are due (one read
     transaction, not two)."""
-    if handed and ctx.db.is_sqlite:
-        remembered = ctx.reconciler.remembered(effect.conversation_id)
-        if step_runs.is_current(remembered, effect):
-            return remembered
+    remembered = remembered_current(ctx, effect, handed)
+    if remembered is not None:
+        return remembered
     team, agent = conversation.team_id, agent_of(effect)
 
     async def facts(conn: AsyncConnection) -> None:
         await admission.read_facts_in(conn, team, agent)
 
     return await step_runs.current_plan(ctx, effect, also=facts)
+
+
+def remembered_current(
+    ctx: Context,
+    effect: PostDispatch | RunCommanderStep | ResumeStep | ShowForm | AskUser,
+    handed: bool,
+) -> Plan | None:
+    """The plan this process's reconcile committed as it handed `effect` over, if the
+    effect's step is current in it (SQLite only, see `current_plan`); else None: read."""
+    if not (handed and ctx.db.is_sqlite):
+        return None
+    remembered = ctx.reconciler.remembered(effect.conversation_id)
+    return remembered if step_runs.is_current(remembered, effect) else None
 
 
 async def post_dispatch(

@@ -103,3 +103,14 @@ async def test_a_handed_dispatch_reads_nothing_before_its_claim(
     assert _at(callers, "BEGIN", " facts < ") == 0, report  # the admission facts' own read
     # the three agents' facts, each read once in a claim (kept for the rest of the plan)
     assert _at(callers, "SELECT workspaces", "facts_in") == 3, report
+
+
+async def test_a_handed_form_reads_no_plan_before_it_is_posted(
+    start: Callable[..., Any],
+) -> None:
+    """The diamond's form step, decided and handed over by this process's reconcile, takes
+    the plan that reconcile committed to know it is still current: no plan read of its own
+    before the form is posted (it read one); nor does any handed dispatch of the diamond."""
+    callers = await _walk(start)
+    report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "current_plan" in line)
+    assert _at(callers, "BEGIN", "current_plan") == 0, report

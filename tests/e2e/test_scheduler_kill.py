@@ -145,7 +145,8 @@ async def test_a_sigkilled_holder_run_is_taken_over_by_another_process_once(
             again = await get_request(conn, run.run_key)
         assert again is not None and again.grants == 2  # granted anew, to the survivor
         texts = [m.text for m in world.driver.thread("launch", root.ts)]
-        assert sum(FINDINGS in t for t in texts) == 1, "\n".join(texts)  # answered once
+        # answered once (the writer's dispatch, which may be posted by now, quotes it)
+        assert sum(t.startswith(FINDINGS) for t in texts) == 1, "\n".join(texts)
         statuses = [r.status for r in model.requests]
         # the dead process's request found nobody to answer; the survivor's was paid once
         assert statuses == [CLIENT_GONE, 200], statuses

@@ -18,7 +18,7 @@ from tests.e2e.slice.diamond import STEPS, walk_diamond
 # reached here (2026-12-04, the fifth pass: a run's answer stored by its close, the dispatch
 # message with its claim, the final text with its outcome, reads folded, a handed step's
 # plan taken from its reconcile): 11.6 transactions and 36.6-36.8 statements per step (the
-# bench 11.2-11.6 and 35.8-36.8); before it (2026-12-02, with the job's settle in its
+# bench 11.0 and 35.4-35.6); before it (2026-12-02, with the job's settle in its
 # outcome's reconcile): 17.2-17.4 transactions and 40.8-41.2 statements (the bench 16.6 and
 # 40.0); the fourth pass
 # before it reached 17.2-18.2 transactions and

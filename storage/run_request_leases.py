@@ -201,13 +201,11 @@ async def holders(conn: AsyncConnection) -> dict[str, tuple[str, datetime]]:
 
 
 def _for_a_slot(table: Any, priority_at_most: Any) -> Any:
-    """Requests waiting only for a slot (no quota, budget or pause keeps them), this urgent."""
+    """Requests waiting only for a slot, this urgent: an admission pass found no agent
+    quota, tool quota, budget or pause keeping them (`capacity`). One no pass has looked at
+    yet (no kind) may be held by a quota: its queueing woke a pass, which says."""
     t = table.c
-    return and_(
-        _waits(t.state),
-        t.priority <= priority_at_most,
-        t.wait_kind.is_(None) | (t.wait_kind == "capacity"),
-    )
+    return and_(_waits(t.state), t.priority <= priority_at_most, t.wait_kind == "capacity")
 
 
 async def urgent_waits(

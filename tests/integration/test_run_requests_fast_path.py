@@ -88,7 +88,15 @@ async def test_a_paused_runs_slot_goes_to_the_most_urgent_run_waiting_for_a_slot
             await enqueue_request(
                 conn, run_key=key, now=NOW, **values(key) | {"priority": priority}
             )
-        await set_wait_reasons(conn, [("urgent", "agent", "waiting: researcher busy (2/2)")])
+        # no pass has looked at them yet: each may be held by a quota, none is handed a slot
+        assert await pass_slot(conn, "p1", now=NOW, until=LATER, priority_at_most=1) is None
+        await set_wait_reasons(
+            conn,
+            [
+                ("urgent", "agent", "waiting: researcher busy (2/2)"),
+                ("urgent-later", "capacity", "waiting: next in line"),
+            ],
+        )
         # none of them holds a slot: none has one to give
         assert not await urgent_waits(conn, "batch", priority_at_most=1, yields_from=4)
         # "urgent" waits for its agent, not for a slot: the later urgent run is given it

@@ -184,6 +184,9 @@ async def test_one_hand_over_for_one_waiter_across_connections(db: Database) -> 
             await enqueue_request(conn, run_key=key, now=now, **values(key, 5))
             assert await grant_request(conn, key, f"p-{key}", now=now, until=until)
         await enqueue_request(conn, run_key="urgent", now=now, **values("urgent", 1))
+        # no pass has looked at it: a quota may hold it, so no run gives way to it yet
+        assert not await urgent_waits(conn, "b0", priority_at_most=1, yields_from=4)
+        await set_wait_reasons(conn, [("urgent", "capacity", "waiting: next in line")])
         assert await urgent_waits(conn, "b0", priority_at_most=1, yields_from=4)
         assert not await urgent_waits(conn, "b0", priority_at_most=1, yields_from=6)
         assert not await urgent_waits(conn, "urgent", priority_at_most=1, yields_from=1)

@@ -54,6 +54,9 @@ class Mention:
     sent: float  # time.monotonic()
 
 
+LOG_NAME = "flotilla-processes.log"  # in the stack's folder once it stopped
+
+
 @dataclass
 class Stack:
     folder: Path
@@ -93,6 +96,8 @@ class Stack:
     async def stop(self) -> None:
         for process in self.processes:
             await process.kill()
+        # every process's log, kept in the folder for a reader (the tests print its warnings)
+        (self.folder / LOG_NAME).write_text("\n".join(self.raw_logs()), encoding="utf-8")
         await self.workspace.stop()
         await self.model.close()
         await self.db.dispose()

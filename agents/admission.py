@@ -142,17 +142,6 @@ class AdmissionLoop:
         """The settings with this workspace's admin overrides applied."""
         return with_overrides(self.options, await workspace_settings(conn, self.team_id()))
 
-    async def facts(self, team_id: str, agent: str) -> SlotFacts:
-        """The settings, the agent's quota keys and its token estimate. The settings and the
-        estimate are read at most once a poll interval (a request asks at every step; an
-        admin's change calls `changed`); the agent's record comes from the roster, the
-        process's one cache of the agents table (forgotten at once on an admin's edit)."""
-        tools = await self.tools_of(team_id, agent)
-        if (known := self.facts_kept(team_id, agent, tools)) is not None:
-            return known
-        async with self.db.read() as conn:
-            return await self.facts_in(conn, team_id, agent, tools)
-
     def facts_kept(self, team_id: str, agent: str, tools: tuple[str, ...]) -> SlotFacts | None:
         """The facts if they are known for this poll interval (no read); `tools`: the
         agent's quota keys (`tools_of`)."""
@@ -169,9 +158,9 @@ class AdmissionLoop:
         return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
 
     async def read_facts_in(self, conn: AsyncConnection, team_id: str, agent: str) -> None:
-        """Read the settings and the estimate `facts` will want, in the caller's read
+        """Read the settings and the estimate a slot request will want, in the caller's read
         (e.g. a dispatch's "still current" read), if they are not known for this poll
-        interval: `facts` then reads nothing. What is read is the same, only earlier."""
+        interval: `facts_kept` then has them. What is read is the same, only earlier."""
         if self._kept(team_id, agent) is None:
             await self._read_facts(conn, team_id, agent)
 

@@ -105,7 +105,7 @@ class SlackPort(StepMessages, FileTransfers):
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Post in the thread (as the commander or `agent`) and keep the message for later
-        turns' context (our own posts do not come back to this app as events)."""
+        turns' context (`keep_message`)."""
         identity = await self.identity(agent) if agent else None
         if metadata is None and key is not None:
             if result_of is not None:
@@ -115,8 +115,7 @@ class SlackPort(StepMessages, FileTransfers):
         message = await self.post_unkept(
             conversation, text, identity=identity, blocks=blocks, metadata=metadata
         )
-        async with self.db.write() as conn:
-            await store_message(conn, conversation.id, message, self.clock())
+        await self.keep_message(conversation, message)
         return message.ts
 
     async def post_unkept(
@@ -166,10 +165,18 @@ class SlackPort(StepMessages, FileTransfers):
         may have stored it first, without what only Flotilla knows – a streamed answer's
         event carries no metadata, so the mark that finds it after a stop would be lost:
         then this text and metadata replace the event's."""
-        record = self.message(conversation, ts, text, identity, metadata)
+        await self.keep_message(
+            conversation, self.message(conversation, ts, text, identity, metadata)
+        )
+
+    async def keep_message(self, conversation: ConversationRecord, message: MessageRecord) -> None:
+        """`keep` for a message as `message` builds it (posted by `post_unkept`)."""
         async with self.db.write() as conn:
-            if not await store_message(conn, conversation.id, record, self.clock()):
-                await update_message(conn, record.channel_id, ts, text=text, metadata=metadata)
+            if not await store_message(conn, conversation.id, message, self.clock()):
+                await update_message(
+                    conn, message.channel_id, message.ts, text=message.text,
+                    metadata=message.metadata,
+                )  # fmt: skip
 
     async def open_answer(
         self,

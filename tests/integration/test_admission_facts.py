@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.admission import AdmissionLoop
+from agents.admission import AdmissionLoop, SlotFacts
 from agents.admission_policy import SchedulerOptions
 from agents.roster import Roster
 from storage.agents import create_agent, update_agent
@@ -16,6 +16,16 @@ from storage.records import RunRequestRecord
 from storage.workspaces import ensure_workspace, set_workspace_settings
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
+
+
+async def facts(loop: AdmissionLoop, team_id: str, agent: str) -> SlotFacts:
+    """What a slot request takes (`agents/slot_requests.slot_request`): the agent's quota
+    keys from the roster, the facts kept for the poll interval, else read."""
+    tools = await loop.tools_of(team_id, agent)
+    if (known := loop.facts_kept(team_id, agent, tools)) is not None:
+        return known
+    async with loop.db.read() as conn:
+        return await loop.facts_in(conn, team_id, agent, tools)
 
 
 async def _nothing(*_: object) -> None:
@@ -36,14 +46,14 @@ async def test_an_agent_edit_is_seen_by_the_roster_and_the_facts_at_once(db: Dat
         options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
         start=_nothing, show_waits=_nothing, refuse=_refuse, roster=roster,
     )  # fmt: skip
-    assert (await loop.facts("T1", "writer")).tools == ("http_fetch",)
-    assert (await loop.facts("T1", "commander")).tools == ()  # the commander has no record
+    assert (await facts(loop, "T1", "writer")).tools == ("http_fetch",)
+    assert (await facts(loop, "T1", "commander")).tools == ()  # the commander has no record
     reads = roster.reads
 
     async with db.write() as conn:  # an admin's edit (bot/admin.py), then its `forget`
         await update_agent(conn, "T1", "writer", NOW, tools=["write_file"])
     roster.forget()
-    assert (await loop.facts("T1", "writer")).tools == ("write_file",)  # within the interval
+    assert (await facts(loop, "T1", "writer")).tools == ("write_file",)  # within the interval
     assert (await roster.agent("writer")) is not None
     assert roster.reads == reads + 1  # one read of the table served both
 
@@ -68,8 +78,8 @@ async def test_facts_read_in_a_callers_read_are_the_ones_a_request_then_takes(
         await set_workspace_settings(conn, "T1", {"mark": "after"})
     async with db.read() as conn:
         await loop.read_facts_in(conn, "T1", "writer")
-    assert (await loop.facts("T1", "writer")).settings == {"mark": "before"}
+    assert (await facts(loop, "T1", "writer")).settings == {"mark": "before"}
     loop.changed()  # an admin's change: read afresh
     async with db.read() as conn:
         await loop.read_facts_in(conn, "T1", "writer")
-    assert (await loop.facts("T1", "writer")).settings == {"mark": "after"}
+    assert (await facts(loop, "T1", "writer")).settings == {"mark": "after"}

@@ -29,7 +29,7 @@ from bot.service import Options
 from local_slack import Driver
 from storage.conversations import open_conversation, store_message, thread_messages
 from storage.db import Database
-from storage.records import MessageRecord
+from storage.records import ConversationRecord, MessageRecord
 from tests.integration.test_executor_leases import (
     LEASE,
     REQUEST,
@@ -139,9 +139,8 @@ def slot_values(conversation_id: int, key: str) -> dict[str, Any]:
     )  # fmt: skip
 
 
-async def test_a_claim_delivered_again_keeps_the_dispatch_once_in_slack_order(
-    db: Database,
-) -> None:
+async def a_posted_dispatch(db: Database) -> tuple[ConversationRecord, str, MessageRecord]:
+    """A conversation, its step's key, and the step's dispatch message as posted (not kept)."""
     async with db.write() as conn:
         conversation = await open_conversation(
             conn, team_id="T1", channel_id="C1", thread_ts="1764849600.000100",
@@ -153,6 +152,13 @@ async def test_a_claim_delivered_again_keeps_the_dispatch_once_in_slack_order(
         "C1", "1764849601.000200", "UBOT", "BBOT", "Flotilla", "<@UR> research it",
         {"event_type": DISPATCH_EVENT, "event_payload": payload},
     )  # fmt: skip
+    return conversation, key, dispatch
+
+
+async def test_a_claim_delivered_again_keeps_the_dispatch_once_in_slack_order(
+    db: Database,
+) -> None:
+    conversation, key, dispatch = await a_posted_dispatch(db)
     # a person wrote in the thread after the post and before the claim: kept first
     person = MessageRecord("C1", "1764849602.000300", "U1", None, "maya", "and X", None)
     async with db.write() as conn:
@@ -192,17 +198,7 @@ async def test_a_claim_whose_facts_read_fails_leaves_nothing_and_is_claimed_agai
 
     from storage.run_requests import get_request
 
-    async with db.write() as conn:
-        conversation = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="1764849600.000100",
-            requested_by="U1", request_text="research it", now=NOW,
-        )  # fmt: skip
-    key = "plan:1:step:1:attempt:1"
-    payload = {"plan_id": 1, "step": 1, "attempt": 1, "key": key}
-    dispatch = MessageRecord(
-        "C1", "1764849601.000200", "UBOT", "BBOT", "Flotilla", "<@UR> research it",
-        {"event_type": DISPATCH_EVENT, "event_payload": payload},
-    )  # fmt: skip
+    conversation, key, dispatch = await a_posted_dispatch(db)
     values = slot_values(conversation.id, key)
     asked = {k: v for k, v in values.items() if k not in ("priority", "estimate_tokens", "tools")}
     complete = SlotRequest(key, values, FastPath(2, 2, None))

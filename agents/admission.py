@@ -45,6 +45,7 @@ from agents.clock import Clock, woken
 from agents.failures import is_storage_error, storage_error
 from agents.roster import Roster
 from agents.scheduler import Admission, Limits, Running, RunRequest, admit
+from agents.wait_marks import WaitMarks
 from storage.agents import get_agent
 from storage.db import Database
 from storage.outbox import finish_effect, hold_effect
@@ -104,6 +105,7 @@ class PassResult:
     granted: tuple[RunRequestRecord, ...] = ()
     changed_plans: frozenset[tuple[int, int]] = frozenset()  # (conversation, plan)
     refused: tuple[tuple[RunRequestRecord, str], ...] = ()
+    waiting_plans: frozenset[int] = frozenset()  # plans with a run still waiting after it
 
 
 class AdmissionLoop:
@@ -123,8 +125,10 @@ class AdmissionLoop:
         refuse: Refuse,
         decide: Decide = admit,
         roster: Roster | None = None,
+        waits: WaitMarks | None = None,
     ) -> None:
         self.db, self.owner, self.team_id, self.clock = db, owner, team_id, clock
+        self.waits = waits if waits is not None else WaitMarks()  # the card's (see its module)
         # the agents as the process knows them (the executor's: one cache of the table)
         self.roster = roster if roster is not None else Roster(db, team_id)
         self.options, self.lease = options, lease
@@ -241,14 +245,17 @@ class AdmissionLoop:
         """One admission pass, then start what it granted; how many runs were granted."""
         async with self._passing:
             self.passes += 1
+            seen = self.waits.generation
             async with self.db.read() as conn:  # one read when nobody waits
                 idle = not await has_waiting(conn)
                 queue = await queued_requests(conn) if idle else []
             if idle:
+                self.waits.replace((), since=seen)
                 await self._expire_only(queue)
                 return 0
             async with self.db.write() as conn:
                 result = await self._decide(conn)
+                self.waits.replace(result.waiting_plans, since=seen)  # before it commits
             await self._start(result.granted)  # before another pass here can see no job
         await self._after(result)
         return len(result.granted)
@@ -329,7 +336,13 @@ class AdmissionLoop:
                 changed |= _plan_of(record)
                 telemetry.refused(wait.kind)
         await set_wait_reasons(conn, reasons)
-        return PassResult(tuple(granted), frozenset(changed), tuple(refused))
+        started = {r.run_key for r in granted}  # the plans of runs still waiting after it:
+        left = frozenset(  # their cards read why (`WaitMarks`)
+            r.plan_id
+            for r in by_key.values()
+            if r.plan_id is not None and r.state != "granted" and r.run_key not in started
+        )
+        return PassResult(tuple(granted), frozenset(changed), tuple(refused), left)
 
     async def _start(self, granted: tuple[RunRequestRecord, ...]) -> None:
         for record in granted:

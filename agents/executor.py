@@ -24,7 +24,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from agents import form_answers, plan_notices, step_dispatch, step_runs
+from agents import form_answers, plan_notices, plan_reads, step_dispatch, step_runs
 from agents.admission import AdmissionLoop
 from agents.clock import woken
 from agents.effects import (
@@ -88,6 +88,7 @@ class Executor:
             show_waits=self._show_waits,
             refuse=self._refused,
             roster=context.agents,  # one cache of the agents table, forgotten on admins' edits
+            waits=context.waits,
         )
         self.runner = JobRunner(
             context,
@@ -347,7 +348,7 @@ class Executor:
             record.effect_key, record.effect_kind, record.conversation_id or 0, record.effect
         )
         if isinstance(effect, PostDispatch | RunCommanderStep | ResumeStep):
-            if not await step_runs.still_current(self.context, effect):
+            if not await plan_reads.still_current(self.context, effect):
                 await self._not_wanted(record)  # cancelled or aborted while it waited
                 return
         conversation = await self.context.conversation(effect.conversation_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from agents import plan_endings, step_runs
+from agents import plan_endings, plan_reads, step_runs
 from agents.effects import PlanFinished, PlanStopped, StepFailureNotice, final_answer_key
 from agents.jobs import JobRunner
 from agents.run_context import Context
@@ -23,7 +23,7 @@ async def show_card(
     card = await context.port.plan_card(plan_id) if first else None
     if card is not None and card.posted is not None:
         return  # posted: the step's own card refresh (an effect of its own) renders it
-    plan = await step_runs.load(context, conversation.id, plan_id, with_waits=True)
+    plan = await plan_reads.load(context, conversation.id, plan_id, with_waits=True)
     if plan is not None:  # the card as just read: not read again before its first post
         await context.port.show_card(conversation, plan, first=first, card=card)
 
@@ -38,7 +38,7 @@ async def stopped(
 ) -> None:
     """A cancelled plan: stop its runs here, close its forms, say so once."""
     await runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-    plan = await step_runs.load(context, conversation.id, effect.plan_id)
+    plan = await plan_reads.load(context, conversation.id, effect.plan_id)
     if plan is not None:
         await context.port.close_forms(conversation, plan, "The plan was cancelled.")
     if redelivered and await context.port.thread_has_key(conversation, effect.key):
@@ -64,7 +64,7 @@ async def finished(
     log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
     if effect.status == "aborted":
         await runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
-    plan = await step_runs.load(context, conversation.id, effect.plan_id)
+    plan = await plan_reads.load(context, conversation.id, effect.plan_id)
     if plan is None:
         return False
     if effect.status == "aborted":

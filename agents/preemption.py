@@ -120,6 +120,7 @@ def turn_boundary(ctx: Context, job: Job, owner: str) -> TurnBoundary | None:
         key = await give_way(conn, run_key, owner, now=now, until=until, priority_at_most=URGENT)
         if key is None:
             return False  # another run gave way first, or nobody waits now: go on
+        ctx.waits.add(job.plan_id)  # it waits again, "paused for urgent work"
         await hold_effect(conn, job.key, now + PARK)
         job.passed = await get_request(conn, key)
         if job.passed is not None:

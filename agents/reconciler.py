@@ -255,7 +255,10 @@ class Reconciler:
         preclaim: PreClaim | None = None,
     ) -> Decision | None:
         """Run `work` in one transaction under the conversation's lock; remember and
-        announce what it committed."""
+        announce what it committed. The conversation's remembered plan is forgotten until
+        then: a commit this coroutine never sees (cancelled while it waits) leaves none older
+        to be taken unread (`remembered`)."""
+        self._cache.pop(conversation_id, None)
         try:
             stored = await self.locks.run(self.db, conversation_id, work)
         except BaseException:
@@ -308,8 +311,11 @@ class Reconciler:
         return self._cache.get(conversation_id)
 
     def _remember(self, plan: Plan) -> None:
-        """Keep the plan just committed for the next load of its conversation."""
-        self._cache.pop(plan.conversation_id, None)
+        """Keep the plan just committed for the next load of its conversation (not over a
+        newer one another reconcile committed and remembered first)."""
+        known = self._cache.pop(plan.conversation_id, None)
+        if known is not None and (known.id, known.version) > (plan.id, plan.version):
+            plan = known
         self._cache[plan.conversation_id] = plan
         if len(self._cache) > self.cache_size:
             del self._cache[next(iter(self._cache))]  # the least recently used

@@ -15,6 +15,7 @@ from agents.lru import LRUCache
 from agents.ports import ChooseModel, RunObserver, SlackPort
 from agents.reconciler import Reconciler
 from agents.roster import Roster
+from agents.wait_marks import WaitMarks
 from storage.conversations import find_conversation, get_conversation
 from storage.db import Database
 from storage.records import ConversationRecord, RunRequestRecord
@@ -84,6 +85,8 @@ class Context:
     )
     # the workspace's agents, read once for many look-ups (see `agents.roster`)
     roster: Roster | None = None
+    # the plans that may have a run waiting with a reason (the admission passes' marks)
+    waits: WaitMarks = field(default_factory=WaitMarks)
 
     def __post_init__(self) -> None:
         if self.roster is None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents import commander_turns, plan_notices, step_runs
+from agents import commander_turns, plan_notices, plan_reads, step_runs
 from agents.effects import (
     AskCommander,
     AskUser,
@@ -45,7 +45,7 @@ async def post_form(
 ) -> None:
     """Post a form step's form (or an agent's question) unless its step moved on; `handed`:
     see `current_plan`."""
-    plan = remembered_current(ctx, effect, handed) or await step_runs.current_plan(ctx, effect)
+    plan = remembered_current(ctx, effect, handed) or await plan_reads.current_plan(ctx, effect)
     if plan is None:
         return  # the plan moved on (cancelled, aborted): no form to show
     if redelivered and await ctx.port.thread_has_key(conversation, effect.key):
@@ -84,7 +84,7 @@ async def current_plan(
     async def facts(conn: AsyncConnection) -> None:
         await admission.read_facts_in(conn, team, agent)
 
-    return await step_runs.current_plan(ctx, effect, also=facts)
+    return await plan_reads.current_plan(ctx, effect, also=facts)
 
 
 def remembered_current(
@@ -94,10 +94,10 @@ def remembered_current(
 ) -> Plan | None:
     """The plan this process's reconcile committed as it handed `effect` over, if the
     effect's step is current in it (SQLite only, see `current_plan`); else None: read."""
-    if not (handed and ctx.db.is_sqlite):
+    if not handed:
         return None
-    remembered = ctx.reconciler.remembered(effect.conversation_id)
-    return remembered if step_runs.is_current(remembered, effect) else None
+    remembered = plan_reads.remembered(ctx, effect.conversation_id, effect.plan_id)
+    return remembered if plan_reads.is_current(remembered, effect) else None
 
 
 async def post_dispatch(

@@ -13,9 +13,8 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.commander import commander_step_spec
@@ -37,27 +36,25 @@ from agents.plan import (
     COMMANDER,
     TERMINAL_PLAN,
     Outcome,
-    Plan,
     StepBlocked,
     StepFailed,
     StepSucceeded,
 )
+from agents.plan_reads import RunnableStep, is_current
 from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
 from agents.step_reads import StepReads, read_step, read_step_in
-from storage.db import Also, Database
+from storage.db import Database
 from storage.files import produced_files
-from storage.plans import LoadedPlan, load_latest_plan, load_plan
+from storage.plans import load_latest_plan
 from storage.records import ConversationRecord, FileRecord
-from storage.run_requests import wait_reasons
 
 if TYPE_CHECKING:
     from agents.run_context import Context, Job
 
 log = logging.getLogger(__name__)
-RunnableStep = PostDispatch | RunCommanderStep | ResumeStep
 STEP_KINDS = (PostDispatch, RunCommanderStep, ResumeStep, ShowForm, AskUser)
 
 
@@ -78,56 +75,6 @@ def ids(conversation: ConversationRecord, effect: Effect | None = None) -> dict[
         if value is not None:
             out["plan" if name == "plan_id" else name] = value
     return out
-
-
-async def load(
-    ctx: Context, conversation_id: int, plan_id: int, *, with_waits: bool = False
-) -> Plan | None:
-    """A plan as stored now, read under its conversation's lock (so a change being
-    committed is seen whole); `with_waits`: with why its steps wait for a slot (for the
-    card, which shows it for a step in progress only), read in the same transaction."""
-
-    def work(conn: Connection) -> tuple[LoadedPlan | None, dict[int, str]]:
-        loaded = load_plan(conn, plan_id)
-        waiting = with_waits and loaded is not None and _in_progress(loaded.steps)
-        return loaded, (wait_reasons(conn, plan_id) if waiting else {})
-
-    loaded, waits = await ctx.reconciler.locks.run(ctx.db, conversation_id, work)
-    if loaded is None:
-        return None
-    plan = plan_from_rows(loaded.plan, loaded.steps or [])
-    return plan.model_copy(update={"waits": waits}) if waits else plan
-
-
-def _in_progress(steps: list[dict[str, Any]] | None) -> bool:
-    """Whether a step of these rows is in progress (only such a step waits for a slot)."""
-    return any(step["status"] == "in_progress" for step in steps or ())
-
-
-async def still_current(ctx: Context, effect: RunnableStep | ShowForm | AskUser) -> bool:
-    """Whether the effect's step attempt is still in flight in a plan at work."""
-    return await current_plan(ctx, effect) is not None
-
-
-async def current_plan(
-    ctx: Context, effect: RunnableStep | ShowForm | AskUser, also: Also | None = None
-) -> Plan | None:
-    """The stored plan, if the effect's step attempt is still in flight in it; `also`:
-    more reads of the caller's in the same read transaction."""
-    plan = await ctx.reconciler.plan(effect.conversation_id, also)
-    return plan if is_current(plan, effect) else None
-
-
-def is_current(plan: Plan | None, effect: RunnableStep | ShowForm | AskUser) -> bool:
-    """Whether the effect's step attempt is in flight in `plan` (the conversation's newest)."""
-    if plan is None or plan.id != effect.plan_id or plan.status in TERMINAL_PLAN:
-        return False
-    step = plan.step(effect.step)
-    return (
-        step is not None
-        and step.attempts == effect.attempt
-        and step.status in ("in_progress", "blocked")
-    )
 
 
 @dataclass(slots=True)

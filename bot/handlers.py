@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agents import step_runs
+from agents import plan_reads, step_runs
 from agents.errors import OperationRejected
 from agents.files import FilePolicy, refusal, refusal_note
 from agents.inbox import (
@@ -214,7 +214,7 @@ async def record_feedback(
     if click is None or conversation is None:
         log.warning("a feedback click Flotilla cannot place: %r", value[:100])
         return False
-    plan = await step_runs.load(service.context, conversation.id, click.plan_id)
+    plan = await plan_reads.load(service.context, conversation.id, click.plan_id)
     step = plan.step(click.step) if plan is not None and click.step else None
     author = step.assignee if step is not None else COMMANDER
     if plan is None or plan.conversation_id != conversation.id or author != click.agent:

@@ -21,6 +21,7 @@ from agents.jobs import JobRunner
 from agents.run_context import Context, ExecutorOptions
 from agents.session import RunLimits, RunSession
 from agents.tools.context import RunJob
+from agents.wait_marks import WaitMarks
 from storage.db import Database
 from storage.records import RunRequestRecord
 from storage.run_request_leases import give_way, urgent_waits
@@ -66,9 +67,11 @@ class Deployment:
         self.db = db
         self.started: list[str] = []
         self.urgent_started = asyncio.Event()
+        self.waits = WaitMarks()
+        self.waits.replace((), since=0)  # as a pass that found nobody waiting leaves them
         ctx = SimpleNamespace(
             db=db, clock=lambda: datetime.now(UTC), options=OPTIONS,
-            observer=SimpleNamespace(jobs_running=lambda n: None),
+            observer=SimpleNamespace(jobs_running=lambda n: None), waits=self.waits,
         )  # fmt: skip
         self.runner = JobRunner(cast(Context, ctx), owner="p1", start_passed=self._start)
         self.runs = {f"batch-{i}": BatchRun() for i in range(BATCH_RUNS)}
@@ -145,6 +148,7 @@ async def test_the_first_batch_run_to_reach_a_boundary_gives_its_slot_to_urgent_
         "batch-0": "granted", "batch-1": "preempted", "batch-2": "granted", "urgent": "granted",
     }  # fmt: skip
     assert not deployment.tasks["batch-0"].done() and not deployment.tasks["batch-2"].done()
+    assert deployment.waits.may_wait(1)  # its plan's card reads why it waits again
     for key in ("batch-0", "batch-2"):  # nobody urgent waits now: they reach theirs, go on
         deployment.runs[key].release.set()
     await asyncio.wait_for(

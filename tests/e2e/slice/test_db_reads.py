@@ -114,3 +114,16 @@ async def test_a_handed_form_reads_no_plan_before_it_is_posted(
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "current_plan" in line)
     assert _at(callers, "BEGIN", "current_plan") == 0, report
+
+
+async def test_card_refreshes_and_plan_endings_take_the_plan_this_process_committed(
+    start: Callable[..., Any],
+) -> None:
+    """On SQLite every plan write is this process's reconciler's, which remembers what it
+    committed: the card's refreshes and the plan's ending take that plan, unread, while no
+    run of the plan may be waiting with a reason (`agents/wait_marks.py`). Each read its
+    plan (and its runs' wait reasons) under the conversation's lock: 8 transactions a plan."""
+    callers = await _walk(start)
+    report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "plan_reads" in line)
+    assert _at(callers, "SELECT plans", "plan_reads.py") == 0, report  # `load`, on its thread
+    assert _at(callers, "SELECT run_requests", "plan_reads.py") == 0, report

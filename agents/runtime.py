@@ -209,6 +209,7 @@ async def _load(
                 policy=deps.file_policy,
                 reads_media=deps.reads_media,
                 received=reads.received,
+                upstream=reads.upstream,
             )
     return reads, files
 

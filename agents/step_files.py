@@ -17,12 +17,10 @@ from dataclasses import dataclass, field
 from pydantic_ai.messages import BinaryContent, UserContent
 from pydantic_ai.models import Model
 
-from agents.effects import step_key
 from agents.files import FilePolicy, as_text, describe, fenced, is_text, rendered_output
 from agents.plan import Plan
-from agents.plan_validation import STEP_REF, TEMPLATE
-from agents.step_reads import Connect
-from storage.files import produced_files, read_bytes, received_files
+from agents.step_reads import Connect, Upstream, output_refs, upstream_outputs
+from storage.files import read_bytes, received_files
 from storage.records import FileRecord
 
 ATTACHED_HEADER = "Files attached to the request:"
@@ -60,16 +58,6 @@ def media_reader(model: Model | str) -> Callable[[str], bool]:
     return reads
 
 
-def output_refs(template: str) -> list[int]:
-    """The steps whose `output_files` a step input template asks for, in order."""
-    refs: list[int] = []
-    for name in TEMPLATE.findall(template):
-        ref = STEP_REF.match(name.strip())
-        if ref is not None and ref.group(2) == "output_files" and int(ref.group(1)) not in refs:
-            refs.append(int(ref.group(1)))
-    return refs
-
-
 async def prompt_files(
     connect: Connect,
     *,
@@ -80,6 +68,7 @@ async def prompt_files(
     policy: FilePolicy,
     reads_media: Callable[[str], bool],
     received: list[FileRecord] | None = None,
+    upstream: list[Upstream] | None = None,
 ) -> PromptFiles:
     """The files a step's first prompt carries (see the module's docstring); `received`:
     the conversation's received files as just read (else read here). `connect` is asked
@@ -97,7 +86,10 @@ async def prompt_files(
     if later:
         named = "\n".join(f"- {describe(f)}" for f in later)
         out.text = "\n\n".join(t for t in (out.text, f"{LATER_HEADER}\n{named}") if t)
-    outputs = await _upstream_outputs(connect, plan, step_index, policy)
+    step = plan.step(step_index) if plan is not None and step_index is not None else None
+    if upstream is None and step is not None and output_refs(step.input):  # not read yet
+        upstream = await upstream_outputs(await connect(), plan, step_index)
+    outputs = _rendered_outputs(upstream or [], policy)
     if outputs:
         out.text = "\n\n".join(t for t in (out.text, OUTPUTS_HEADER + "\n" + outputs) if t)
     return out
@@ -124,27 +116,9 @@ async def _attachment(
     return f"- {describe(file)}: open it with `read_file` (name {file.name!r})"
 
 
-async def _upstream_outputs(
-    connect: Connect, plan: Plan | None, step_index: int | None, policy: FilePolicy
-) -> str:
-    step = plan.step(step_index) if plan is not None and step_index is not None else None
-    if plan is None or step is None:
-        return ""
-    refs = output_refs(step.input)
-    if not refs:
-        return ""
-    conn = await connect()
-    produced = await produced_files(conn, plan_id=plan.id)
+def _rendered_outputs(upstream: list[Upstream], policy: FilePolicy) -> str:
     lines: list[str] = []
-    for index in refs:
-        source = plan.step(index)
-        if source is None:
-            continue
-        run_key = step_key(plan.id, index, source.attempts)  # the attempt that succeeded
-        for file in produced:
-            if file.run_key != run_key or file.state != "shared":
-                continue
-            data = await read_bytes(conn, file) if is_text(file.mimetype, file.name) else None
-            text, cut = as_text(data, policy.render_chars) if data is not None else (None, False)
-            lines.append(f"(step {index}) " + rendered_output(file, text, cut).removeprefix("- "))
+    for index, file, data in upstream:
+        text, cut = as_text(data, policy.render_chars) if data is not None else (None, False)
+        lines.append(f"(step {index}) " + rendered_output(file, text, cut).removeprefix("- "))
     return "\n".join(lines)

@@ -2,9 +2,10 @@
 
 Its stored session (a run started before continues from it), the thread (the run's prompt
 shows a window of it, and the answer stream looks in it for an answer a stopped process left
-streaming), the stored plan (only for a first prompt: no stored history) and the
-conversation's received files (the attachments to fetch, and what the first prompt says of
-them). `agents/step_runs.py` reads it once and hands it to the answer stream and the run.
+streaming), the stored plan (only for a first prompt: no stored history) with the files
+upstream steps produced that its input asks for, and the conversation's received files (the
+attachments to fetch, and what the first prompt says of them). `agents/step_runs.py` reads
+it once and hands it to the answer stream and the run.
 """
 
 from __future__ import annotations
@@ -15,18 +16,25 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agents.effects import step_key
+from agents.files import is_text
 from agents.plan import Plan
 from agents.plan_store import plan_from_rows
+from agents.plan_validation import STEP_REF, TEMPLATE
 from agents.tools.context import RunJob
 from storage.conversations import thread_messages
 from storage.db import Database
-from storage.files import received_files
+from storage.files import produced_files, read_bytes, received_files
 from storage.plans import load_plan
 from storage.records import AgentRunRecord, FileRecord, MessageRecord
 from storage.runs import load_run
 
 # a connection to read with, opened when first asked for (see `on_demand`)
 Connect = Callable[[], Awaitable[AsyncConnection]]
+# a file an upstream step produced that a step's input asks for: (step, file, text bytes)
+Upstream = tuple[int, FileRecord, bytes | None]
+# the plan as this process knows it stored, when it does (`agents.plan_reads.remembered`)
+Known = Callable[[], Plan | None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +45,7 @@ class StepReads:
     thread: list[MessageRecord]
     plan: Plan | None  # read for a first prompt only
     received: list[FileRecord] | None  # None: not read here
+    upstream: list[Upstream] | None = None  # read with the plan (None: not read here)
 
     @property
     def first(self) -> bool:
@@ -44,28 +53,70 @@ class StepReads:
         return not (self.stored and self.stored.messages)
 
 
-async def read_step(db: Database, job: RunJob, *, with_plan: bool, with_files: bool) -> StepReads:
+async def read_step(
+    db: Database, job: RunJob, *, with_plan: bool, with_files: bool, known: Known = None
+) -> StepReads:
     """`read_step_in`, in a read transaction of its own."""
     async with db.read() as conn:
-        return await read_step_in(conn, job, with_plan=with_plan, with_files=with_files)
+        return await read_step_in(
+            conn, job, with_plan=with_plan, with_files=with_files, known=known
+        )
 
 
 async def read_step_in(
-    conn: AsyncConnection, job: RunJob, *, with_plan: bool, with_files: bool
+    conn: AsyncConnection, job: RunJob, *, with_plan: bool, with_files: bool, known: Known = None
 ) -> StepReads:
     """The job's stored session and thread; `with_plan`: its plan too when the run starts
-    afresh; `with_files`: the conversation's received files."""
+    afresh (`known`: gives it unread, when the process knows it as stored – asked inside
+    this transaction); `with_files`: the conversation's received files."""
     stored = await load_run(conn, job.run_key)
     conversation_id = job.conversation_id
     thread = await thread_messages(conn, conversation_id) if conversation_id is not None else []
     plan: Plan | None = None
+    upstream = None
     if with_plan and job.plan_id is not None and not (stored and stored.messages):
-        loaded = await conn.run_sync(load_plan, job.plan_id)
-        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
+        plan = known() if known is not None else None
+        if plan is None:
+            loaded = await conn.run_sync(load_plan, job.plan_id)
+            plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
+        upstream = await upstream_outputs(conn, plan, job.step_index)
     received = None
     if with_files and conversation_id is not None:
         received = await received_files(conn, conversation_id)
-    return StepReads(stored, list(thread), plan, received)
+    return StepReads(stored, list(thread), plan, received, upstream)
+
+
+def output_refs(template: str) -> list[int]:
+    """The steps whose `output_files` a step input template asks for, in order."""
+    refs: list[int] = []
+    for name in TEMPLATE.findall(template):
+        ref = STEP_REF.match(name.strip())
+        if ref is not None and ref.group(2) == "output_files" and int(ref.group(1)) not in refs:
+            refs.append(int(ref.group(1)))
+    return refs
+
+
+async def upstream_outputs(
+    conn: AsyncConnection, plan: Plan | None, step_index: int | None
+) -> list[Upstream]:
+    """The shared files of the upstream attempts that succeeded, whose `output_files` the
+    step's input asks for, with a text file's bytes (nothing read when it asks for none)."""
+    step = plan.step(step_index) if plan is not None and step_index is not None else None
+    refs = output_refs(step.input) if step is not None else []
+    if plan is None or not refs:
+        return []
+    produced = await produced_files(conn, plan_id=plan.id)
+    out: list[Upstream] = []
+    for index in refs:
+        source = plan.step(index)
+        if source is None:
+            continue
+        run_key = step_key(plan.id, index, source.attempts)  # the attempt that succeeded
+        for file in produced:
+            if file.run_key == run_key and file.state == "shared":
+                text = is_text(file.mimetype, file.name)
+                out.append((index, file, await read_bytes(conn, file) if text else None))
+    return out
 
 
 def given(conn: AsyncConnection) -> Connect:

@@ -40,12 +40,12 @@ from agents.plan import (
     StepFailed,
     StepSucceeded,
 )
-from agents.plan_reads import RunnableStep, is_current
+from agents.plan_reads import RunnableStep, is_current, remembered
 from agents.plan_store import plan_from_rows
 from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
-from agents.step_reads import StepReads, read_step, read_step_in
+from agents.step_reads import Known, StepReads, read_step, read_step_in
 from storage.db import Database
 from storage.files import produced_files
 from storage.plans import load_latest_plan
@@ -85,12 +85,15 @@ class AfterRun:
 
     effect: RunnableStep
     run_key: str
+    known: Known = None  # the plan unread, when this process knows it as stored
     found: tuple[bool, list[FileRecord]] | None = None
 
     async def read(self, conn: AsyncConnection) -> None:
-        loaded = await conn.run_sync(load_latest_plan, self.effect.conversation_id)
+        plan = self.known() if self.known is not None else None
+        if plan is None:
+            loaded = await conn.run_sync(load_latest_plan, self.effect.conversation_id)
+            plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
         produced = await produced_files(conn, run_key=self.run_key)
-        plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
         self.found = is_current(plan, self.effect), produced
 
     async def seen(self, ctx: Context) -> tuple[bool, list[FileRecord]]:
@@ -112,17 +115,22 @@ class ClaimReads:
 
     job: RunJob
     fresh: bool  # not a resumption: its plan and received files are read too
+    known: Known = None  # the plan unread, when this process knows it as stored
     found: StepReads | None = None
 
     async def read(self, conn: AsyncConnection) -> None:
-        self.found = await read_step_in(conn, self.job, with_plan=self.fresh, with_files=self.fresh)
+        fresh = self.fresh
+        self.found = await read_step_in(
+            conn, self.job, with_plan=fresh, with_files=fresh, known=self.known
+        )
 
     async def reads(self, db: Database) -> StepReads:
         """What the claim read, once; else read now."""
         found, self.found = self.found, None
         if found is not None:
             return found
-        return await read_step(db, self.job, with_plan=self.fresh, with_files=self.fresh)
+        fresh = self.fresh
+        return await read_step(db, self.job, with_plan=fresh, with_files=fresh, known=self.known)
 
 
 def run_job(ctx: Context, conversation: ConversationRecord, effect: RunnableStep) -> RunJob:
@@ -141,7 +149,13 @@ def run_job(ctx: Context, conversation: ConversationRecord, effect: RunnableStep
 
 
 def claim_reads(ctx: Context, conversation: ConversationRecord, effect: RunnableStep) -> ClaimReads:
-    return ClaimReads(run_job(ctx, conversation, effect), fresh=not isinstance(effect, ResumeStep))
+    fresh = not isinstance(effect, ResumeStep)
+    return ClaimReads(run_job(ctx, conversation, effect), fresh, known(ctx, effect))
+
+
+def known(ctx: Context, effect: RunnableStep) -> Known:
+    """The effect's plan as this process knows it stored, asked when it is needed."""
+    return lambda: remembered(ctx, effect.conversation_id, effect.plan_id)
 
 
 async def job_still_wanted(ctx: Context, job: Job) -> bool:
@@ -213,7 +227,7 @@ async def _execute(
     files = ctx.options.files
     key = result_key(effect.plan_id, effect.step, effect.attempt)
     agent = None if spec.name == COMMANDER else spec.name
-    after = AfterRun(effect, job.run_key)
+    after = AfterRun(effect, job.run_key, known(ctx, effect))
     # its session, thread, plan and received files: one read for the stream and the run
     reads = await claimed.reads(ctx.db)
     answer = await ctx.port.open_answer(

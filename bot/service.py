@@ -288,8 +288,12 @@ class SlackService:
         self, channel: str, thread_ts: str
     ) -> tuple[ConversationRecord | None, Plan | None]:
         """A thread's conversation (read only when not kept) and its newest plan as stored,
-        in one read."""
+        in one read (none on SQLite when both are kept: `agents.plan_reads.remembered`)."""
         known = self.context.known_conversation(channel, thread_ts)
+        if known is not None and self.db.is_sqlite:
+            remembered = self.context.reconciler.remembered(known.id)  # the newest, written here
+            if remembered is not None:
+                return known, remembered
         async with self.db.read() as conn:
             conversation = known or await find_conversation(conn, self.team_id, channel, thread_ts)
             if conversation is None:

@@ -37,10 +37,12 @@ def _at(callers: Counter[str], kind: str, *sites: str) -> int:
 
 async def test_a_form_submission_reads_its_thread_once(start: Callable[..., Any]) -> None:
     """The listener reads the form's conversation and plan to know its fields; the answer is
-    checked against that same read (it was read again, conversation and plan, twice)."""
+    checked against that same read (it was read again, conversation and plan, twice). On
+    SQLite the process keeps both (the conversation, and the plan its reconciler committed
+    last): nothing is read at all."""
     callers = await _walk(start)
     report = "\n".join(line for line in callers if any(s in line for s in FORM_SITES))
-    assert _at(callers, "SELECT plans", *FORM_SITES) == 1, report
+    assert _at(callers, "SELECT plans", *FORM_SITES) == 0, report
     assert _at(callers, "SELECT conversations", *FORM_SITES) <= 1, report
 
 

@@ -8,6 +8,8 @@ the busy timeout. PostgreSQL (several replicas) is reached through asyncpg.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +40,29 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
+class RollbackOnClose(sqlite3.Connection):
+    """A SQLite connection that rolls its open transaction back as it closes.
+
+    Python's `close` (`sqlite3_close_v2`) leaves a connection whose statement is still
+    active open, a "zombie", until that statement is finalized – with its transaction, so
+    with SQLite's one write lock. That is what a unit of work cancelled mid-statement left
+    behind (a job stopped by a plan's cancel or the process's stop): SQLAlchemy then closes
+    the connection without a rollback, and the statement's cursor lives on in the
+    cancelled task's traceback. Every later write of the process waited for the busy
+    timeout and failed, "database is locked", until that cursor was collected."""
+
+    def close(self) -> None:
+        if self.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.rollback()
+        super().close()
+
+
+def sqlite_connect_args(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` for an engine on SQLite, its connections `RollbackOnClose`."""
+    return kwargs | {"connect_args": {"factory": RollbackOnClose} | kwargs.get("connect_args", {})}
+
+
 def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine:
     """An async engine for `url`, configured for Flotilla's locking rules on its backend."""
     if not is_sqlite(url):
@@ -49,7 +74,7 @@ def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine
         engine = create_async_engine(url, echo=echo, **kwargs)
         _ping_when_idle(engine)
         return engine
-    engine = create_async_engine(url, echo=echo, **kwargs)
+    engine = create_async_engine(url, echo=echo, **sqlite_connect_args(kwargs))
     _configure_sqlite(engine)
     return engine
 

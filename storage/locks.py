@@ -45,6 +45,7 @@ from storage.db import (
     Database,
     mark_idle_since,
     prepare_sqlite_connection,
+    sqlite_connect_args,
 )
 from storage.optimistic import VersionConflict
 from storage.prepared import DriverConnection
@@ -246,7 +247,7 @@ def sqlite_engine(db: Database) -> Engine:
     `db.dispose()` closes its held connections and disposes it."""
     engine = _sqlite_engines.get(db)
     if engine is None:
-        engine = create_engine(db.url.replace("+aiosqlite", "", 1))
+        engine = create_engine(db.url.replace("+aiosqlite", "", 1), **sqlite_connect_args({}))
         _configure(engine)
         _sqlite_engines[db] = engine
         held = _held[engine] = HeldConnections(engine)

@@ -36,6 +36,7 @@ from agents.errors import (
     TransientError,
 )
 from agents.failures import is_storage_error
+from agents.job_settling import SETTLING
 from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
 from agents.plan_transitions import stalled
 from agents.registry import spec_from_record
@@ -298,6 +299,10 @@ async def _turn(
     changed: Decision | None = None
     try:
         if turn.plan is not None:
+            # nothing follows a plan's start alone: the turn settles in its transaction
+            settling = SETTLING.get() if ctx.db.is_sqlite and not turn.operations else None
+            if settling is not None:
+                await settling.stop_heartbeat()  # it would see its request finished
             changed = await ctx.reconciler.start_plan(
                 conversation.id,
                 turn.plan,
@@ -305,7 +310,10 @@ async def _turn(
                 max_parallel=ctx.options.max_parallel,
                 max_transient_failures=ctx.options.max_transient_failures,
                 intro=turn.reply or "",  # what the plan is: the card opens with it
+                settle=settling.settle_in if settling is not None else None,
             )
+            if settling is not None:  # committed with the plan (`agents/job_settling.py`)
+                settling.committed()
             log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
         if turn.operations:
             shown = wake.steps if wake is not None else ()  # the plan the turn was shown

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from agents.effects import MessageForCommander, step_key, to_row, turn_key
 from agents.failures import is_storage_error
+from agents.outbox import OutboxSender
 from agents.plan import Plan, StepSucceeded
 from agents.run_results import result_from_history
 from agents.session import load_messages
@@ -33,8 +34,8 @@ from storage.db import Database
 from storage.events import record_event
 from storage.files import ReceivedFile, produced_files, record_received
 from storage.inbox import claim_unprocessed_inbox, finish_inbox, store_inbox
-from storage.outbox import enqueue_effects
-from storage.records import ConversationRecord, InboxRecord, MessageRecord
+from storage.outbox import enqueue_claimed_unless_present, enqueue_effects
+from storage.records import ConversationRecord, InboxRecord, MessageRecord, OutboxRecord
 from storage.runs import load_run
 
 log = logging.getLogger(__name__)
@@ -118,14 +119,27 @@ class Incoming:
 
 
 def _turn_row(conversation_id: int, message: Incoming, text: str) -> dict[str, Any]:
-    turn = MessageForCommander(
+    return to_row(_turn(conversation_id, message, text))
+
+
+def _turn(conversation_id: int, message: Incoming, text: str) -> MessageForCommander:
+    return MessageForCommander(
         key=turn_key(conversation_id, message.ts),
         conversation_id=conversation_id,
         text=text,
         user=message.user or "",
         ts=message.ts,
     )
-    return to_row(turn)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A recorded mention: its conversation, and whether its commander turn was handed to
+    this process's outbox sender (claimed as it was inserted: delivered with no claim
+    transaction; else the outbox must be looked at)."""
+
+    conversation: ConversationRecord
+    handed: bool = False
 
 
 async def record_request(
@@ -137,9 +151,14 @@ async def record_request(
     message: Incoming,
     request: str,
     for_commander: bool,
-) -> ConversationRecord | None:
+    sender: OutboxSender | None = None,
+) -> Recorded | None:
     """A person's mention: open (or find) the thread's conversation, store the message and,
-    when `for_commander`, its commander turn – all or nothing. None: seen already."""
+    when `for_commander`, its commander turn – all or nothing. None: seen already.
+    `sender`: this process's outbox sender, to hand the turn to (see `Recorded`)."""
+    claimed: OutboxRecord | None = None
+    turn: MessageForCommander | None = None
+    until = now + sender.lease if sender is not None else now
     async with db.write() as conn:
         if not await conn.run_sync(record_event, f"msg:{message.channel}:{message.ts}", now):
             return None
@@ -155,9 +174,16 @@ async def record_request(
         await store_message(conn, conversation.id, message.record(request), now)
         await record_received(conn, conversation.id, message.ts, message.files, now)
         if for_commander:
-            row = _turn_row(conversation.id, message, request)
-            await conn.run_sync(enqueue_effects, [row], now, ignore_duplicates=True)
-    return conversation
+            turn = _turn(conversation.id, message, request)
+            if sender is None:
+                await conn.run_sync(enqueue_effects, [to_row(turn)], now, ignore_duplicates=True)
+            else:
+                insert = enqueue_claimed_unless_present
+                claimed = await conn.run_sync(insert, to_row(turn), now, lease_until=until)
+    if claimed is None or sender is None or turn is None:
+        return Recorded(conversation)
+    sender.hand_over([claimed], [turn], until)
+    return Recorded(conversation, handed=True)
 
 
 async def record_reply(

@@ -111,7 +111,8 @@ class SlackPort(Protocol):
 
     async def plan_card(self, plan_id: int) -> PlanCard:
         """The plan card's message as stored. Once posted it is in the thread already (then
-        `show_card(first=True)` does nothing: its plan need not be read)."""
+        `show_card(first=True)` does nothing: its plan need not be read); not posted, its
+        first post is taken for the caller, which then posts it (`PlanCard.taken`)."""
         ...
 
     async def close_forms(self, conversation: ConversationRecord, plan: Plan, note: str) -> None:

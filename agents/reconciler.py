@@ -20,6 +20,7 @@ from agents.clock import Clock, utcnow
 from agents.decisions import Decision, decide_agent_gone, start
 from agents.effects import Effect
 from agents.errors import OperationRejected
+from agents.final_texts import Settle
 from agents.outbox import OutboxSender
 from agents.plan import (
     DEFAULT_MAX_TRANSIENT_FAILURES,
@@ -119,9 +120,11 @@ class Reconciler:
         max_parallel: int = 1,
         max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
         intro: str = "",
+        settle: Settle | None = None,
     ) -> Decision:
         """Validate and store a new plan, and dispatch its first step(s), in one transaction.
-        `intro`: the commander's words about the plan, which its card opens with.
+        `intro`: the commander's words about the plan, which its card opens with; `settle`:
+        the commander turn's settle, written in the same transaction (as `reconcile`'s).
 
         Raises `PlanValidationError` (nothing stored) or `OperationRejected` when the
         conversation already has a plan that is not finished.
@@ -133,6 +136,7 @@ class Reconciler:
             max_parallel=max_parallel,
             max_transient_failures=max_transient_failures,
             intro=intro,
+            settle=settle,
         )
 
     async def start_steps(
@@ -143,10 +147,12 @@ class Reconciler:
         max_parallel: int = 1,
         max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
         intro: str = "",
+        settle: Settle | None = None,
     ) -> Decision:
         """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
         preclaim = self._preclaim(now)
+        settle = settle if self.db.is_sqlite else None
 
         def work(conn: Connection) -> Stored:
             current = store.load_latest_plan(conn, conversation_id)
@@ -173,7 +179,10 @@ class Reconciler:
             )
             decision = start(plan, now)
             write = plan_write(decision, now, card_waiting=False, preclaim=preclaim)
-            return Stored(decision, store_write(conn, write, now, preclaim=preclaim))
+            claimed = store_write(conn, write, now, preclaim=preclaim)
+            if settle is not None:
+                settle(conn, now)
+            return Stored(decision, claimed)
 
         decision = await self._locked(conversation_id, work, preclaim)
         assert decision is not None  # a started plan always has a decision
@@ -189,7 +198,7 @@ class Reconciler:
         assignees: Collection[str] = (),
         disabled: Collection[str] = (),
         actor: str | None = None,
-        settle: Callable[[Connection, datetime], None] | None = None,
+        settle: Settle | None = None,
     ) -> Decision | None:
         """Apply what happened and dispatch what is ready; idempotent. None: no plan.
 

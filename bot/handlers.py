@@ -90,7 +90,7 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
     too_long = len(request) > MAX_REQUEST_CHARS
     incoming = _incoming(message, service.options.files)
     # de-duplicated in the transaction that records the work: all of it, or none
-    conversation = await record_request(
+    recorded = await record_request(
         service.db,
         service.clock(),
         team_id=service.team_id,
@@ -98,9 +98,11 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
         message=incoming,
         request=request[:MAX_REQUEST_CHARS],
         for_commander=not too_long,
+        sender=service.reconciler.outbox,  # None once this process stops handing work over
     )
-    if conversation is None:
+    if recorded is None:
         return
+    conversation = recorded.conversation
     service.context.remember(conversation)  # committed: its thread's next events find it here
     refused = refused_note(incoming)
     if refused is not None:
@@ -113,7 +115,8 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
         )
         found = conversation
         service.events.start(lambda: _say(service, found, note))
-    service.wake()
+    if not recorded.handed:  # handed: its delivery is under way here already
+        service.wake()
 
 
 async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:

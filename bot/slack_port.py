@@ -43,7 +43,7 @@ from bot.step_messages import StepMessages, fit_text, payload_of
 from bot.views.plan_card import plan_card
 from storage.conversations import store_message, thread_messages, update_message
 from storage.db import Database
-from storage.plans import PlanCard, claim_plan_card, take_card_post
+from storage.plans import PlanCard, claim_plan_card, take_card_post, take_or_read_card
 from storage.plans import plan_card as plan_card_of
 from storage.records import ConversationRecord, MessageRecord
 
@@ -255,7 +255,7 @@ class SlackPort(StepMessages, FileTransfers):
         card_ts = card.posted
         if card_ts is not None and first:
             return
-        fresh = False  # this sender took the first post: nothing can be in the thread yet
+        fresh = card.taken  # this sender took the first post: nothing can be in the thread yet
         if card.ts is None:
             async with self.db.write() as conn:
                 fresh = await take_card_post(conn, plan.id)
@@ -300,8 +300,15 @@ class SlackPort(StepMessages, FileTransfers):
         await self.plan_display.show(conversation, plan)  # under the card
 
     async def plan_card(self, plan_id: int) -> PlanCard:
-        """The plan card's message and intro; once posted, neither changes: kept in memory."""
-        return await self._card(plan_id)
+        """The plan card's message and intro; once posted, neither changes: kept in memory.
+        Not posted: its first post is taken for this sender in the same write (`taken`)."""
+        known = self._cards.get(plan_id)
+        if known is None:
+            async with self.db.write() as conn:
+                known = await take_or_read_card(conn, plan_id)
+            if known.posted is not None:
+                self._cards.put(plan_id, known)
+        return known
 
     async def _card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory."""

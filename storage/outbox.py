@@ -85,6 +85,21 @@ def enqueue_claimed(
     return [claimed_record(value, i, now) for i, value in zip(ids, values, strict=True)]
 
 
+def enqueue_claimed_unless_present(
+    conn: Connection, row: dict[str, Any], now: datetime, *, lease_until: datetime
+) -> OutboxRecord | None:
+    """One outbox row inserted already claimed (`enqueue_claimed`) unless a row with its key
+    exists: then None, and nothing is inserted (that row is delivered as it is)."""
+    value = (
+        {"state": "pending", "created_at": now}
+        | dict(row)
+        | {"attempts": 1, "failures": 0, "available_at": lease_until}
+    )
+    insert_row = insert_ignoring_conflict(conn, outbox_t, **value).returning(outbox_t.c.id)
+    row_id = conn.execute(insert_row).scalar()
+    return None if row_id is None else claimed_record(value, int(row_id), now)
+
+
 def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRecord:
     """The record of an outbox row (`enqueue_effects`'s shape) inserted claimed as `row_id`."""
     return OutboxRecord(

@@ -246,6 +246,7 @@ class PlanCard:
 
     ts: str | None
     intro: str
+    taken: bool = False  # its first post was just taken for the caller (`take_or_read_card`)
 
     @property
     def posted(self) -> str | None:
@@ -271,6 +272,22 @@ async def take_card_post(conn: AsyncConnection, plan_id: int) -> bool:
         .values(card_ts=CARD_POSTING)
     )
     return bool(result.rowcount)
+
+
+async def take_or_read_card(conn: AsyncConnection, plan_id: int) -> PlanCard:
+    """`take_card_post` and the card's intro in one statement (`taken`); the card as stored
+    when a sender took or recorded its post before."""
+    row = (
+        await conn.execute(
+            update(plans_t)
+            .where(plans_t.c.id == plan_id, plans_t.c.card_ts.is_(None))
+            .values(card_ts=CARD_POSTING)
+            .returning(plans_t.c.intro)
+        )
+    ).first()
+    if row is None:
+        return await plan_card(conn, plan_id)
+    return PlanCard(CARD_POSTING, row.intro or "", taken=True)
 
 
 async def claim_plan_card(conn: AsyncConnection, plan_id: int, ts: str) -> bool:

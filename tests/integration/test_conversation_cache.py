@@ -47,7 +47,7 @@ def _process(db: Database) -> Context:
 async def test_a_thread_opened_by_another_process_is_found_and_kept_right(db: Database) -> None:
     here, there = _process(db), _process(db)
     assert await here.find_conversation("C1", "1.0") is None  # not opened yet
-    opened = await record_request(
+    recorded = await record_request(
         db,
         NOW,
         team_id="T1",
@@ -56,7 +56,8 @@ async def test_a_thread_opened_by_another_process_is_found_and_kept_right(db: Da
         request="hello",
         for_commander=True,
     )
-    assert opened is not None
+    assert recorded is not None and not recorded.handed  # no sender: the outbox is looked at
+    opened = recorded.conversation
     there.remember(opened)  # the writer keeps it once committed (bot/handlers.py on_mention)
     found = await here.find_conversation("C1", "1.0")  # the None before was not kept
     assert found == opened and here.known_conversation("C1", "1.0") == opened

@@ -70,15 +70,18 @@ async def test_a_produced_file_is_shared_in_two_transactions(start: Callable[...
     assert _at(callers, "SELECT files", *sites) == 1, report
 
 
-async def test_the_plan_card_is_read_once_before_its_first_post(
+async def test_the_plan_card_s_first_post_is_two_writes_and_no_read(
     start: Callable[..., Any],
 ) -> None:
-    """A step's dispatch shows the card first if it is not posted: the card read that finds
-    it unposted is the one the post starts from (it was read again in show_card); once
-    posted the port keeps it, so it is never read again."""
+    """A step's dispatch shows the card first if it is not posted: the write that takes its
+    first post returns the card's intro (it was read, then taken, in two transactions),
+    and the post's ts is kept with its claim; once posted the port keeps it, so it is
+    never read again."""
     callers = await _walk(start)
-    report = "\n".join(line for line in callers if "slack_port.py" in line)
-    assert _at(callers, "SELECT plans", "_card <") == 1, report
+    report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "slack_port" in line)
+    assert _at(callers, "SELECT plans", "slack_port.py") == 0, report
+    assert _at(callers, "BEGIN", "< agents/plan_notices.py") == 2, report  # take, claim
+    assert _at(callers, "UPDATE plans", "< agents/plan_notices.py") == 2, report
 
 
 async def test_a_handed_dispatch_reads_nothing_before_its_claim(
@@ -129,3 +132,15 @@ async def test_card_refreshes_and_plan_endings_take_the_plan_this_process_commit
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "plan_reads" in line)
     assert _at(callers, "SELECT plans", "plan_reads.py") == 0, report  # `load`, on its thread
     assert _at(callers, "SELECT run_requests", "plan_reads.py") == 0, report
+
+
+async def test_the_commander_turn_that_starts_the_plan_settles_in_its_transaction(
+    start: Callable[..., Any],
+) -> None:
+    """The turn's run request and outbox row are finished in the transaction that stores the
+    plan (SQLite: `job_settling`), not in one of their own after it; and the mention's turn
+    was handed to this process as it was recorded, so no claim looked for it."""
+    callers = await _walk(start)
+    report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "jobs.py" in line)
+    assert _at(callers, "BEGIN", "_settle < agents/jobs.py") == 0, report
+    assert _at(callers, "UPDATE run_requests", "reconciler.py") == 1, report  # in the start

@@ -21,7 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.effects import MessageForCommander, step_key, to_row, turn_key
 from agents.failures import is_storage_error
@@ -118,10 +120,6 @@ class Incoming:
         )
 
 
-def _turn_row(conversation_id: int, message: Incoming, text: str) -> dict[str, Any]:
-    return to_row(_turn(conversation_id, message, text))
-
-
 def _turn(conversation_id: int, message: Incoming, text: str) -> MessageForCommander:
     return MessageForCommander(
         key=turn_key(conversation_id, message.ts),
@@ -175,30 +173,64 @@ async def record_request(
         await record_received(conn, conversation.id, message.ts, message.files, now)
         if for_commander:
             turn = _turn(conversation.id, message, request)
-            if sender is None:
-                await conn.run_sync(enqueue_effects, [to_row(turn)], now, ignore_duplicates=True)
-            else:
-                insert = enqueue_claimed_unless_present
-                claimed = await conn.run_sync(insert, to_row(turn), now, lease_until=until)
-    if claimed is None or sender is None or turn is None:
-        return Recorded(conversation)
+            claimed = await _enqueue_turn(conn, turn, now, sender, until)
+    return Recorded(conversation, _hand_over(sender, claimed, turn, until))
+
+
+async def _enqueue_turn(
+    conn: AsyncConnection,
+    turn: MessageForCommander,
+    now: datetime,
+    sender: OutboxSender | None,
+    until: datetime,
+) -> OutboxRecord | None:
+    """The turn's outbox row: claimed for `sender` until `until` (None: its key exists),
+    else pending for any process."""
+    if sender is None:
+        await conn.run_sync(enqueue_effects, [to_row(turn)], now, ignore_duplicates=True)
+        return None
+    insert = enqueue_claimed_unless_present
+    return await conn.run_sync(insert, to_row(turn), now, lease_until=until)
+
+
+def _hand_over(
+    sender: OutboxSender | None,
+    claimed: OutboxRecord | None,
+    turn: MessageForCommander | None,
+    until: datetime,
+) -> bool:
+    """After the commit: the claimed turn handed to `sender`; whether it was."""
+    if sender is None or claimed is None or turn is None:
+        return False
     sender.hand_over([claimed], [turn], until)
-    return Recorded(conversation, handed=True)
+    return True
 
 
 async def record_reply(
-    db: Database, now: datetime, conversation_id: int, message: Incoming, *, for_commander: bool
-) -> bool:
+    db: Database,
+    now: datetime,
+    conversation_id: int,
+    message: Incoming,
+    *,
+    for_commander: bool,
+    sender: OutboxSender | None = None,
+) -> Literal["seen", "stored", "handed"]:
     """A message in a thread Flotilla works in: stored (with a commander turn when it is for
-    the commander). False when it was stored already (a redelivered event)."""
+    the commander, handed to `sender` as `record_request` hands a mention's). "seen": it
+    was stored already (a redelivered event)."""
+    claimed: OutboxRecord | None = None
+    turn: MessageForCommander | None = None
+    until = now + sender.lease if sender is not None else now
     async with db.write() as conn:
         stored = await store_message(conn, conversation_id, message.record(), now)
         if stored:
             await record_received(conn, conversation_id, message.ts, message.files, now)
         if stored and for_commander:
-            row = _turn_row(conversation_id, message, message.text)
-            await conn.run_sync(enqueue_effects, [row], now, ignore_duplicates=True)
-    return stored
+            turn = _turn(conversation_id, message, message.text)
+            claimed = await _enqueue_turn(conn, turn, now, sender, until)
+    if not stored:
+        return "seen"
+    return "handed" if _hand_over(sender, claimed, turn, until) else "stored"
 
 
 async def stored_result(

@@ -24,8 +24,15 @@ async def show_card(
     if card is not None and card.posted is not None:
         return  # posted: the step's own card refresh (an effect of its own) renders it
     plan = await plan_reads.load(context, conversation.id, plan_id, with_waits=True)
-    if plan is not None:  # the card as just read: not read again before its first post
-        await context.port.show_card(conversation, plan, first=first, card=card)
+    if plan is None:
+        return
+    # the card as just read: not read again before its first post
+    if await context.port.show_card(conversation, plan, first=first, card=card):
+        # another sender's first post won (this one was deleted): the plan as it is now on
+        # that card – what this sender rendered may be newer than what the winner did
+        plan = await plan_reads.load(context, conversation.id, plan_id, with_waits=True)
+        if plan is not None:
+            await context.port.show_card(conversation, plan, first=False)
 
 
 async def stopped(

@@ -104,9 +104,10 @@ class SlackPort(Protocol):
         *,
         first: bool,
         card: PlanCard | None = None,
-    ) -> None:
+    ) -> bool:
         """Post the plan card once, then edit it in place (`first`: only if not posted;
-        `card`: its message as just read by `plan_card`, else read here)."""
+        `card`: its message as just read by `plan_card`, else read here). True when
+        another sender's first post won over this one's (then this one was deleted)."""
         ...
 
     async def plan_card(self, plan_id: int) -> PlanCard:

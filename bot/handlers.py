@@ -140,17 +140,18 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
     incoming = _incoming(message, service.options.files)
     if author != "person":  # our own uploads and other apps' files are not attachments
         incoming = replace(incoming, files=())
-    stored = await record_reply(
-        service.db, service.clock(), conversation.id, incoming, for_commander=interjection
-    )
-    if not stored:
+    recorded = await record_reply(
+        service.db, service.clock(), conversation.id, incoming, for_commander=interjection,
+        sender=service.reconciler.outbox,  # None once this process stops handing work over
+    )  # fmt: skip
+    if recorded == "seen":
         return  # seen already (a retried delivery)
     refused = refused_note(incoming) if author == "person" else None
     if refused is not None:
         service.events.start(lambda: _say(service, conversation, refused))
     if forged:
         log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
-    elif interjection:
+    elif interjection and recorded != "handed":  # handed: its delivery is under way here
         service.wake()
     elif author == "agent" and message.bot_id is not None:
         meta = message.step_meta(RESULT_EVENT)

@@ -247,14 +247,14 @@ class SlackPort(StepMessages, FileTransfers):
         *,
         first: bool,
         card: PlanCard | None = None,
-    ) -> None:
+    ) -> bool:
         """Post the card once (the first poster wins), then edit it in place. The card opens
         with the commander's words about the plan (stored with it), not a message before it.
         `card`: as the caller just read it (`plan_card`); one known posted here wins."""
         card = self._cards.get(plan.id) or card or await self._card(plan.id)
         card_ts = card.posted
         if card_ts is not None and first:
-            return
+            return False
         fresh = card.taken  # this sender took the first post: nothing can be in the thread yet
         if card.ts is None:
             async with self.db.write() as conn:
@@ -273,7 +273,7 @@ class SlackPort(StepMessages, FileTransfers):
         # the native display shows progress; then the card shows only its start and end
         native = card_ts is not None and await self.plan_display.show(conversation, plan)
         if native:
-            return
+            return False
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(
             plan, mentions=mentions, requester=conversation.requested_by, now=now,
@@ -282,7 +282,7 @@ class SlackPort(StepMessages, FileTransfers):
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)
-            return
+            return False
         key = card_message_key(plan.id)
         metadata = {"event_type": NOTICE_EVENT, "event_payload": {"plan_id": plan.id, "key": key}}
         posted = await self.post_unkept(conversation, text, blocks=rendered, metadata=metadata)
@@ -296,8 +296,9 @@ class SlackPort(StepMessages, FileTransfers):
         if not won:  # another sender posted the card first: keep one card
             with slack_call():
                 await self.client.chat_delete(channel=conversation.channel_id, ts=ts)
-            return
+            return True
         await self.plan_display.show(conversation, plan)  # under the card
+        return False
 
     async def plan_card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory.

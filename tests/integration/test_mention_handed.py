@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from agents.effects import MessageForCommander
-from agents.inbox import Incoming, Recorded, record_request
+from agents.inbox import Incoming, Recorded, record_reply, record_request
 from agents.outbox import OutboxSender
 from storage.db import Database
 from storage.outbox import enqueue_claimed_unless_present, enqueue_effects, outbox_t
@@ -83,3 +83,28 @@ async def test_a_claimed_insert_of_a_key_that_exists_inserts_nothing(db: Databas
         attempts = (await conn.execute(select(outbox_t.c.attempts))).scalars().all()
     assert again is None and attempts == [0]
     assert await outbox_keys(db) == ["k1"]
+
+
+async def test_an_interjection_s_turn_is_handed_over_the_same_way(db: Database) -> None:
+    clock = Clock()
+    port = RecordingPort()
+    sender = OutboxSender(db, port, clock=clock)
+    recorded = await _mention(db, clock, None)
+    assert recorded is not None
+    await OutboxSender(db, RecordingPort(), clock=clock).drain()  # the mention's turn: done
+    reply = Incoming(channel="C1", ts="2.0", text="make it short", user="U1")
+    cid = recorded.conversation.id
+    assert await record_reply(db, clock(), cid, reply, for_commander=True, sender=sender) == (
+        "handed"
+    )
+    assert await OutboxSender(db, RecordingPort(), clock=clock).drain() == 0  # claimed here
+    assert await sender.deliver_handed() == 1
+    assert [e.text for e in port.performed if isinstance(e, MessageForCommander)] == [
+        "make it short"
+    ]
+    again = await record_reply(db, clock(), cid, reply, for_commander=True, sender=sender)
+    assert again == "seen" and sender.handed == 0  # a redelivered event: nothing
+    later = Incoming(channel="C1", ts="3.0", text="thanks", user="U2")
+    assert await record_reply(db, clock(), cid, later, for_commander=False, sender=sender) == (
+        "stored"
+    )

@@ -15,22 +15,19 @@ from typing import Any
 from tests.db_counts import counting
 from tests.e2e.slice.diamond import STEPS, walk_diamond
 
-# reached here (2026-12-05, the sixth pass: the card's refreshes, the plan's ending, a
-# step's claim and close and a form take the plan this process committed on SQLite; the
-# mention's turn handed over as recorded; the plan-starting turn settled with the plan;
-# the card's first post taken with its intro; upstream outputs read in the claim):
-# 8.8-9.2 transactions and 31.4-32.2 statements per step (the bench 8.2-8.6 and
-# 30.2-31.4); before it (2026-12-04, the fifth pass: a run's answer stored by its close, the dispatch
-# message with its claim, the final text with its outcome, reads folded, a handed step's
-# plan taken from its reconcile): 11.6 transactions and 36.6-36.8 statements per step (the
-# bench 11.0 and 35.4-35.6); before it (2026-12-02, with the job's settle in its
-# outcome's reconcile): 17.2-17.4 transactions and 40.8-41.2 statements (the bench 16.6 and
-# 40.0); the fourth pass
-# before it reached 17.2-18.2 transactions and
-# 39.0-40.8 statements per step (the bench, without the final quiesce, 17.6 and 40.0); the
-# third pass reached 18.8-19.2 and 41.4-42.0 here (the bench 18.6 and 41.2), the second
-# 21.2 and 46.0 (the bench 20.6 and 45.2), before that 25.4 and 50.8 (the bench), before
-# issue 17 47-50 transactions per step.
+# Reached here, per step (the bench's figure in brackets):
+# - 2026-12-05, the sixth pass (the card's refreshes, the plan's ending, a step's claim and
+#   close and a form take the plan this process committed on SQLite; the mention's turn
+#   handed over as recorded; the plan-starting turn settled with the plan; the card's first
+#   post taken with its intro; upstream outputs read in the claim): 8.8-9.2 transactions,
+#   31.4-32.2 statements (8.2-8.6, 30.4-31.4);
+# - 2026-12-04, the fifth pass (a run's answer stored by its close, the dispatch message with
+#   its claim, the final text with its outcome, reads folded, a handed step's plan taken
+#   from its reconcile): 11.6 and 36.6-36.8 (11.0, 35.4-35.6);
+# - 2026-12-02, with the job's settle in its outcome's reconcile: 17.2-17.4 and 40.8-41.2
+#   (16.6, 40.0); the fourth pass 17.2-18.2 and 39.0-40.8 (17.6, 40.0); the third 18.8-19.2
+#   and 41.4-42.0 (18.6, 41.2); the second 21.2 and 46.0 (20.6, 45.2); before that 25.4 and
+#   50.8 (the bench); before issue 17, 47-50 transactions.
 # Issue 17's goal, <= 6 and <= 20, is not reached yet (bench/README.md says what is left).
 TRANSACTIONS_PER_STEP = 10.0
 STATEMENTS_PER_STEP = 34.0

@@ -32,8 +32,8 @@ class WaitMarks:
         that held the write lock, or in a read that found nobody waiting); a mark added
         since stays."""
         seen = set(plan_ids)
-        if self.generation != since and self._plans is not None:
+        if self.generation != since:  # marked while this pass read: those marks stay
+            if self._plans is None:
+                return  # …before any pass had looked: still unknown
             seen |= self._plans
-        elif self.generation != since:
-            return  # marked while this pass read, before any pass: still unknown
         self._plans = seen

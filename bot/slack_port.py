@@ -303,20 +303,16 @@ class SlackPort(StepMessages, FileTransfers):
     async def plan_card(self, plan_id: int) -> PlanCard:
         """The plan card's message and intro; once posted, neither changes: kept in memory.
         Not posted: its first post is taken for this sender in the same write (`taken`)."""
-        known = self._cards.get(plan_id)
-        if known is None:
-            async with self.db.write() as conn:
-                known = await take_or_read_card(conn, plan_id)
-            if known.posted is not None:
-                self._cards.put(plan_id, known)
-        return known
+        return await self._card(plan_id, take=True)
 
-    async def _card(self, plan_id: int) -> PlanCard:
-        """The plan card's message and intro; once posted, neither changes: kept in memory."""
+    async def _card(self, plan_id: int, *, take: bool = False) -> PlanCard:
+        """The plan card's message and intro; once posted, neither changes: kept in memory.
+        `take`: unless posted, take its first post in the same write (`plan_card`)."""
         known = self._cards.get(plan_id)
         if known is None:
-            async with self.db.read() as conn:
-                known = await plan_card_of(conn, plan_id)
+            async with self.db.write() if take else self.db.read() as conn:
+                read = take_or_read_card if take else plan_card_of
+                known = await read(conn, plan_id)
             if known.posted is not None:
                 self._cards.put(plan_id, known)
         return known

@@ -71,12 +71,7 @@ def enqueue_claimed(
     them, without a transaction of its own. A duplicate key rolls the transaction back."""
     if not rows:
         return []
-    values: list[dict[str, Any]] = [
-        {"state": "pending", "created_at": now}
-        | dict(r)
-        | {"attempts": 1, "failures": 0, "available_at": lease_until}
-        for r in rows
-    ]
+    values = [_claimed_value(r, now, lease_until) for r in rows]
     if Prepared.runs_on(conn):  # one INSERT a row: its id is the cursor's lastrowid
         insert_one = prepared_insert(outbox_t, values[0])
         ids = [int(insert_one.execute(conn, value).lastrowid) for value in values]
@@ -90,14 +85,19 @@ def enqueue_claimed_unless_present(
 ) -> OutboxRecord | None:
     """One outbox row inserted already claimed (`enqueue_claimed`) unless a row with its key
     exists: then None, and nothing is inserted (that row is delivered as it is)."""
-    value = (
+    value = _claimed_value(row, now, lease_until)
+    insert_row = insert_ignoring_conflict(conn, outbox_t, **value).returning(outbox_t.c.id)
+    row_id = conn.execute(insert_row).scalar()
+    return None if row_id is None else claimed_record(value, int(row_id), now)
+
+
+def _claimed_value(row: dict[str, Any], now: datetime, lease_until: datetime) -> dict[str, Any]:
+    """An outbox row's values as inserted claimed: one delivery begun, leased until then."""
+    return (
         {"state": "pending", "created_at": now}
         | dict(row)
         | {"attempts": 1, "failures": 0, "available_at": lease_until}
     )
-    insert_row = insert_ignoring_conflict(conn, outbox_t, **value).returning(outbox_t.c.id)
-    row_id = conn.execute(insert_row).scalar()
-    return None if row_id is None else claimed_record(value, int(row_id), now)
 
 
 def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRecord:

@@ -96,5 +96,15 @@ async def db(empty_db: Database) -> Database:
 
 
 @pytest.fixture
+async def sqlite_db(sqlite_url: str) -> AsyncIterator[Database]:
+    """A migrated Database on a SQLite file only (SQLite's own paths: the worker thread's
+    hand-over, the remembered plan, the driver's write lock)."""
+    db = Database(sqlite_url)
+    await upgrade(db)
+    yield db
+    await db.dispose()
+
+
+@pytest.fixture
 def anyio_backend() -> Iterator[str]:
     yield "asyncio"

@@ -9,11 +9,8 @@ they close (`storage.db.RollbackOnClose`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import event, text
 
 from storage.db import Database
@@ -25,19 +22,12 @@ SLOW = (
 )
 
 
-@pytest.fixture
-async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
-    async with db.write() as conn:
-        await conn.execute(text("CREATE TABLE written (x INTEGER)"))
-    yield db
-    await db.dispose()
-
-
 async def test_a_write_cancelled_mid_statement_leaves_no_lock_and_no_row(
     sqlite_db: Database,
 ) -> None:
     db = sqlite_db
+    async with db.write() as conn:
+        await conn.execute(text("CREATE TABLE written (x INTEGER)"))
     running = asyncio.Event()
 
     def sent(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:

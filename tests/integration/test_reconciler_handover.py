@@ -11,14 +11,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import event, select
 
 from agents.outbox import Claimed, OutboxSender
 from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import sqlite_engine
-from storage.migrate import upgrade
 from storage.outbox import outbox_t
 from tests.integration.reconcile_support import (
     AGENTS,
@@ -29,13 +27,6 @@ from tests.integration.reconcile_support import (
     new_conversation,
     outbox_keys,
 )
-
-
-@pytest.fixture
-async def sqlite_db(tmp_path: Path) -> Database:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
-    await upgrade(db)
-    return db
 
 
 class Transactions:

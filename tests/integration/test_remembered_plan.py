@@ -5,14 +5,12 @@ than what is stored."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agents.reconciler import Reconciler
 from storage.db import Database
-from storage.migrate import upgrade
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,
@@ -20,13 +18,6 @@ from tests.integration.reconcile_support import (
     finish_running,
     new_conversation,
 )
-
-
-@pytest.fixture
-async def sqlite_db(tmp_path: Path) -> Database:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
-    await upgrade(db)
-    return db
 
 
 async def test_each_commit_is_remembered_as_stored(sqlite_db: Database) -> None:

@@ -80,8 +80,10 @@ async def test_the_plan_card_s_first_post_is_two_writes_and_no_read(
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "slack_port" in line)
     assert _at(callers, "SELECT plans", "slack_port.py") == 0, report
-    assert _at(callers, "BEGIN", "< agents/plan_notices.py") == 2, report  # take, claim
-    assert _at(callers, "UPDATE plans", "< agents/plan_notices.py") == 2, report
+    taken, claimed = " plan_card", "show_card < agents/plan_notices.py"  # their call sites
+    assert _at(callers, "BEGIN", taken) == 1 and _at(callers, "BEGIN", claimed) == 1, report
+    assert _at(callers, "UPDATE plans", taken) == 1, report
+    assert _at(callers, "UPDATE plans", claimed) == 1, report
 
 
 async def test_a_handed_dispatch_reads_nothing_before_its_claim(

@@ -55,7 +55,6 @@ from storage.run_requests import (
     enqueue_request,
     expire_grants,
     grant_request,
-    has_waiting,
     lock_admission,
     prune_requests,
     queued_requests,
@@ -246,9 +245,9 @@ class AdmissionLoop:
         async with self._passing:
             self.passes += 1
             seen = self.waits.generation
-            async with self.db.read() as conn:  # one read when nobody waits
-                idle = not await has_waiting(conn)
-                queue = await queued_requests(conn) if idle else []
+            async with self.db.read() as conn:  # one statement when nobody waits
+                queue = await queued_requests(conn)
+            idle = not any(r.state != "granted" for r in queue)
             if idle:
                 self.waits.replace((), since=seen)
                 await self._expire_only(queue)

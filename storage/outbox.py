@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import JSON, Table, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -53,7 +53,7 @@ def enqueue_effects(
     ]
     if not ignore_duplicates:
         if Prepared.runs_on(conn):
-            prepared_insert(outbox_t, values[0]).executemany(conn, values)
+            prepared_insert(outbox_t, values[0]).insert_rows(conn, values)
         else:
             conn.execute(_INSERT, values)
         return len(values)
@@ -72,9 +72,12 @@ def enqueue_claimed(
     if not rows:
         return []
     values = [_claimed_value(r, now, lease_until) for r in rows]
-    if Prepared.runs_on(conn):  # one INSERT a row: its id is the cursor's lastrowid
-        insert_one = prepared_insert(outbox_t, values[0])
-        ids = [int(insert_one.execute(conn, value).lastrowid) for value in values]
+    if Prepared.runs_on(conn):  # one INSERT for all: each id found by its row's key
+        returned = prepared_insert(outbox_t, values[0]).insert_rows(
+            conn, values, returning="id, idempotency_key"
+        )
+        by_key = {key: int(row_id) for row_id, key in returned}
+        ids = [by_key[value["idempotency_key"]] for value in values]
     else:
         ids = [row.id for row in conn.execute(_INSERT_CLAIMED, values).all()]
     return [claimed_record(value, i, now) for i, value in zip(ids, values, strict=True)]
@@ -118,11 +121,10 @@ def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:
     """Mark delivered rows sent (a row given up or settled meanwhile is left as it is)."""
     if not sent:
         return
-    params = [{"row_id": i, "sent_at": now} for i in sent]
     if Prepared.runs_on(conn):
-        _MARK_SENT_PREPARED.executemany(conn, params)
+        _MARK_SENT_PREPARED.execute(conn, {"row_ids": list(sent), "sent_at": now})
     else:
-        conn.execute(_MARK_SENT, params)
+        conn.execute(_MARK_SENT, {"row_ids": list(sent), "sent_at": now})
 
 
 def settle_and_claim(
@@ -196,14 +198,19 @@ def _claim(*, skip_locked: bool) -> Any:
     )
 
 
+# the rows delivered, one statement for all of them
 _MARK_SENT = (
     update(outbox_t)
-    .where(outbox_t.c.id == bindparam("row_id"), outbox_t.c.state == "pending")
+    .where(outbox_t.c.id.in_(bindparam("row_ids", expanding=True)), outbox_t.c.state == "pending")
     .values(state="sent", sent_at=bindparam("sent_at"))
 )
-
-
-_MARK_SENT_PREPARED = Prepared(_MARK_SENT)
+# the same on the DBAPI path, which compiles once: the ids as one JSON array
+_SENT_IDS = func.json_each(bindparam("row_ids", type_=JSON)).table_valued("value")
+_MARK_SENT_PREPARED = Prepared(
+    update(outbox_t)
+    .where(outbox_t.c.id.in_(select(_SENT_IDS.c.value)), outbox_t.c.state == "pending")
+    .values(state="sent", sent_at=bindparam("sent_at"))
+)
 _CLAIM = _claim(skip_locked=False)
 _CLAIM_PG = _claim(skip_locked=True)
 

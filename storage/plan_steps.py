@@ -62,7 +62,7 @@ def insert_steps(conn: Connection, plan_id: int, rows: Sequence[dict[str, Any]])
         return
     values = [{"plan_id": plan_id, "started_at": None, "finished_at": None} | r for r in rows]
     if Prepared.runs_on(conn):
-        prepared_insert(steps_t, values[0]).executemany(conn, values)
+        prepared_insert(steps_t, values[0]).insert_rows(conn, values)
     else:
         conn.execute(_INSERT_STEPS, values)
 

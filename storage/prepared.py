@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -143,6 +144,25 @@ class Prepared:
             raise _wrapped(conn, compiled.sql, rows, exc) from exc
         return int(cursor.rowcount)
 
+    def insert_rows(
+        self, conn: Connection, params: Sequence[dict[str, Any]], returning: str = ""
+    ) -> list[Any]:
+        """An INSERT's rows as one multi-row statement (`VALUES (…), (…)`): one statement
+        for SQLite to run where `executemany` runs one a row. `returning`: the columns
+        (`"id, name"`) of each inserted row to return, in no particular order."""
+        compiled = self._for(conn.dialect)
+        out: list[Any] = []
+        for start in range(0, len(params), _ROWS_A_STATEMENT):
+            chunk = params[start : start + _ROWS_A_STATEMENT]
+            values = [v for p in chunk for v in self._row(compiled, p)]
+            sql = _rows_sql(compiled.sql, len(chunk), returning)
+            try:
+                cursor = _dbapi(conn).execute(sql, values)
+                out.extend(cursor.fetchall() if returning else ())
+            except conn.dialect.loaded_dbapi.Error as exc:
+                raise _wrapped(conn, sql, values, exc) from exc
+        return out
+
     def mappings(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
         """A SELECT's rows as dicts, each value through its column's result processor."""
         compiled = self._for(conn.dialect)
@@ -169,6 +189,20 @@ class Prepared:
             for row in rows:
                 row[key] = process(row[key])
         return rows
+
+
+# rows a multi-row INSERT carries: far below SQLite's bound-parameter limit (32,766)
+_ROWS_A_STATEMENT = 200
+
+
+@lru_cache(maxsize=128)
+def _rows_sql(sql: str, rows: int, returning: str = "") -> str:
+    """A one-row `INSERT … VALUES (?, …)` made to insert `rows` rows (and return columns)."""
+    head, _, group = sql.rpartition(" VALUES ")
+    if not head or not (group.startswith("(") and group.endswith(")")):
+        raise TypeError(f"not a plain one-row INSERT: {sql}")
+    tail = f" RETURNING {returning}" if returning else ""
+    return f"{head} VALUES {', '.join([group] * rows)}{tail}"
 
 
 def _wrapped_asyncpg(dialect: Dialect, sql: str, params: Any, exc: Exception) -> BaseException:

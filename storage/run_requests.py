@@ -113,14 +113,6 @@ async def get_request(conn: AsyncConnection, run_key: str) -> RunRequestRecord |
     return _record(row) if row is not None else None
 
 
-async def has_waiting(conn: AsyncConnection) -> bool:
-    """Whether any request waits (a cheap look before a whole admission pass)."""
-    found = await conn.scalar(
-        select(requests_t.c.id).where(requests_t.c.state.in_(("waiting", "preempted"))).limit(1)
-    )
-    return found is not None
-
-
 async def expire_grants(conn: AsyncConnection, now: datetime) -> list[str]:
     """Granted requests whose holder stopped renewing (a killed process) wait again,
     keeping their place; their run keys."""

@@ -56,6 +56,7 @@ from agents.session import (
 )
 from agents.step_reads import StepReads
 from agents.thread_window import Known, newest_plan_id, prompt_with_context, thread_window
+from agents.tool_journal import rerunnable_tool
 from storage.db import Database
 
 PLAN_NOT_WRITTEN = (
@@ -269,6 +270,8 @@ def build_commander(
         tools.append(_plan_tool(add_steps, plan_retries))
     else:
         tools.append(_plan_tool(create_plan, plan_retries))
+    for tool in tools:  # each only hands its value back: the turn applies it when it ends
+        rerunnable_tool(tool)
     return Agent(
         deps_type=CommanderDeps,
         output_type=str,

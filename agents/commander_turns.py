@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from agents.addressing import Addressee, addressed_agent, without_address
 from agents.commander import CommanderWake, commander_turn
 from agents.commander_operations import with_shown_inputs
@@ -38,12 +40,14 @@ from agents.errors import (
 from agents.failures import is_storage_error
 from agents.job_settling import SETTLING
 from agents.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
+from agents.plan_store import plan_from_rows
 from agents.plan_transitions import stalled
 from agents.registry import spec_from_record
 from agents.runtime import RunJob
 from agents.session_status import activity, session_status
 from agents.step_runs import ClaimReads, ids
 from storage.outbox import enqueue_effects
+from storage.plans import load_latest_plan
 from storage.records import ConversationRecord
 
 if TYPE_CHECKING:
@@ -54,11 +58,46 @@ Woken = AskCommander | MessageForCommander | PlanStalled
 RETRY_AFTER = timedelta(seconds=10)
 
 
-async def take(ctx: Context, conversation: ConversationRecord, effect: Woken) -> None:
-    """One commander turn for `effect`, applied; a failure decision is never left open."""
-    # the turn's stored session and the thread, read with the plan (one read transaction)
-    reads = ClaimReads(turn_job(ctx, conversation, effect), fresh=False)
-    plan = await ctx.reconciler.plan(conversation.id, reads.read)
+@dataclass(slots=True)
+class TurnReads:
+    """A commander turn's reads before it runs – its conversation's newest plan, its stored
+    session and the thread – made in the transaction that claims its slot when that one
+    may read (SQLite, `claim_slot(also=…)`), else in one read transaction of their own."""
+
+    conversation_id: int
+    session: ClaimReads
+    plan: Plan | None = None
+    made: bool = False  # by the claim, not taken yet
+
+    async def read(self, conn: AsyncConnection) -> None:
+        loaded = await conn.run_sync(load_latest_plan, self.conversation_id)
+        self.plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
+        await self.session.read(conn)
+        self.made = True
+
+    async def plan_now(self, ctx: Context) -> Plan | None:
+        """The plan the claim read (once), else the plan as stored now, with the rest."""
+        if self.made:
+            self.made = False
+            return self.plan
+        self.session.first = False  # only a claim knows no one ran the turn yet
+        return await ctx.reconciler.plan(self.conversation_id, self.session.read)
+
+
+def turn_reads(
+    ctx: Context, conversation: ConversationRecord, effect: Woken, *, redelivered: bool
+) -> TurnReads:
+    session = ClaimReads(turn_job(ctx, conversation, effect), fresh=False, first=not redelivered)
+    return TurnReads(conversation.id, session)
+
+
+async def take(
+    ctx: Context, conversation: ConversationRecord, effect: Woken, before: TurnReads
+) -> None:
+    """One commander turn for `effect`, applied; a failure decision is never left open.
+    `before`: its reads, made as its slot was claimed or made now."""
+    plan = await before.plan_now(ctx)
+    reads = before.session
     if not isinstance(effect, MessageForCommander) and not wanted(plan, effect):
         return  # the plan moved on (stopped, replaced, or no longer stuck): no turn
     await ctx.port.show_status(conversation, "processing", "working")  # seen at once

@@ -60,6 +60,7 @@ from agents.session import (
 from agents.step_files import PromptFiles, media_reader, prompt_files
 from agents.step_reads import StepReads, given, on_demand, read_step, read_step_in
 from agents.thread_window import Known, given_steps, prompt_with_context, thread_window
+from agents.tool_journal import rerunnable_tool
 from agents.tools.builtin import ASK_USER, ask_user, read_thread
 from agents.tools.context import RunDeps, RunJob
 from agents.tools.files import read_file, write_file
@@ -131,11 +132,14 @@ def build_step_agent(
     if spec.has_tool(ASK_USER):
         tools.append(Tool(ask_user, takes_ctx=True))
     if spec.has_tool("read_thread"):
-        tools.append(Tool(read_thread, takes_ctx=True))
+        tools.append(rerunnable_tool(Tool(read_thread, takes_ctx=True)))
     if spec.has_tool("http_fetch"):
         tools.append(Tool(http_fetch, takes_ctx=True))
     # every step may write a file for the thread and read the conversation's files
-    tools += [Tool(write_file, takes_ctx=True), Tool(read_file, takes_ctx=True)]
+    tools += [
+        rerunnable_tool(Tool(write_file, takes_ctx=True)),  # recorded under the call's key
+        rerunnable_tool(Tool(read_file, takes_ctx=True)),
+    ]
     toolsets = [*mcp_toolsets(spec), *toolsets]
     output: OutputSpec[StepReport | str | DeferredToolRequests] = [
         StepReport,

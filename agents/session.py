@@ -25,8 +25,9 @@ answer came back re-reports it without calling the model.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic_ai import Agent
@@ -35,6 +36,7 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -79,11 +81,18 @@ class RunLimits:
 
 
 DEFAULT_LIMITS = RunLimits()
-# the caller's work in the transaction that closes a run (e.g. what it reads as the run ends)
-AtClose = Also
+# the caller's work in the transaction that closes a run (e.g. what it reads as the run
+# ends), given the history that transaction stores
+AtClose = Callable[[AsyncConnection, Sequence[ModelMessage]], Awaitable[None]]
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
 OUTPUT_TOOL = "final_result"  # pydantic-ai's output tool (`final_result`, `final_result_<T>`)
+
+
+async def _given_history(
+    also: AtClose, messages: Sequence[ModelMessage], conn: AsyncConnection
+) -> None:
+    await also(conn, messages)
 
 
 def unsaved_history(run_key: str, stored: list[ModelMessage] | None) -> list[ModelMessage] | None:
@@ -218,7 +227,7 @@ class RunSession:
                         # the request about to be sent (e.g. tool returns) is stored first –
                         # unless the journal stored exactly its returns already, or it is a
                         # new run's prompt (stored with its response)
-                        journaled = _all_journaled(node.request, self.journal)
+                        journaled = _all_journaled(node.request, self.journal, journal.rerunnable)
                         messages.append(node.request)
                         self.journal = {}
                         held, fresh = fresh, False
@@ -275,7 +284,7 @@ class RunSession:
         self,
         status: str,
         messages: Sequence[ModelMessage],
-        also: AtClose | None = None,
+        also: Also | None = None,
         *,
         boundary: bool = False,
     ) -> None:
@@ -309,8 +318,9 @@ class RunSession:
         """Store the session's final status (and any tokens not recorded yet); when storage
         is away the history is kept in this process for the retry. `also`: what the caller
         reads (or writes) as the run ends, in the same transaction."""
+        at_close = None if also is None else partial(_given_history, also, messages)
         try:
-            await self.save(status, messages, also)
+            await self.save(status, messages, at_close)
         except Exception as exc:
             if is_storage_error(exc):
                 self._keep_unsaved(messages)
@@ -363,9 +373,14 @@ class RunSession:
         return answer
 
 
-def _all_journaled(request: ModelRequest, journal: dict[str, ToolReturnPart]) -> bool:
-    """Whether every part of `request` is a tool return the journal has stored (then the
-    stored history resumes to the same request: storing it again changes nothing)."""
-    return bool(journal) and all(
-        isinstance(part, ToolReturnPart) and part.tool_call_id in journal for part in request.parts
+def _all_journaled(
+    request: ModelRequest, journal: dict[str, ToolReturnPart], rerunnable: set[str]
+) -> bool:
+    """Whether every part of `request` is a tool return the journal has stored, or answers
+    a call of a rerunnable tool (then the stored history resumes to the same request, or
+    to calls that run again at no cost: storing it now changes nothing)."""
+    return bool(journal or rerunnable) and all(
+        (isinstance(part, ToolReturnPart) and part.tool_call_id in journal)
+        or (isinstance(part, ToolReturnPart | RetryPromptPart) and part.tool_call_id in rerunnable)
+        for part in request.parts
     )

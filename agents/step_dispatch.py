@@ -123,7 +123,7 @@ def work_of(
     """The run's lease key (None: a commander turn's own), the work of an effect, and what
     its claim's transaction may read for it (a step's reads before its run)."""
     if isinstance(effect, RunCommanderStep):
-        reads = step_runs.claim_reads(ctx, conversation, effect)
+        reads = step_runs.claim_reads(ctx, conversation, effect, redelivered=redelivered)
 
         async def commander_step() -> None:  # when its slot is granted
             ctx.observer.dispatched("commander")
@@ -133,7 +133,7 @@ def work_of(
         return effect.key, commander_step, reads.read
     if isinstance(effect, PostDispatch | ResumeStep):
         step = effect
-        reads = step_runs.claim_reads(ctx, conversation, step)
+        reads = step_runs.claim_reads(ctx, conversation, step, redelivered=redelivered)
         key = effect.key if isinstance(effect, PostDispatch) else step_runs.run_key_of(effect)
         return (
             key,
@@ -141,5 +141,6 @@ def work_of(
             reads.read,
         )
     if isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
-        return None, lambda: commander_turns.take(ctx, conversation, effect), None
+        turn = commander_turns.turn_reads(ctx, conversation, effect, redelivered=redelivered)
+        return None, lambda: commander_turns.take(ctx, conversation, effect, turn), turn.read
     raise TypeError(f"no performer for {type(effect).__name__}")  # pragma: no cover

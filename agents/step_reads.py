@@ -64,12 +64,19 @@ async def read_step(
 
 
 async def read_step_in(
-    conn: AsyncConnection, job: RunJob, *, with_plan: bool, with_files: bool, known: Known = None
+    conn: AsyncConnection,
+    job: RunJob,
+    *,
+    with_plan: bool,
+    with_files: bool,
+    known: Known = None,
+    with_session: bool = True,
 ) -> StepReads:
     """The job's stored session and thread; `with_plan`: its plan too when the run starts
     afresh (`known`: gives it unread, when the process knows it as stored – asked inside
-    this transaction); `with_files`: the conversation's received files."""
-    stored = await load_run(conn, job.run_key)
+    this transaction); `with_files`: the conversation's received files; not
+    `with_session`: the caller knows no session is stored (none is read)."""
+    stored = await load_run(conn, job.run_key) if with_session else None
     conversation_id = job.conversation_id
     thread = await thread_messages(conn, conversation_id) if conversation_id is not None else []
     plan: Plan | None = None

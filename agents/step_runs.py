@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pydantic_ai.messages import ModelMessage
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.commander import commander_step_spec
@@ -46,6 +48,7 @@ from agents.registry import AgentSpec, spec_from_record
 from agents.run_results import StepQuestion
 from agents.runtime import RunJob, resume_step, run_step
 from agents.step_reads import Known, StepReads, read_step, read_step_in
+from agents.tools.files import called_write_file
 from storage.db import Database
 from storage.files import produced_files
 from storage.plans import load_latest_plan
@@ -88,12 +91,17 @@ class AfterRun:
     known: Known = None  # the plan unread, when this process knows it as stored
     found: tuple[bool, list[FileRecord]] | None = None
 
-    async def read(self, conn: AsyncConnection) -> None:
+    async def read(
+        self, conn: AsyncConnection, history: Sequence[ModelMessage] | None = None
+    ) -> None:
+        """`history`: the run's, as its close stores it (no `write_file` call in it: no
+        file to look for)."""
         plan = self.known() if self.known is not None else None
         if plan is None:
             loaded = await conn.run_sync(load_latest_plan, self.effect.conversation_id)
             plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded is not None else None
-        produced = await produced_files(conn, run_key=self.run_key)
+        wrote = history is None or called_write_file(history)
+        produced = await produced_files(conn, run_key=self.run_key) if wrote else []
         self.found = is_current(plan, self.effect), produced
 
     async def seen(self, ctx: Context) -> tuple[bool, list[FileRecord]]:
@@ -111,17 +119,25 @@ class ClaimReads:
     """A step's reads before its run (`read_step_in`), made in the transaction that claims
     its run (`claim_slot(also=…)`) when that transaction holds no lock across processes
     (SQLite: no read transaction of their own); else the run reads them itself. A commander
-    turn's are made with its plan read (`commander_turns.take`)."""
+    turn's are made with its plan read (`commander_turns.TurnReads`)."""
 
     job: RunJob
     fresh: bool  # not a resumption: its plan and received files are read too
     known: Known = None  # the plan unread, when this process knows it as stored
     found: StepReads | None = None
+    # a run's first delivery (not a resumption): no one ran it before (a run is stored only
+    # by a process whose claim delivered it), so its claim need not look for its session
+    first: bool = False
 
     async def read(self, conn: AsyncConnection) -> None:
         fresh = self.fresh
         self.found = await read_step_in(
-            conn, self.job, with_plan=fresh, with_files=fresh, known=self.known
+            conn,
+            self.job,
+            with_plan=fresh,
+            with_files=fresh,
+            known=self.known,
+            with_session=not self.first,
         )
 
     async def reads(self, db: Database) -> StepReads:
@@ -148,9 +164,12 @@ def run_job(ctx: Context, conversation: ConversationRecord, effect: RunnableStep
     )
 
 
-def claim_reads(ctx: Context, conversation: ConversationRecord, effect: RunnableStep) -> ClaimReads:
+def claim_reads(
+    ctx: Context, conversation: ConversationRecord, effect: RunnableStep, *, redelivered: bool
+) -> ClaimReads:
     fresh = not isinstance(effect, ResumeStep)
-    return ClaimReads(run_job(ctx, conversation, effect), fresh, known(ctx, effect))
+    job = run_job(ctx, conversation, effect)
+    return ClaimReads(job, fresh, known(ctx, effect), first=fresh and not redelivered)
 
 
 def known(ctx: Context, effect: RunnableStep) -> Known:
@@ -190,7 +209,7 @@ async def run(
         outcome = _failed(effect, f"the agent {name} is not available (removed or disabled)")
     else:
         began = time.perf_counter()
-        reads = reads or claim_reads(ctx, conversation, effect)
+        reads = reads or claim_reads(ctx, conversation, effect, redelivered=redelivered)
         outcome, final = await _execute(ctx, conversation, effect, spec, redelivered, reads)
         ctx.observer.ran(spec.name, time.perf_counter() - began)
     await report(ctx, conversation.id, outcome, final)

@@ -9,6 +9,12 @@ instead of calling the tool; only calls that had not finished run again, with th
 `tool_call_id` and so the same idempotency key. Once all calls are done, the complete request
 replaces the journal in the stored history (see `agents/session.py`).
 
+A tool marked rerunnable (`rerunnable_tool`: a call run again costs nothing and changes
+nothing twice – the commander's plan tools, which only hand their value back; reading the
+thread or a file; `write_file`, which records its file under the call's key) is not
+journaled: its return goes into the history with the next model turn, and a run resumed
+before that calls it again – one write less for each such call.
+
 Why a capability (`wrap_tool_execute`) and not a toolset wrapper: it sees every function tool
 call of the run, built-in, MCP or extra toolsets alike, with its `ToolCallPart`, and output
 tools never reach it. A result that carries more than a return value (`ToolReturn` with
@@ -33,9 +39,16 @@ from pydantic_ai.messages import (
     ToolReturn,
     ToolReturnPart,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import Tool, ToolDefinition
 
 JournalWriter = Callable[[ToolReturnPart], Awaitable[None]]
+RERUNNABLE = "rerunnable"  # the tool definition's metadata key: a call safe to run again
+
+
+def rerunnable_tool(tool: Tool[Any]) -> Tool[Any]:
+    """`tool` marked rerunnable: its calls are not journaled (see the module docstring)."""
+    tool.metadata = {**(tool.metadata or {}), RERUNNABLE: True}
+    return tool
 
 
 def split_journal(
@@ -118,6 +131,8 @@ class ToolJournal(AbstractCapability[Any]):
     # awaited before a call that is not answered from the journal runs (the session stores
     # the response that made the call first, if it has not yet)
     before: Callable[[], Awaitable[None]] | None = None
+    # calls of rerunnable tools run (not journaled): their returns need not be stored
+    rerunnable: set[str] = field(default_factory=set)
 
     async def wrap_tool_execute(
         self,
@@ -133,6 +148,9 @@ class ToolJournal(AbstractCapability[Any]):
             return replay(stored)
         if self.before is not None:
             await self.before()
+        if (tool_def.metadata or {}).get(RERUNNABLE):
+            self.rerunnable.add(call.tool_call_id)
+            return await handler(args)  # run again if the run resumes before its next turn
         try:
             result = await handler(args)
         except ToolRetryError as exc:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
-from pydantic_ai.messages import BinaryContent
+from pydantic_ai.messages import BinaryContent, ModelMessage, ModelResponse, ToolCallPart
 
 from agents.files import as_text, clean_name, describe, fenced, human_size, is_text
 from agents.tools.context import RunDeps, call_key
@@ -24,6 +25,16 @@ from storage.files import conversation_files, read_bytes, record_produced
 WRITE_FILE = "write_file"
 READ_FILE = "read_file"
 FILE_TOOLS = (WRITE_FILE, READ_FILE)
+
+
+def called_write_file(messages: Sequence[ModelMessage]) -> bool:
+    """Whether a run's history holds a `write_file` call (else the run wrote no file)."""
+    return any(
+        isinstance(part, ToolCallPart) and part.tool_name == WRITE_FILE
+        for message in messages
+        if isinstance(message, ModelResponse)
+        for part in message.parts
+    )
 
 
 async def write_file(

@@ -26,6 +26,7 @@ from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resum
 from agents.session import RunSession
 from storage.conversations import open_conversation, store_message
 from storage.db import Database
+from storage.files import produced_files
 from storage.records import MessageRecord
 from storage.runs import load_run
 from storage.tables import Plan
@@ -225,19 +226,22 @@ async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db:
         await run_step(db, job, SPEC, model=FunctionModel(before_crash), now=clock)
     stored = await stored_run(db, job.run_key)
     assert stored.status == "running"
-    # the tool's return is stored too, in the request not sent yet: the tool never runs again
-    assert [m["kind"] for m in stored.messages] == ["request", "response", "request"]
+    # the response that called the tool is stored; `read_thread` is rerunnable (it changes
+    # nothing): its return is not stored, the resumed run reads the thread again
+    assert [m["kind"] for m in stored.messages] == ["request", "response"]
     assert await ledger_total(db) == (stored.input_tokens, stored.output_tokens) != (0, 0)
 
     def after_restart(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         parts = last_parts(messages)
         assert not isinstance(parts[0], UserPromptPart), "the run must not start over"
+        tool_runs.append(str(parts[0].content))
         model_turns.append("second")
         return final("finished after restart", "restart ok")
 
     result = await run_step(db, job, SPEC, model=FunctionModel(after_restart), now=clock)
     assert isinstance(result, StepRunResult) and result.summary == "restart ok"
-    assert model_turns == ["first", "second"]
+    assert model_turns == ["first", "second"]  # the first turn was not paid for again
+    assert len(tool_runs) == 2 and tool_runs[0] == tool_runs[1]  # read again, the same
 
     # a finished run dispatched again is rebuilt from storage, never run again
     def never(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -247,6 +251,43 @@ async def test_a_run_resumed_after_a_crash_continues_from_the_stored_history(db:
     finished = await stored_run(db, job.run_key)
     assert await ledger_total(db) == (finished.input_tokens, finished.output_tokens)
     assert finished.input_tokens > stored.input_tokens  # the resumed turn was added, once
+
+
+async def test_a_file_written_before_a_crash_is_written_once_when_the_run_resumes(
+    db: Database,
+) -> None:
+    """`write_file` is rerunnable: its return is not stored before the next model call, and
+    the call run again after a crash finds its file recorded under the call's key."""
+    job = await make_job(db)
+    turns: list[str] = []
+
+    def before_crash(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if isinstance(last_parts(messages)[0], UserPromptPart):
+            turns.append("write")
+            return ModelResponse(
+                parts=[ToolCallPart("write_file", {"name": "note.md", "text": "A costs 10."})]
+            )
+        raise Crash()
+
+    with pytest.raises(Crash):
+        await run_step(db, job, SPEC, model=FunctionModel(before_crash), now=clock)
+    stored = await stored_run(db, job.run_key)
+    assert [m["kind"] for m in stored.messages] == ["request", "response"]
+
+    returns: list[str] = []
+
+    def after_restart(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns.append(str(last_parts(messages)[0].content))
+        turns.append("answer")
+        return final("Wrote the note.", "note written")
+
+    result = await run_step(db, job, SPEC, model=FunctionModel(after_restart), now=clock)
+    assert isinstance(result, StepRunResult) and result.files == ["note.md"]
+    assert turns == ["write", "answer"]  # the response that wrote the file: paid once
+    assert len(returns) == 1 and returns[0].startswith("Wrote note.md")
+    async with db.read() as conn:
+        files = await produced_files(conn, run_key=job.run_key)
+    assert [f.name for f in files] == ["note.md"]  # one file, though the call ran twice
 
 
 async def test_a_new_runs_prompt_is_stored_with_the_models_response_to_it(db: Database) -> None:
@@ -265,7 +306,9 @@ async def test_a_new_runs_prompt_is_stored_with_the_models_response_to_it(db: Da
     result = await run_step(db, job, SPEC, model=FunctionModel(answer), now=clock)
     assert isinstance(result, StepRunResult) and result.summary == "A costs 10."
     assert seen[0] is None
-    assert [m["kind"] for m in seen[1].messages] == ["request", "response", "request"]
+    # the response, stored before its tool ran; `read_thread` is rerunnable: its return is
+    # not stored before the next model call (a run resumed there simply reads again)
+    assert [m["kind"] for m in seen[1].messages] == ["request", "response"]
     assert seen[1].messages[0]["parts"][-1]["part_kind"] == "user-prompt"
 
 

@@ -9,13 +9,15 @@ whole transaction rolls back.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Table, bindparam, func, insert, update
 from sqlalchemy.engine import Connection
 
-from storage.prepared import Prepared, prepared_insert
+from storage.prepared import Prepared, prepared_insert, run_sql
 from storage.sql import ConcurrentPlanChange
 from storage.tables import PlanStep
 
@@ -77,7 +79,9 @@ _UPDATE_STEP = (
     )
     .values(
         **{name: bindparam(f"b_{name}") for name in MUTABLE_FIELDS},
-        started_at=func.coalesce(bindparam("b_started_at"), steps_t.c.started_at),
+        started_at=func.coalesce(
+            bindparam("b_started_at", type_=steps_t.c.started_at.type), steps_t.c.started_at
+        ),
         finished_at=bindparam("b_finished_at"),
     )
 )
@@ -101,10 +105,60 @@ def update_steps(
         | {"b_plan_id": plan_id, "b_was_status": was, "b_was_attempts": was_attempts}
         for row, was, was_attempts in changes
     ]
-    if Prepared.runs_on(conn):  # SQLite's executemany counts the rows of all
-        rowcount, sane = _UPDATE_STEP_PREPARED.executemany(conn, params), True
+    if Prepared.runs_on(conn):  # one statement for all the rows (`_update_rows`)
+        rowcount, sane = _update_rows(conn, params), True
     else:
         rowcount = conn.execute(_UPDATE_STEP, params[0] if len(params) == 1 else params).rowcount
         sane = len(params) == 1 or conn.dialect.supports_sane_multi_rowcount
     if sane and rowcount != len(params):
         raise ConcurrentPlanChange(f"plan {plan_id}: a step changed under the reconciler")
+
+
+# The DBAPI path's update of several steps at once: one `UPDATE … FROM (VALUES …)` (SQLite
+# 3.33+), each row of values a step's index, its new columns and its guard, the values
+# through the same bind processors as `_UPDATE_STEP`'s (each column's type).
+_ROW_PARAMS = ("b_index", *(f"b_{k}" for k in (*MUTABLE_FIELDS, "started_at", "finished_at")))
+_ROW_PARAMS += ("b_was_status", "b_was_attempts")
+_ROW_COLUMNS = {name: f"v.column{i}" for i, name in enumerate(_ROW_PARAMS, start=1)}
+
+
+def _update_rows(conn: Connection, params: list[dict[str, Any]]) -> int:
+    """`_UPDATE_STEP` for each row of `params`, as one statement; the rows it changed."""
+    if len(params) == 1:
+        return int(_UPDATE_STEP_PREPARED.execute(conn, params[0]).rowcount)
+    processors = _processors(conn.dialect)
+    values: list[Any] = []
+    for row in params:
+        for name, process in zip(_ROW_PARAMS, processors, strict=True):
+            value = row[name]
+            values.append(process(value) if process is not None else value)
+    values.append(params[0]["b_plan_id"])
+    return int(run_sql(conn, _rows_update_sql(len(params)), values).rowcount)
+
+
+def _processors(dialect: Any) -> list[Any]:
+    """Each row parameter's bind processor (its column's type), per dialect, once."""
+    found = _PROCESSORS.get(dialect)
+    if found is None:
+        columns = ("index", *MUTABLE_FIELDS, "started_at", "finished_at", "status", "attempts")
+        found = [steps_t.c[c].type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
+        _PROCESSORS[dialect] = found
+    return found
+
+
+_PROCESSORS: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+@lru_cache(maxsize=16)
+def _rows_update_sql(rows: int) -> str:
+    group = "(" + ", ".join("?" * len(_ROW_PARAMS)) + ")"
+    sets = [f"{name} = {_ROW_COLUMNS[f'b_{name}']}" for name in MUTABLE_FIELDS]
+    sets.append(f"started_at = coalesce({_ROW_COLUMNS['b_started_at']}, plan_steps.started_at)")
+    sets.append(f"finished_at = {_ROW_COLUMNS['b_finished_at']}")
+    return (
+        f"UPDATE plan_steps SET {', '.join(sets)} "
+        f"FROM (VALUES {', '.join([group] * rows)}) AS v "
+        f'WHERE plan_steps.plan_id = ? AND plan_steps."index" = {_ROW_COLUMNS["b_index"]} '
+        f"AND plan_steps.status = {_ROW_COLUMNS['b_was_status']} "
+        f"AND plan_steps.attempts = {_ROW_COLUMNS['b_was_attempts']}"
+    )

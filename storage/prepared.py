@@ -155,12 +155,8 @@ class Prepared:
         for start in range(0, len(params), _ROWS_A_STATEMENT):
             chunk = params[start : start + _ROWS_A_STATEMENT]
             values = [v for p in chunk for v in self._row(compiled, p)]
-            sql = _rows_sql(compiled.sql, len(chunk), returning)
-            try:
-                cursor = _dbapi(conn).execute(sql, values)
-                out.extend(cursor.fetchall() if returning else ())
-            except conn.dialect.loaded_dbapi.Error as exc:
-                raise _wrapped(conn, sql, values, exc) from exc
+            cursor = run_sql(conn, _rows_sql(compiled.sql, len(chunk), returning), values)
+            out.extend(cursor.fetchall() if returning else ())
         return out
 
     def mappings(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -203,6 +199,15 @@ def _rows_sql(sql: str, rows: int, returning: str = "") -> str:
         raise TypeError(f"not a plain one-row INSERT: {sql}")
     tail = f" RETURNING {returning}" if returning else ""
     return f"{head} VALUES {', '.join([group] * rows)}{tail}"
+
+
+def run_sql(conn: Connection, sql: str, values: Sequence[Any]) -> Any:
+    """SQL built for the DBAPI path (positional `?`, values already bound) run on the
+    transaction's driver connection; its cursor. Errors as SQLAlchemy raises them."""
+    try:
+        return _dbapi(conn).execute(sql, values)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrapped(conn, sql, values, exc) from exc
 
 
 def _wrapped_asyncpg(dialect: Dialect, sql: str, params: Any, exc: Exception) -> BaseException:

@@ -5,6 +5,7 @@ both ways leaves byte-identical rows (JSON text, timestamps, NULLs, defaults).""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ from storage.db import Database
 from storage.locks import run_transaction
 from storage.migrate import upgrade
 from storage.outbox import enqueue_effects
+from storage.plan_steps import update_steps
+from storage.plans import load_latest_plan
 from storage.prepared import Prepared
+from storage.sql import ConcurrentPlanChange
 from tests.integration.reconcile_support import (
     AGENTS,
     T0,
@@ -99,4 +103,43 @@ async def test_a_driver_error_is_sqlalchemys_and_rolls_the_transaction_back(tmp_
     with pytest.raises(IntegrityError):
         await run_transaction(db, work)
     assert await outbox_keys(db) == []  # the first row went with the rollback
+    await db.dispose()
+
+
+async def test_several_steps_change_in_one_guarded_statement(tmp_path: Path) -> None:
+    """The DBAPI path writes a reconcile's changed steps in one statement, each still guarded
+    by the (status, attempts) it was read with: one row found changed fails the whole write
+    (`ConcurrentPlanChange`) and nothing of it is kept."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
+    await upgrade(db)
+    clock = Clock()
+    reconciler = Reconciler(db, clock=clock)
+    cid = await new_conversation(db, "t")
+    await reconciler.start_plan(cid, diamond(), assignees=AGENTS, max_parallel=2)
+
+    def retitle(guard_of_3: str) -> Callable[[Connection], None]:
+        def work(conn: Connection) -> None:
+            assert Prepared.runs_on(conn)
+            loaded = load_latest_plan(conn, cid)
+            assert loaded is not None and loaded.steps is not None
+            rows = {row["index"]: dict(row) for row in loaded.steps}
+            changes = [
+                (rows[i] | {"title": f"step {i}, retitled"}, was, 0)
+                for i, was in ((2, "pending"), (3, guard_of_3))
+            ]
+            update_steps(conn, loaded.plan["id"], changes)
+
+        return work
+
+    async def titles() -> list[str]:
+        plan = await reconciler.plan(cid)
+        assert plan is not None
+        return [step.title for step in plan.steps]
+
+    before = await titles()
+    with pytest.raises(ConcurrentPlanChange):
+        await run_transaction(db, retitle("in_progress"))  # step 3 is pending: stale guard
+    assert await titles() == before  # step 2's change went with the rollback
+    await run_transaction(db, retitle("pending"))
+    assert (await titles())[1:3] == ["step 2, retitled", "step 3, retitled"]
     await db.dispose()

@@ -132,8 +132,11 @@ async def test_card_refreshes_and_plan_endings_take_the_plan_this_process_commit
     plan (and its runs' wait reasons) under the conversation's lock: 8 transactions a plan."""
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "plan_reads" in line)
-    assert _at(callers, "SELECT plans", "plan_reads.py") == 0, report  # `load`, on its thread
-    assert _at(callers, "SELECT run_requests", "plan_reads.py") == 0, report
+    # at most one read: on a busy machine a run can wait for a moment (its plan is then
+    # marked, rightly, and the card's next refresh reads the reasons); before the remembered
+    # plan every refresh and the ending read (8 a plan)
+    assert _at(callers, "SELECT plans", "plan_reads.py") <= 1, report  # `load`, on its thread
+    assert _at(callers, "SELECT run_requests", "plan_reads.py") <= 1, report
 
 
 async def test_the_commander_turn_that_starts_the_plan_settles_in_its_transaction(

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from pydantic_ai import Agent
@@ -87,12 +86,6 @@ AtClose = Callable[[AsyncConnection, Sequence[ModelMessage]], Awaitable[None]]
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
 OUTPUT_TOOL = "final_result"  # pydantic-ai's output tool (`final_result`, `final_result_<T>`)
-
-
-async def _given_history(
-    also: AtClose, messages: Sequence[ModelMessage], conn: AsyncConnection
-) -> None:
-    await also(conn, messages)
 
 
 def unsaved_history(run_key: str, stored: list[ModelMessage] | None) -> list[ModelMessage] | None:
@@ -318,7 +311,9 @@ class RunSession:
         """Store the session's final status (and any tokens not recorded yet); when storage
         is away the history is kept in this process for the retry. `also`: what the caller
         reads (or writes) as the run ends, in the same transaction."""
-        at_close = None if also is None else partial(_given_history, also, messages)
+        at_close: Also | None = None
+        if also is not None:
+            at_close = lambda conn: also(conn, messages)  # noqa: E731 - the history given
         try:
             await self.save(status, messages, at_close)
         except Exception as exc:

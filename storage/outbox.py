@@ -121,10 +121,11 @@ def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:
     """Mark delivered rows sent (a row given up or settled meanwhile is left as it is)."""
     if not sent:
         return
+    params = {"row_ids": list(sent), "sent_at": now}
     if Prepared.runs_on(conn):
-        _MARK_SENT_PREPARED.execute(conn, {"row_ids": list(sent), "sent_at": now})
+        _MARK_SENT_PREPARED.execute(conn, params)
     else:
-        conn.execute(_MARK_SENT, {"row_ids": list(sent), "sent_at": now})
+        conn.execute(_MARK_SENT, params)
 
 
 def settle_and_claim(

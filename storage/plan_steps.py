@@ -9,7 +9,6 @@ whole transaction rolls back.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -115,50 +114,28 @@ def update_steps(
 
 
 # The DBAPI path's update of several steps at once: one `UPDATE … FROM (VALUES …)` (SQLite
-# 3.33+), each row of values a step's index, its new columns and its guard, the values
-# through the same bind processors as `_UPDATE_STEP`'s (each column's type).
-_ROW_PARAMS = ("b_index", *(f"b_{k}" for k in (*MUTABLE_FIELDS, "started_at", "finished_at")))
-_ROW_PARAMS += ("b_was_status", "b_was_attempts")
-_ROW_COLUMNS = {name: f"v.column{i}" for i, name in enumerate(_ROW_PARAMS, start=1)}
-
-
+# 3.33+), each row of values one step's parameters of `_UPDATE_STEP` – bound as that
+# statement binds them, in its order – its guard included.
 def _update_rows(conn: Connection, params: list[dict[str, Any]]) -> int:
     """`_UPDATE_STEP` for each row of `params`, as one statement; the rows it changed."""
     if len(params) == 1:
         return int(_UPDATE_STEP_PREPARED.execute(conn, params[0]).rowcount)
-    processors = _processors(conn.dialect)
-    values: list[Any] = []
-    for row in params:
-        for name, process in zip(_ROW_PARAMS, processors, strict=True):
-            value = row[name]
-            values.append(process(value) if process is not None else value)
-    values.append(params[0]["b_plan_id"])
-    return int(run_sql(conn, _rows_update_sql(len(params)), values).rowcount)
-
-
-def _processors(dialect: Any) -> list[Any]:
-    """Each row parameter's bind processor (its column's type), per dialect, once."""
-    found = _PROCESSORS.get(dialect)
-    if found is None:
-        columns = ("index", *MUTABLE_FIELDS, "started_at", "finished_at", "status", "attempts")
-        found = [steps_t.c[c].type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
-        _PROCESSORS[dialect] = found
-    return found
-
-
-_PROCESSORS: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+    values = [v for row in params for v in _UPDATE_STEP_PREPARED.bound(conn, row)]
+    sql = _rows_update_sql(_UPDATE_STEP_PREPARED.names(conn.dialect), len(params))
+    return int(run_sql(conn, sql, values).rowcount)
 
 
 @lru_cache(maxsize=16)
-def _rows_update_sql(rows: int) -> str:
-    group = "(" + ", ".join("?" * len(_ROW_PARAMS)) + ")"
-    sets = [f"{name} = {_ROW_COLUMNS[f'b_{name}']}" for name in MUTABLE_FIELDS]
-    sets.append(f"started_at = coalesce({_ROW_COLUMNS['b_started_at']}, plan_steps.started_at)")
-    sets.append(f"finished_at = {_ROW_COLUMNS['b_finished_at']}")
+def _rows_update_sql(names: tuple[str, ...], rows: int) -> str:
+    v = {name: f"v.column{i}" for i, name in enumerate(names, start=1)}  # VALUES' columns
+    sets = [f"{name} = {v[f'b_{name}']}" for name in MUTABLE_FIELDS]
+    sets.append(f"started_at = coalesce({v['b_started_at']}, plan_steps.started_at)")
+    sets.append(f"finished_at = {v['b_finished_at']}")
+    group = "(" + ", ".join("?" * len(names)) + ")"
     return (
         f"UPDATE plan_steps SET {', '.join(sets)} "
         f"FROM (VALUES {', '.join([group] * rows)}) AS v "
-        f'WHERE plan_steps.plan_id = ? AND plan_steps."index" = {_ROW_COLUMNS["b_index"]} '
-        f"AND plan_steps.status = {_ROW_COLUMNS['b_was_status']} "
-        f"AND plan_steps.attempts = {_ROW_COLUMNS['b_was_attempts']}"
+        f'WHERE plan_steps.plan_id = {v["b_plan_id"]} AND plan_steps."index" = {v["b_index"]} '
+        f"AND plan_steps.status = {v['b_was_status']} "
+        f"AND plan_steps.attempts = {v['b_was_attempts']}"
     )

@@ -62,6 +62,7 @@ class _Compiled:
     processors: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, bind processor)
     columns: tuple[str, ...]  # a SELECT's result keys
     results: tuple[tuple[str, Callable[[Any], Any]], ...]  # (key, result processor)
+    names: tuple[str, ...]  # the parameters, in the order of the `?`
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,15 @@ class Prepared:
         for i, process in compiled.processors:
             values[i] = process(values[i])
         return values
+
+    def names(self, dialect: Dialect) -> tuple[str, ...]:
+        """The statement's parameters, in the order of its `?`."""
+        return self._for(dialect).names
+
+    def bound(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        """One row of parameters as the statement binds them (in `names` order, each value
+        through its bind processor): for SQL built around this statement's values."""
+        return self._row(self._for(conn.dialect), params)
 
     def rowcount(self, conn: Connection, params: dict[str, Any]) -> int:
         """Run with one row of parameters on either path; the rows it changed."""
@@ -268,7 +278,9 @@ def _compile(statement: Any, dialect: Dialect, keys: list[str] | None) -> _Compi
             process = column.type.dialect_impl(dialect).result_processor(dialect, None)
             if process is not None:
                 results.append((key, process))
-    return _Compiled(compiled.string, getter, defaults, tuple(processors), columns, tuple(results))
+    return _Compiled(
+        compiled.string, getter, defaults, tuple(processors), columns, tuple(results), names
+    )
 
 
 def _shortcut(process: Callable[[Any], Any], type_: Any) -> Callable[[Any], Any]:

@@ -36,6 +36,7 @@ from bot.views.forms import FormKey, answered_form
 
 if TYPE_CHECKING:
     from bot.service import SlackService
+    from storage.files import ReceivedFile
     from storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,11 @@ async def answer_form(
     answer = stored.answer
     same = answer.answered_by == user and answer.values == values
     recorded_now = False  # by this click (not a replay, a double click, the executor)
+    where = message_ts or key.encode()
+    kept: tuple[ReceivedFile, ...] | None = None
     if same and open_now:
+        if files:  # kept before the answer is recorded: the step it starts finds them
+            kept = await _keep_files(service, conversation, where, files)
         decision = await form_answers.record(
             service.reconciler, answer, await service.enabled_names()
         )
@@ -143,8 +148,10 @@ async def answer_form(
         return _closed(step)  # the form closed before its stored answer was recorded
     assert step is not None  # recorded
     if same and files:  # kept each once; the ones not taken are told once
-        where = message_ts or key.encode()
-        await _form_files(service, conversation, where, files, tell=recorded_now)
+        if kept is None:  # a replay of an answer recorded before
+            kept = await _keep_files(service, conversation, where, files)
+        if recorded_now:
+            _tell_refused(service, conversation, where, kept)
     await _show(service, stored, step, rewrite)
     return None if same else _answered_by(answer.answered_by)
 
@@ -167,22 +174,30 @@ async def _show(
     service.wake()
 
 
-async def _form_files(
+async def _keep_files(
     service: SlackService,
     conversation: ConversationRecord,
     where: str,
     files: Sequence[SlackFile],
-    *,
-    tell: bool,
-) -> None:
-    """A form answer's attachments: recorded with the conversation (the next steps' runs fetch
-    them; each once); the ones not taken get a sentence (`tell`)."""
+) -> tuple[ReceivedFile, ...]:
+    """A form answer's attachments, recorded with the conversation (the next steps' runs fetch
+    them; each once)."""
     received = tuple(received_file(f, service.options.files) for f in files)
     await record_attachments(service.db, service.clock(), conversation.id, where, received)
+    return received
+
+
+def _tell_refused(
+    service: SlackService,
+    conversation: ConversationRecord,
+    where: str,
+    received: tuple[ReceivedFile, ...],
+) -> None:
+    """The attachments not taken get a sentence."""
     refused = refused_note(
         Incoming(channel=conversation.channel_id, ts=where, text="", files=received)
     )
-    if refused is not None and tell:
+    if refused is not None:
         service.events.start(lambda: _say(service, conversation, refused))
 
 

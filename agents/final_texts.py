@@ -23,7 +23,7 @@ Storing it is idempotent: the same text and metadata on the same message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,9 @@ from sqlalchemy.engine import Connection
 from storage.conversations import update_message, update_message_in
 from storage.db import Database
 
-Settle = Callable[[Connection, datetime], None]
+# a job's settle in its reconcile's transaction: the keys of the outbox rows it settled,
+# marked sent with the rows the reconcile marks (one statement, `storage.outbox.mark_sent`)
+Settle = Callable[[Connection, datetime], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +77,8 @@ def with_final_text(settle: Settle | None, final: FinalText | None) -> Settle | 
     if final is None:
         return settle
 
-    def both(conn: Connection, now: datetime) -> None:
+    def both(conn: Connection, now: datetime) -> Sequence[str]:
         final.store_in(conn)
-        if settle is not None:
-            settle(conn, now)
+        return settle(conn, now) if settle is not None else ()
 
     return both

@@ -16,14 +16,13 @@ read and one version-checked write).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from storage.outbox import finish_effect_in
 from storage.run_request_leases import finish_held_request
 
 
@@ -38,13 +37,13 @@ class Settling:
     others_wait: bool | None = None  # once committed: settled (True: runs wait for a slot)
     _written: bool | None = None  # written in the transaction now open
 
-    def settle_in(self, conn: Connection, now: datetime) -> None:
+    def settle_in(self, conn: Connection, now: datetime) -> Sequence[str]:
         """In the reconcile's transaction: the run request finished while this process
-        holds it, and then the outbox row marked sent."""
+        holds it; then its outbox row is to be marked sent, returned for the reconcile's
+        own mark of the rows it delivered (one statement, `storage.outbox.mark_sent`)."""
         waits = finish_held_request(conn, self.run_key, self.owner, now)
-        if waits is not None:
-            finish_effect_in(conn, self.row_key, now)
         self._written = waits
+        return () if waits is None else (self.row_key,)
 
     def committed(self) -> None:
         """The reconcile's transaction committed: what it settled is settled."""

@@ -74,7 +74,7 @@ class ReconcileCall:
     held: Plan | None = None  # the plan last written by this process (its steps are skipped)
     preclaim: PreClaim | None = None
     # more writes of the caller's in the locked reconcile's transaction (a job's settle)
-    settle: Callable[[Connection, datetime], None] | None = None
+    settle: Callable[[Connection, datetime], Sequence[str]] | None = None
 
     @property
     def known(self) -> tuple[int, int] | None:
@@ -106,16 +106,16 @@ def locked_reconcile(call: ReconcileCall) -> Unit:
         if loaded is None:
             return None
         decision = call.decide(loaded, apply=fresh)
-        if call.settle is not None:
-            call.settle(conn, call.now)
+        settled = call.settle(conn, call.now) if call.settle is not None else ()
         if not decision.changed:
-            if call.preclaim is not None:
-                mark_sent(conn, call.preclaim.sent, call.now)
+            sent = call.preclaim.sent if call.preclaim is not None else ()
+            mark_sent(conn, sent, call.now, keys=settled)
             return Stored(decision)
         write = plan_write(
             decision, call.now, card_waiting=loaded.card_waiting, preclaim=call.preclaim
         )
-        return Stored(decision, store_write(conn, write, call.now, preclaim=call.preclaim))
+        claimed = store_write(conn, write, call.now, preclaim=call.preclaim, settled=settled)
+        return Stored(decision, claimed)
 
     return work
 
@@ -195,11 +195,17 @@ def _claimable(row: dict[str, Any], preclaim: PreClaim, now: datetime) -> bool:
 
 
 def store_write(
-    conn: Connection, write: PlanWrite, now: datetime, *, preclaim: PreClaim | None = None
+    conn: Connection,
+    write: PlanWrite,
+    now: datetime,
+    *,
+    preclaim: PreClaim | None = None,
+    settled: Sequence[str] = (),
 ) -> list[OutboxRecord]:
     """`write` statement by statement, in the caller's (locked) transaction; the rows it
-    inserted claimed (`preclaim`)."""
-    mark_sent(conn, write.sent, now)
+    inserted claimed (`preclaim`); `settled`: the keys of rows a job's settle ended, marked
+    sent with the rows delivered."""
+    mark_sent(conn, write.sent, now, keys=settled)
     update_steps(conn, write.plan_id, write.changed)
     insert_steps(conn, write.plan_id, write.added)
     if write.status is not None:

@@ -178,10 +178,9 @@ class Reconciler:
                 steps=tuple(steps),
             )
             decision = start(plan, now)
+            settled = settle(conn, now) if settle is not None else ()
             write = plan_write(decision, now, card_waiting=False, preclaim=preclaim)
-            claimed = store_write(conn, write, now, preclaim=preclaim)
-            if settle is not None:
-                settle(conn, now)
+            claimed = store_write(conn, write, now, preclaim=preclaim, settled=settled)
             return Stored(decision, claimed)
 
         decision = await self._locked(conversation_id, work, preclaim)

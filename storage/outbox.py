@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Table, bindparam, func, insert, select, update
+from sqlalchemy import JSON, Table, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -117,15 +117,21 @@ def claimed_record(row: dict[str, Any], row_id: int, now: datetime) -> OutboxRec
     )
 
 
-def mark_sent(conn: Connection, sent: Sequence[int], now: datetime) -> None:
-    """Mark delivered rows sent (a row given up or settled meanwhile is left as it is)."""
-    if not sent:
+def mark_sent(
+    conn: Connection, sent: Sequence[int], now: datetime, *, keys: Sequence[str] = ()
+) -> None:
+    """Mark delivered rows sent (a row given up or settled meanwhile is left as it is);
+    `keys`: rows settled in the same transaction, named by their idempotency keys (a
+    job's row, `agents/job_settling.py`) – one statement for both."""
+    if not sent and not keys:
         return
-    params = {"row_ids": list(sent), "sent_at": now}
+    params: dict[str, Any] = {"row_ids": list(sent), "sent_at": now}
+    if keys:
+        params["row_keys"] = list(keys)
     if Prepared.runs_on(conn):
-        _MARK_SENT_PREPARED.execute(conn, params)
+        (_SETTLE_SENT_PREPARED if keys else _MARK_SENT_PREPARED).execute(conn, params)
     else:
-        conn.execute(_MARK_SENT, params)
+        conn.execute(_SETTLE_SENT if keys else _MARK_SENT, params)
 
 
 def settle_and_claim(
@@ -212,6 +218,30 @@ _MARK_SENT_PREPARED = Prepared(
     .where(outbox_t.c.id.in_(select(_SENT_IDS.c.value)), outbox_t.c.state == "pending")
     .values(state="sent", sent_at=bindparam("sent_at"))
 )
+# the same, and the rows settled with them, named by key (a job's row, in its reconcile)
+_SETTLE_SENT = (
+    update(outbox_t)
+    .where(
+        or_(
+            outbox_t.c.id.in_(bindparam("row_ids", expanding=True)),
+            outbox_t.c.idempotency_key.in_(bindparam("row_keys", expanding=True)),
+        ),
+        outbox_t.c.state == "pending",
+    )
+    .values(state="sent", sent_at=bindparam("sent_at"))
+)
+_SENT_KEYS = func.json_each(bindparam("row_keys", type_=JSON)).table_valued("value")
+_SETTLE_SENT_PREPARED = Prepared(
+    update(outbox_t)
+    .where(
+        or_(
+            outbox_t.c.id.in_(select(_SENT_IDS.c.value)),
+            outbox_t.c.idempotency_key.in_(select(_SENT_KEYS.c.value)),
+        ),
+        outbox_t.c.state == "pending",
+    )
+    .values(state="sent", sent_at=bindparam("sent_at"))
+)
 _CLAIM = _claim(skip_locked=False)
 _CLAIM_PG = _claim(skip_locked=True)
 
@@ -267,11 +297,6 @@ _FINISH_EFFECT = (
 async def finish_effect(conn: AsyncConnection, key: str, now: datetime) -> None:
     """Mark the row of `key` sent (long work settling its effect)."""
     await conn.execute(_FINISH_EFFECT, {"b_key": key, "b_now": now})
-
-
-def finish_effect_in(conn: Connection, key: str, now: datetime) -> None:
-    """`finish_effect` in a caller's synchronous transaction (the outcome's reconcile)."""
-    conn.execute(_FINISH_EFFECT, {"b_key": key, "b_now": now})
 
 
 async def retry_effect_later(

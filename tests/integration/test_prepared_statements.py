@@ -20,11 +20,12 @@ from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import run_transaction
 from storage.migrate import upgrade
-from storage.outbox import enqueue_effects
+from storage.outbox import enqueue_effects, mark_sent
 from storage.plan_steps import update_steps
 from storage.plans import load_latest_plan
 from storage.prepared import Prepared
 from storage.sql import ConcurrentPlanChange
+from tests.db_counts import counting
 from tests.integration.reconcile_support import (
     AGENTS,
     T0,
@@ -142,4 +143,45 @@ async def test_several_steps_change_in_one_guarded_statement(tmp_path: Path) -> 
     assert await titles() == before  # step 2's change went with the rollback
     await run_transaction(db, retitle("pending"))
     assert (await titles())[1:3] == ["step 2, retitled", "step 3, retitled"]
+    await db.dispose()
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["dbapi", "sqlalchemy"])
+async def test_rows_delivered_and_rows_settled_are_marked_sent_by_one_statement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared: bool
+) -> None:
+    """A reconcile marks the rows its sender delivered (by id) and the row a job's settle
+    ended (by key) in one statement; a row given up meanwhile, and any other row, keep
+    their state."""
+    if not prepared:
+        monkeypatch.setattr(Prepared, "runs_on", staticmethod(lambda _conn: False))
+
+    def row(key: str) -> dict[str, Any]:
+        return {
+            "idempotency_key": key,
+            "kind": "update_plan_card",
+            "conversation_id": None,
+            "payload": {},
+            "available_at": None,
+        }
+
+    def given(conn: Connection) -> dict[str, int]:
+        enqueue_effects(conn, [row(k) for k in ("delivered", "settled", "other", "gone")], T0)
+        conn.exec_driver_sql("UPDATE outbox SET state = 'failed' WHERE idempotency_key = 'gone'")
+        return dict(conn.exec_driver_sql("SELECT idempotency_key, id FROM outbox").all())
+
+    with counting() as counts:
+        db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
+        await upgrade(db)
+        ids = await run_transaction(db, given)
+        counts.reset()
+        await run_transaction(
+            db, lambda conn: mark_sent(conn, [ids["delivered"]], T0, keys=["settled", "gone"])
+        )
+        assert counts.statements == {"UPDATE outbox": 1}
+    async with db.read() as conn:
+        states = dict(
+            (await conn.exec_driver_sql("SELECT idempotency_key, state FROM outbox")).all()
+        )
+    assert states == {"delivered": "sent", "settled": "sent", "other": "pending", "gone": "failed"}
     await db.dispose()

@@ -168,7 +168,8 @@ async def test_rows_delivered_and_rows_settled_are_marked_sent_by_one_statement(
     def given(conn: Connection) -> dict[str, int]:
         enqueue_effects(conn, [row(k) for k in ("delivered", "settled", "other", "gone")], T0)
         conn.exec_driver_sql("UPDATE outbox SET state = 'failed' WHERE idempotency_key = 'gone'")
-        return dict(conn.exec_driver_sql("SELECT idempotency_key, id FROM outbox").all())
+        found = conn.exec_driver_sql("SELECT idempotency_key, id FROM outbox").all()
+        return {str(key): int(row_id) for key, row_id in found}
 
     with counting() as counts:
         db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")

@@ -182,6 +182,7 @@ async def test_rows_delivered_and_rows_settled_are_marked_sent_by_one_statement(
         assert counts.statements == {"UPDATE outbox": 1}
     async with db.read() as conn:
         found = await conn.exec_driver_sql("SELECT idempotency_key, state FROM outbox")
-        states = {str(row[0]): str(row[1]) for row in found.all()}
+        rows: list[Any] = list(found.all())
+    states = {str(key): str(state) for key, state in rows}
     assert states == {"delivered": "sent", "settled": "sent", "other": "pending", "gone": "failed"}
     await db.dispose()

@@ -336,9 +336,11 @@ class Executor:
                 until = now + self.context.options.lease
                 await claim_slot(self.context.db, queued, self.owner, now=now, until=until)
                 return True
-            self.runner.hold(effect, slot.run_key, work, slot=slot, at_claim=at_claim)
+            self.runner.hold(
+                effect, slot.run_key, work, slot=slot, at_claim=at_claim, row_until=claimed.until
+            )
             return True
-        self.runner.hold(effect, run_key, work)
+        self.runner.hold(effect, run_key, work, row_until=claimed.until)
         return True
 
     async def _start_granted(self, record: RunRequestRecord) -> None:

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from agents import step_runs, telemetry
 from agents.effects import Effect
@@ -70,13 +70,15 @@ class JobRunner:
         slot: SlotRequest | None = None,
         granted: bool = False,
         at_claim: Also | None = None,
+        row_until: datetime | None = None,
     ) -> None:
         """Run `work` as a job holding `effect`'s outbox row (and `run_key`'s lease).
 
         A scheduled run asks for its `slot` as it claims its work (granted at once, or it
         waits in line and this job ends); one an admission pass `granted` here holds its
         request as its lease already. `at_claim`: the work's reads, made in the claim's
-        transaction when it is granted there (`claim_slot`)."""
+        transaction when it is granted there (`claim_slot`). `row_until`: the row's
+        delivery claim, held by this process until then (see `_claim`)."""
         if (held := self.jobs.get(effect.key)) is not None:
             held.take_grant |= granted  # still claiming: it runs under this grant
             return  # already running here
@@ -90,6 +92,7 @@ class JobRunner:
             conversation_id=effect.conversation_id,
             run_key=run_key or f"turn:{effect.key}",
             scheduled=slot is not None or granted,
+            row_until=row_until,
         )
         self.jobs[effect.key] = job
         job.task = asyncio.create_task(
@@ -108,9 +111,7 @@ class JobRunner:
         lease_key = job.run_key or f"turn:{job.key}"
         try:
             try:
-                claimed = (
-                    "mine" if granted else await self._claim(lease_key, job.key, slot, at_claim)
-                )
+                claimed = "mine" if granted else await self._claim(job, lease_key, slot, at_claim)
             except Exception as exc:
                 unsettled(job, exc)
                 return
@@ -193,27 +194,31 @@ class JobRunner:
         return True
 
     async def _claim(
-        self,
-        lease_key: str,
-        row_key: str,
-        slot: SlotRequest | None,
-        at_claim: Also | None = None,
+        self, job: Job, lease_key: str, slot: SlotRequest | None, at_claim: Also | None = None
     ) -> str:
         """Take the run's lease and hold its outbox row until the same instant, in one
         transaction: after a crash both come free together, so whoever claims the row
         takes the run in the same pass. Refused (another process runs it): the row is
         looked at again when that lease ends, or within a heartbeat if sooner. A scheduled
-        run's lease is its slot (`claim_slot`): "mine", "waiting" or "elsewhere"."""
+        run's lease is its slot (`claim_slot`): "mine", "waiting" or "elsewhere".
+
+        A row delivered a moment ago (less than a heartbeat of its claim spent) is held
+        already: the lease then ends with the row's claim – at most a heartbeat early, the
+        heartbeat renews both – and the row is not written again."""
         options = self.context.options
         now = self.context.clock()
-        until = now + options.lease
+        until, hold_row = now + options.lease, True
+        if job.row_until is not None and job.row_until >= until - options.heartbeat:
+            until, hold_row = min(until, job.row_until), False
+        row_key = job.key
         if slot is not None:
             return await claim_slot(
-                self.context.db, slot, self.owner, now=now, until=until, also=at_claim
-            )
+                self.context.db, slot, self.owner, now=now, until=until, also=at_claim,
+                hold_row=hold_row,
+            )  # fmt: skip
         async with self.context.db.write() as conn:
             mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
-            if mine:
+            if mine and hold_row:
                 await hold_effect(conn, row_key, until)
             else:
                 held = await run_lease_until(conn, lease_key) or now

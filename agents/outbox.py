@@ -53,6 +53,7 @@ class Claimed:
     created_at: datetime | None  # when it was decided (queue-time metrics)
     # handed over by this process's reconcile as it committed (`hand_over`), not claimed
     handed: bool = False
+    until: datetime | None = None  # its row is claimed for this sender until then (or later)
 
 
 # The performer: True when it started long work that settles the row itself.
@@ -239,7 +240,7 @@ class OutboxSender:
             async with self.db.write() as conn:
                 await give_up_effect(conn, record.id, error=f"malformed: {exc}")
             return
-        claimed = Claimed(effect, record.attempts, record.created_at, handed)
+        claimed = Claimed(effect, record.attempts, record.created_at, handed, until)
         # the renewals start only when the delivery outlasts half its claim: a timer, not a
         # task per delivery (a delivery within half a lease costs no task, no loop pass)
         loop = asyncio.get_running_loop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from agents.admission_policy import SchedulerOptions
 from agents.clock import Clock
@@ -52,6 +52,7 @@ class Job:
     run_key: str | None = None  # the lease it runs under
     scheduled: bool = False  # its lease is its granted run request (agents/slot_requests.py)
     take_grant: bool = False  # a pass here granted its run while it was claiming: it runs it
+    row_until: datetime | None = None  # its row's delivery claim: held here until then
     task: asyncio.Task[None] | None = None
     cancelled: bool = False  # the plan was stopped: the work is over, not handed on
     lease_lost: bool = False  # another process took the lease: it settles the row

@@ -189,6 +189,7 @@ async def claim_slot(
     now: datetime,
     until: datetime,
     also: Also | None = None,
+    hold_row: bool = True,
 ) -> Claim:
     """Ask for the run's slot in one write transaction and hold the outbox row meanwhile:
     "mine" (granted at once: the run starts now), "waiting" (in line: an admission pass
@@ -202,7 +203,9 @@ async def claim_slot(
     after a crash), is kept whatever the claim's answer, before the run's reads see the
     thread: in this transaction on SQLite (no transaction of its own), in one just before
     on PostgreSQL (not under the admission lock). A claim delivered again keeps it once
-    (one row per channel and ts)."""
+    (one row per channel and ts). `hold_row` False: the outbox row is claimed by this
+    process until `until` already (a delivery just begun, `Runner._claim`): a grant leaves
+    it as it is."""
     row_key = slot.values["effect_key"]
     conversation_id = slot.values["conversation_id"]
     keep = slot.keep
@@ -230,7 +233,8 @@ async def claim_slot(
                 **slot.values,
             )
             if granted:
-                await hold_effect(conn, row_key, until)
+                if hold_row:
+                    await hold_effect(conn, row_key, until)
                 if also is not None and db.is_sqlite:
                     await also(conn)
                 telemetry.admitted(timedelta(0))  # no time in the queue

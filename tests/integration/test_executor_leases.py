@@ -243,9 +243,19 @@ async def processes(db: Database) -> AsyncIterator[Any]:
     yield starter
 
 
-async def test_after_a_crash_the_step_resumes_when_its_one_lease_ends(processes: Any) -> None:
+@pytest.mark.parametrize(
+    "heartbeat",
+    [5.0, 0.05],  # real seconds; the clock ticks 50 ms a read while the plan starts
+    ids=["claimed-as-delivered", "claimed-a-heartbeat-after-delivery"],
+)
+async def test_after_a_crash_the_step_resumes_when_its_one_lease_ends(
+    processes: Any, heartbeat: float
+) -> None:
+    """Claimed within a heartbeat of its row's delivery claim, a run's lease ends with that
+    claim (the row is not written again); claimed later, the row is held to the lease's
+    end. Either way both come free at one instant."""
     hang = HangsInTheWriter()
-    async with processes(hang.model()) as p:
+    async with processes(hang.model(), heartbeat=heartbeat) as p:
         key = await p.writer_started(hang)
         a = p.service
         crashed_at = p.clock.now

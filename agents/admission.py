@@ -61,8 +61,8 @@ from storage.run_requests import (
     served_since,
     set_wait_reasons,
 )
-from storage.runs import typical_run_tokens
-from storage.workspaces import workspace_settings
+from storage.runs import typical_run_tokens_of
+from storage.workspaces import workspace_settings, workspace_settings_and
 
 log = logging.getLogger(__name__)
 PARK = timedelta(hours=1)  # a waiting run's outbox row looks again this late at the latest
@@ -172,9 +172,8 @@ class AdmissionLoop:
         return cached[1] if cached is not None and cached[0] > self.clock() else None
 
     async def _read_facts(self, conn: AsyncConnection, team_id: str, agent: str) -> _Kept:
-        settings = await workspace_settings(conn, team_id)
-        estimate = await typical_run_tokens(conn, agent)
-        kept = _Kept(with_overrides(self.options, settings), settings, estimate)
+        settings, mean = await workspace_settings_and(conn, team_id, typical_run_tokens_of(agent))
+        kept = _Kept(with_overrides(self.options, settings), settings, int(mean or 0))
         if len(self._facts) > 1_000:
             self._facts.clear()
         until = self.clock() + timedelta(seconds=self.options.poll_seconds)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, delete, func, select, update
+from sqlalchemy import ColumnElement, ScalarSelect, Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -130,8 +130,9 @@ async def release_runs_of(conn: AsyncConnection, owner: str) -> None:
     await conn.execute(delete(leases_t).where(leases_t.c.owner == owner))
 
 
-async def typical_run_tokens(conn: AsyncConnection, agent_name: str, *, last: int = 20) -> int:
-    """The mean tokens of an agent's last finished runs (0 when it has none): an estimate."""
+def typical_run_tokens_of(agent_name: str, *, last: int = 20) -> ScalarSelect[Any]:
+    """The mean tokens of an agent's last finished runs (NULL when it has none): an
+    estimate, as a scalar subquery for a caller's statement that reads more with it."""
     recent = (
         select((runs_t.c.input_tokens + runs_t.c.output_tokens).label("tokens"))
         .where(runs_t.c.agent_name == agent_name, runs_t.c.status == "finished")
@@ -139,5 +140,4 @@ async def typical_run_tokens(conn: AsyncConnection, agent_name: str, *, last: in
         .limit(last)
         .subquery()
     )
-    mean = await conn.scalar(select(func.avg(recent.c.tokens)))
-    return int(mean or 0)
+    return select(func.avg(recent.c.tokens)).scalar_subquery()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import ColumnElement, Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.sql import insert_ignoring_conflict
@@ -50,6 +50,16 @@ async def workspace_settings(conn: AsyncConnection, team_id: str) -> dict[str, A
         select(workspaces_t.c.settings).where(workspaces_t.c.team_id == team_id)
     )
     return dict(found or {})
+
+
+async def workspace_settings_and(
+    conn: AsyncConnection, team_id: str, more: ColumnElement[Any]
+) -> tuple[dict[str, Any], Any]:
+    """`workspace_settings`, and `more` (a scalar subquery of the caller's) read in the same
+    statement."""
+    own = select(workspaces_t.c.settings).where(workspaces_t.c.team_id == team_id)
+    row = (await conn.execute(select(own.scalar_subquery(), more))).one()
+    return dict(row[0] or {}), row[1]
 
 
 async def set_workspace_settings(

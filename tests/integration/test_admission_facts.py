@@ -13,6 +13,7 @@ from agents.roster import Roster
 from storage.agents import create_agent, update_agent
 from storage.db import Database
 from storage.records import RunRequestRecord
+from storage.runs import save_run
 from storage.workspaces import ensure_workspace, set_workspace_settings
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -83,3 +84,29 @@ async def test_facts_read_in_a_callers_read_are_the_ones_a_request_then_takes(
     async with db.read() as conn:
         await loop.read_facts_in(conn, "T1", "writer")
     assert (await facts(loop, "T1", "writer")).settings == {"mark": "after"}
+
+
+async def test_the_settings_and_the_estimate_read_together(db: Database) -> None:
+    """A slot request's facts: the workspace's settings (none stored: `{}`) and the mean
+    tokens of the agent's last finished runs (none: 0), read in one statement."""
+    async with db.write() as conn:
+        await ensure_workspace(conn, "T1", NOW)
+        await set_workspace_settings(conn, "T1", {"max_running": 3})
+        for key, status, tokens in (
+            ("a", "finished", 100),
+            ("b", "finished", 300),
+            ("c", "failed", 9_000),
+        ):
+            await save_run(
+                conn, run_key=key, agent_name="writer", model="m", status=status, messages=[],
+                now=NOW, input_tokens=tokens, output_tokens=0,
+            )  # fmt: skip
+    loop = AdmissionLoop(
+        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
+        start=_nothing, show_waits=_nothing, refuse=_refuse,
+    )  # fmt: skip
+    writer = await facts(loop, "T1", "writer")
+    assert (writer.settings, writer.estimate) == ({"max_running": 3}, 200)
+    assert (await facts(loop, "T1", "researcher")).estimate == 0  # no run finished yet
+    assert (await facts(loop, "T2", "writer")).settings == {}  # a workspace not stored

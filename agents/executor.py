@@ -227,6 +227,22 @@ class Executor:
                 continue  # committed meanwhile (a reconcile that was under way)
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def quiet(self) -> None:
+        """Wait, reading nothing, until nothing is under way here: no job, no row handed
+        over undelivered, no delivery; then mark sent what was delivered (as the loop's
+        next claim would). `settle` probes the database for more (due rows, admission):
+        benchmarks count a plan's work up to this instead."""
+        while True:
+            tasks = [j.task for j in self.jobs.values() if j.task is not None]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            elif self.outbox.handed or self._draining.locked():
+                await self.drain(claim=False)  # or waits for the delivery under way
+            else:
+                break
+        async with self._draining:
+            await self.outbox.flush()
+
     async def _due_now(self) -> bool:
         async with self.context.db.read() as conn:
             due = await next_effect_due(conn)

@@ -8,7 +8,9 @@ file and the offline model – several times, and prints:
 - the median wall time of a plan, from the mention to the synthesis (the offline model
   answers at once, so this is Flotilla's own overhead plus loopback HTTP);
 - the database transactions and statements per step, by kind, counted on every SQLite
-  connection (the aiosqlite engine and the stdlib driver's worker-thread path);
+  connection (the aiosqlite engine and the stdlib driver's worker-thread path), from the
+  mention until the process is at rest (`at_rest`: the rows it delivered marked sent, no
+  read made to find out);
 - with `--callers`, the statements attributed to the call sites that sent them.
 
 Usage: .venv/bin/python bench/slice.py [--runs N] [--callers] [--warm]
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 from bot.local import start_local_stack  # noqa: E402
 from local_slack import Driver  # noqa: E402
 from tests.db_counts import DbCounts, counting  # noqa: E402
-from tests.e2e.slice.diamond import STEPS, walk_diamond  # noqa: E402
+from tests.e2e.slice.diamond import STEPS, at_rest, walk_diamond  # noqa: E402
 
 
 async def one_plan(
@@ -51,7 +53,7 @@ async def one_plan(
             counts.reset()
             began = time.perf_counter()
             await walk_diamond(driver, stack.commander)
-            await stack.service.settle()
+            await at_rest(driver, stack.service)
             elapsed = time.perf_counter() - began
             calls = Counter(method for method, _result in stack.workspace.api_log)
             return elapsed, calls, counts

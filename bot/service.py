@@ -266,6 +266,15 @@ class SlackService:
             if not self.events.tasks and not self.executor.jobs:
                 return
 
+    async def quiet(self) -> None:
+        """`settle` reading nothing to find more work: until no event handler and no job
+        runs and nothing handed over is undelivered (`Executor.quiet`; benchmarks)."""
+        while True:
+            await self.events.idle()
+            await self.executor.quiet()
+            if not self.events.tasks and not self.executor.jobs:
+                return
+
     async def drain(self) -> int:
         return await self.executor.drain()
 

@@ -3,6 +3,7 @@ form → writer → the synthesis): shared by `bench/slice.py` and the database 
 
 from __future__ import annotations
 
+from bot.service import SlackService
 from bot.views.forms import SUBMIT_ACTION
 from local_slack import Driver, InstalledApp
 
@@ -16,3 +17,17 @@ async def walk_diamond(driver: Driver, commander: InstalledApp) -> None:
     form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
     await driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
     await driver.thread_has_message("launch", root.ts, containing="commander: Review")
+
+
+async def at_rest(driver: Driver, service: SlackService) -> None:
+    """Until Slack's events are delivered and the process has nothing under way, reading
+    nothing to find out (`SlackService.quiet`): the count is the plan's work, not the
+    harness's probes – `settle` also asks the database for due rows and waiting runs, as
+    the running process's poll does once a poll interval whatever runs."""
+    while True:
+        await driver.deliveries_finished()
+        seen = len(driver.ws.events.deliveries)
+        await service.quiet()
+        await driver.deliveries_finished()
+        if len(driver.ws.events.deliveries) == seen and not service.executor.jobs:
+            return

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.db_counts import counting
-from tests.e2e.slice.diamond import STEPS, walk_diamond
+from tests.e2e.slice.diamond import STEPS, at_rest, walk_diamond
 
 # Reached here, per step (the bench's figure in brackets):
 # - 2026-12-05, the seventh pass (multi-row INSERTs, one UPDATE for delivered rows and one
@@ -43,7 +43,7 @@ async def test_a_plan_step_stays_within_its_database_budget(start: Callable[...,
             await run.service.settle()
             counts.reset()  # the plan only: not the stack's start-up
             await walk_diamond(run.driver, run.stack.commander)
-            await run.quiesce()
+            await at_rest(run.driver, run.service)
             transactions, statements = counts.transaction_total, counts.statement_total
     report = f"{counts.transactions} {counts.statements.most_common(8)}"
     assert transactions / STEPS <= TRANSACTIONS_PER_STEP, report

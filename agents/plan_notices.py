@@ -20,7 +20,9 @@ async def show_card(
 ) -> None:
     """Render the plan card from the plan as stored now, with its runs' wait reasons
     (`first`: only if it is not posted yet – a step's dispatch puts it above its message)."""
-    card = await context.port.plan_card(plan_id) if first else None
+    card = None
+    if first:  # taken as this process started the plan, or read (and taken if it can)
+        card = context.reconciler.card_taken(plan_id) or await context.port.plan_card(plan_id)
     if card is not None and card.posted is not None:
         return  # posted: the step's own card refresh (an effect of its own) renders it
     plan = await plan_reads.load(context, conversation.id, plan_id, with_waits=True)

@@ -21,6 +21,7 @@ from agents.decisions import Decision, decide_agent_gone, start
 from agents.effects import Effect
 from agents.errors import OperationRejected
 from agents.final_texts import Settle
+from agents.lru import LRUCache
 from agents.outbox import OutboxSender
 from agents.plan import (
     DEFAULT_MAX_TRANSIENT_FAILURES,
@@ -48,6 +49,7 @@ from storage.conversations import request_text
 from storage.db import Also, Database
 from storage.locks import ConversationLocks
 from storage.outbox import hold_effect
+from storage.plans import CARD_POSTING, PlanCard
 
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 
@@ -107,6 +109,8 @@ class Reconciler:
         self.after_commit = after_commit
         self.cache_size = cache_size
         self._cache: dict[int, Plan] = {}  # conversation id -> last plan written here
+        # plans started here whose card's first post this process took as it stored them
+        self._cards_taken: LRUCache[int, PlanCard] = LRUCache(cache_size)
         self.outbox = outbox
         self.handed_over = handed_over
 
@@ -168,6 +172,7 @@ class Reconciler:
                 max_transient_failures=max_transient_failures,
                 now=now,
                 intro=intro,
+                card_taken=preclaim is not None,  # its first step's dispatch shows it here
             )
             plan = Plan(
                 id=plan_id,
@@ -185,7 +190,14 @@ class Reconciler:
 
         decision = await self._locked(conversation_id, work, preclaim)
         assert decision is not None  # a started plan always has a decision
+        if preclaim is not None:
+            self._cards_taken.put(decision.plan.id, PlanCard(CARD_POSTING, intro, taken=True))
         return decision
+
+    def card_taken(self, plan_id: int) -> PlanCard | None:
+        """The card of a plan started here, whose first post this process took as it stored
+        the plan (no write of its own to take it); once: a later look reads the plan row."""
+        return self._cards_taken.pop(plan_id)
 
     async def reconcile(
         self,

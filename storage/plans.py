@@ -179,10 +179,12 @@ def insert_plan(
     max_transient_failures: int,
     now: datetime,
     intro: str | None = None,
+    card_taken: bool = False,
 ) -> int:
     """A new plan row (status running, version 0); its id. (The cap on a step's transient
     failures is stored in the `max_attempts` column; `intro` is the commander's words the
-    card opens with.)"""
+    card opens with; `card_taken`: its card's first post taken by the caller, as
+    `take_card_post` takes it.)"""
     stmt = (
         insert(plans_t)
         .values(
@@ -191,6 +193,7 @@ def insert_plan(
             max_parallel=max_parallel,
             max_attempts=max_transient_failures,
             intro=intro or None,
+            card_ts=CARD_POSTING if card_taken else None,
             version=0,
             created_at=now,
             updated_at=now,

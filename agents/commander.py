@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter
@@ -49,6 +49,7 @@ from agents.registry import AgentSpec
 from agents.runtime import RunJob, drive, load_session
 from agents.session import (
     DEFAULT_LIMITS,
+    PendingClose,
     RunLimits,
     RunSession,
     load_messages,
@@ -102,6 +103,7 @@ class CommanderTurn:
     reply: str | None = None
     plan: PlanProposal | None = None
     operations: list[CommanderOperation] = field(default_factory=list)
+    close: PendingClose | None = None  # its run's close, if left to the caller
 
 
 @dataclass(slots=True)
@@ -328,8 +330,11 @@ async def commander_turn(
     plan_retries: int = 3,
     now: Clock = utcnow,
     reads: StepReads | None = None,
+    close_later: bool = False,
 ) -> CommanderTurn:
     """Run one commander turn for `job` (its `input` is the new message) and return proposals.
+    `close_later`: its run's close is left to the caller (`CommanderTurn.close`), which
+    writes it with the plan the turn starts.
 
     Same `job.run_key` again continues (after a crash) or returns (when finished) that turn.
     Raises `TransientError` / `PermanentError` like any run – e.g. a plan still invalid
@@ -376,6 +381,8 @@ async def commander_turn(
             + "\n".join(f"- {p}" for p in deps.problems),
             public=PLAN_NOT_WRITTEN,
         ) from exc
+    if close_later:
+        return replace(turn_from_history(messages), close=PendingClose(session, messages))
     await session.close("finished", messages)
     return turn_from_history(messages)
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents.addressing import Addressee, addressed_agent, without_address
-from agents.commander import CommanderWake, commander_turn
+from agents.commander import CommanderTurn, CommanderWake, commander_turn
 from agents.commander_operations import with_shown_inputs
 from agents.decisions import Decision
 from agents.effects import (
@@ -308,6 +309,49 @@ async def _turn_failed(
     return Turn(errored=True)
 
 
+async def _start_plan(
+    ctx: Context, conversation: ConversationRecord, turn: CommanderTurn, names: list[str]
+) -> Decision:
+    """Start the turn's plan; its run's close (`turn.close`, SQLite) and, when nothing
+    follows the start, its job's settle are written in the plan's transaction. A start
+    that stores nothing (refused, or the database away) leaves the close to be written on
+    its own – or kept for the retry when the database is away."""
+    assert turn.plan is not None
+    closing = turn.close
+    settling = SETTLING.get() if ctx.db.is_sqlite and not turn.operations else None
+    if settling is not None:
+        await settling.stop_heartbeat()  # it would see its request finished
+
+    def closed_and_settled(conn: Connection, now: datetime) -> Sequence[str]:
+        if closing is not None:
+            closing.write_in(conn)
+        return settling.settle_in(conn, now) if settling is not None else ()
+
+    try:
+        changed = await ctx.reconciler.start_plan(
+            conversation.id,
+            turn.plan,
+            assignees=names,
+            max_parallel=ctx.options.max_parallel,
+            max_transient_failures=ctx.options.max_transient_failures,
+            intro=turn.reply or "",  # what the plan is: the card opens with it
+            settle=closed_and_settled if closing or settling else None,
+        )
+    except Exception:
+        if closing is not None:
+            try:
+                await closing.close()
+            except Exception as exc:  # kept in this process for the retry if storage is away
+                log.warning("commander turn not closed: %s", exc, extra=ids(conversation))
+        raise
+    if closing is not None:  # stored closed with the plan
+        closing.committed()
+    if settling is not None:  # committed with the plan (`agents/job_settling.py`)
+        settling.committed()
+    log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
+    return changed
+
+
 async def _turn(
     ctx: Context,
     conversation: ConversationRecord,
@@ -323,7 +367,9 @@ async def _turn(
     try:
         model = await ctx.choose_model(None)
         read = await reads.reads(ctx.db)
-        turn = await commander_turn(ctx.db, job, agents, model=model, wake=wake, reads=read)
+        turn = await commander_turn(
+            ctx.db, job, agents, model=model, wake=wake, reads=read, close_later=ctx.db.is_sqlite
+        )
     except RunError as exc:
         return await _turn_failed(ctx, conversation, effect, exc)
     except ValueError as exc:  # a configured model string that cannot be used
@@ -336,24 +382,11 @@ async def _turn(
     ctx.observer.commander_turn(result)
     names = [a.name for a in agents]
     changed: Decision | None = None
+    if turn.plan is None and turn.close is not None:
+        await turn.close.close()  # no plan to store it with
     try:
         if turn.plan is not None:
-            # nothing follows a plan's start alone: the turn settles in its transaction
-            settling = SETTLING.get() if ctx.db.is_sqlite and not turn.operations else None
-            if settling is not None:
-                await settling.stop_heartbeat()  # it would see its request finished
-            changed = await ctx.reconciler.start_plan(
-                conversation.id,
-                turn.plan,
-                assignees=names,
-                max_parallel=ctx.options.max_parallel,
-                max_transient_failures=ctx.options.max_transient_failures,
-                intro=turn.reply or "",  # what the plan is: the card opens with it
-                settle=settling.settle_in if settling is not None else None,
-            )
-            if settling is not None:  # committed with the plan (`agents/job_settling.py`)
-                settling.committed()
-            log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
+            changed = await _start_plan(ctx, conversation, turn, names)
         if turn.operations:
             shown = wake.steps if wake is not None else ()  # the plan the turn was shown
             decision = await ctx.reconciler.reconcile(

@@ -45,6 +45,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolResults
 from pydantic_ai.usage import RunUsage, UsageLimits
 from sqlalchemy import ColumnElement
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agents import preemption, telemetry
@@ -58,8 +59,8 @@ from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Also, Database
 from storage.records import AgentRunRecord
-from storage.runs import save_run
-from storage.usage import record_usage
+from storage.runs import save_run_statement
+from storage.usage import usage_insert
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,41 +332,89 @@ class RunSession:
     ) -> Any:
         """History and the tokens spent since the last save, in one transaction (crash-safe);
         `asking`: a question the history's statement answers too (returned)."""
+        *usage, run = self._writes(status, messages, conn.dialect.name)
+        for entry in usage:
+            await conn.execute(entry)
+        answer = None
+        if asking is None:
+            await conn.execute(run)
+        else:
+            answer = await conn.scalar(run.returning(asking))
+        self._recorded()
+        return answer
+
+    def close_in(self, conn: Connection, messages: Sequence[ModelMessage]) -> None:
+        """`close` as "finished", written in a caller's synchronous transaction (a commander
+        turn's, with the plan it starts); `closed` once that committed."""
+        for write in self._writes("finished", messages, conn.dialect.name):
+            conn.execute(write)
+
+    def closed(self) -> None:
+        """The transaction `close_in` wrote in committed: the session is stored closed."""
+        self._recorded()
+        _UNSAVED.pop(self.job.run_key)
+
+    def _writes(self, status: str, messages: Sequence[ModelMessage], dialect: str) -> list[Any]:
+        """The statements of a save: the tokens spent since the last (a ledger row, if
+        any), then the history."""
+        writes: list[Any] = []
         spent_in = self.usage.input_tokens - self.recorded[0]
         spent_out = self.usage.output_tokens - self.recorded[1]
         if spent_in or spent_out:
             telemetry.count_tokens(
                 self.job.team_id, self.agent_name, self.model, spent_in, spent_out
             )
-            await record_usage(
-                conn,
-                team_id=self.job.team_id,
-                channel_id=self.job.channel_id,
-                plan_id=self.job.plan_id,
-                step_index=self.job.step_index,
+            writes.append(
+                usage_insert(
+                    team_id=self.job.team_id,
+                    channel_id=self.job.channel_id,
+                    plan_id=self.job.plan_id,
+                    step_index=self.job.step_index,
+                    agent_name=self.agent_name,
+                    model=self.model,
+                    input_tokens=spent_in,
+                    output_tokens=spent_out,
+                    now=self.now(),
+                )
+            )
+        writes.append(
+            save_run_statement(
+                dialect,
+                run_key=self.job.run_key,
                 agent_name=self.agent_name,
                 model=self.model,
-                input_tokens=spent_in,
-                output_tokens=spent_out,
+                status=status,
+                messages=dump_messages(with_journal(messages, self.journal)),
                 now=self.now(),
+                conversation_id=self.job.conversation_id,
+                plan_id=self.job.plan_id,
+                step_index=self.job.step_index,
+                input_tokens=self.usage.input_tokens,
+                output_tokens=self.usage.output_tokens,
             )
-        answer = await save_run(
-            conn,
-            run_key=self.job.run_key,
-            agent_name=self.agent_name,
-            model=self.model,
-            status=status,
-            messages=dump_messages(with_journal(messages, self.journal)),
-            now=self.now(),
-            conversation_id=self.job.conversation_id,
-            plan_id=self.job.plan_id,
-            step_index=self.job.step_index,
-            input_tokens=self.usage.input_tokens,
-            output_tokens=self.usage.output_tokens,
-            asking=asking,
         )
+        return writes
+
+    def _recorded(self) -> None:
         self.recorded = (self.usage.input_tokens, self.usage.output_tokens)
-        return answer
+
+
+@dataclass(frozen=True, slots=True)
+class PendingClose:
+    """A finished run whose close is left to its caller: written in the caller's own
+    transaction (`write_in`, then `committed`), or else on its own (`close`)."""
+
+    session: RunSession
+    messages: Sequence[ModelMessage]
+
+    def write_in(self, conn: Connection) -> None:
+        self.session.close_in(conn, self.messages)
+
+    def committed(self) -> None:
+        self.session.closed()
+
+    async def close(self) -> None:
+        await self.session.close("finished", self.messages)
 
 
 def _all_journaled(

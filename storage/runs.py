@@ -27,6 +27,22 @@ leases_t: Table = RunLease.__table__  # type: ignore[assignment]
 async def save_run(
     conn: AsyncConnection,
     *,
+    asking: ColumnElement[Any] | None = None,
+    **run: Any,
+) -> Any:
+    """Store a run's message history (after every model turn) and its status: one
+    statement, inserting the run's row the first time (`save_run_statement`). `asking`: a
+    question (a scalar subquery) the same statement answers, returned (else None)."""
+    stmt = save_run_statement(conn.dialect.name, **run)
+    if asking is None:
+        await conn.execute(stmt)
+        return None
+    return await conn.scalar(stmt.returning(asking))
+
+
+def save_run_statement(
+    dialect_name: str,
+    *,
     run_key: str,
     agent_name: str,
     model: str,
@@ -38,11 +54,9 @@ async def save_run(
     step_index: int | None = None,
     input_tokens: int = 0,
     output_tokens: int = 0,
-    asking: ColumnElement[Any] | None = None,
 ) -> Any:
-    """Store a run's message history (after every model turn) and its status: one
-    statement, inserting the run's row the first time. `asking`: a question (a scalar
-    subquery) the same statement answers, returned (else None)."""
+    """`save_run`'s statement, for a caller's connection of either kind (a run's close in
+    the transaction of its plan's change)."""
     values = dict(
         agent_name=agent_name,
         model=model,
@@ -52,7 +66,7 @@ async def save_run(
         output_tokens=output_tokens,
         updated_at=now,
     )
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
     stmt = dialect.insert(runs_t).values(
         run_key=run_key,
         conversation_id=conversation_id,
@@ -61,11 +75,7 @@ async def save_run(
         created_at=now,
         **values,
     )
-    stmt = stmt.on_conflict_do_update(index_elements=[runs_t.c.run_key], set_=values)
-    if asking is None:
-        await conn.execute(stmt)
-        return None
-    return await conn.scalar(stmt.returning(asking))
+    return stmt.on_conflict_do_update(index_elements=[runs_t.c.run_key], set_=values)
 
 
 async def load_run(conn: AsyncConnection, run_key: str) -> AgentRunRecord | None:

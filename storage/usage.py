@@ -6,6 +6,7 @@ Every function takes an open connection; the caller owns the transaction.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Table, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,8 +21,12 @@ from storage.service_tables import (
 usage_t: Table = UsageEntry.__table__  # type: ignore[assignment]
 
 
-async def record_usage(
-    conn: AsyncConnection,
+async def record_usage(conn: AsyncConnection, **entry: Any) -> None:
+    """Tokens a run spent, as one ledger row (`usage_insert`'s arguments)."""
+    await conn.execute(usage_insert(**entry))
+
+
+def usage_insert(
     *,
     team_id: str,
     agent_name: str,
@@ -32,19 +37,18 @@ async def record_usage(
     channel_id: str | None = None,
     plan_id: int | None = None,
     step_index: int | None = None,
-) -> None:
-    await conn.execute(
-        insert(usage_t).values(
-            team_id=team_id,
-            channel_id=channel_id,
-            plan_id=plan_id,
-            step_index=step_index,
-            agent_name=agent_name,
-            model=model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            created_at=now,
-        )
+) -> Any:
+    """`record_usage`'s statement, for a caller's connection of either kind."""
+    return insert(usage_t).values(
+        team_id=team_id,
+        channel_id=channel_id,
+        plan_id=plan_id,
+        step_index=step_index,
+        agent_name=agent_name,
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        created_at=now,
     )
 
 

@@ -150,4 +150,20 @@ async def test_the_commander_turn_that_starts_the_plan_settles_in_its_transactio
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "jobs.py" in line)
     assert _at(callers, "BEGIN", "_settle < agents/jobs.py") == 0, report
-    assert _at(callers, "UPDATE run_requests", "reconciler.py") == 1, report  # in the start
+    assert _at(callers, "UPDATE run_requests", "closed_and_settled") == 1, report  # the start's
+
+
+async def test_the_commander_turn_that_starts_the_plan_is_closed_in_its_transaction(
+    start: Callable[..., Any],
+) -> None:
+    """The turn's run is stored finished (its history, the tokens of its last answer) by the
+    transaction that stores the plan and settles the turn: one write where there were two,
+    and nothing between them to pay for again."""
+    with counting() as counts:
+        async with start() as run:
+            await run.service.settle()
+            counts.reset()
+            await walk_diamond(run.driver, run.stack.commander)
+            await run.quiesce()
+    [starting] = counts.together("INSERT plans")
+    assert {"INSERT agent_runs", "INSERT usage_ledger", "UPDATE run_requests"} <= starting

@@ -46,13 +46,13 @@ from agents.plan import (
 )
 from agents.plan_validation import parse_plan, validate_plan
 from agents.registry import AgentSpec
+from agents.run_history import load_messages
 from agents.runtime import RunJob, drive, load_session
 from agents.session import (
     DEFAULT_LIMITS,
     PendingClose,
     RunLimits,
     RunSession,
-    load_messages,
     unsaved_history,
 )
 from agents.step_reads import StepReads

@@ -29,8 +29,8 @@ from agents.effects import MessageForCommander, step_key, to_row, turn_key
 from agents.failures import is_storage_error
 from agents.outbox import OutboxSender
 from agents.plan import Plan, StepSucceeded
+from agents.run_history import load_messages
 from agents.run_results import result_from_history
-from agents.session import load_messages
 from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.events import record_event

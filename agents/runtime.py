@@ -38,6 +38,7 @@ from agents.history_compaction import compact_history
 from agents.models import model_label
 from agents.plan import Plan
 from agents.registry import AgentSpec
+from agents.run_history import load_messages
 from agents.run_results import (
     SUMMARY_MAX_CHARS,
     StepQuestion,
@@ -54,7 +55,6 @@ from agents.session import (
     AtClose,
     RunLimits,
     RunSession,
-    load_messages,
     unsaved_history,
 )
 from agents.step_files import PromptFiles, media_reader, prompt_files

@@ -32,12 +32,8 @@ from typing import Any
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
-    ModelResponse,
     RetryPromptPart,
-    TextPart,
-    ToolCallPart,
     ToolReturnPart,
     UserContent,
 )
@@ -55,6 +51,7 @@ from agents.failures import is_storage_error
 from agents.lru import LRUCache
 from agents.models import resolve_model
 from agents.preemption import check_pause
+from agents.run_history import dump_messages, resumable, text_answer
 from agents.tool_journal import ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Also, Database
@@ -86,7 +83,6 @@ DEFAULT_LIMITS = RunLimits()
 AtClose = Callable[[AsyncConnection, Sequence[ModelMessage]], Awaitable[None]]
 # run key -> the history a storage outage kept from being stored (this process only)
 _UNSAVED: LRUCache[str, list[ModelMessage]] = LRUCache(1000)
-OUTPUT_TOOL = "final_result"  # pydantic-ai's output tool (`final_result`, `final_result_<T>`)
 
 
 def unsaved_history(run_key: str, stored: list[ModelMessage] | None) -> list[ModelMessage] | None:
@@ -96,48 +92,6 @@ def unsaved_history(run_key: str, stored: list[ModelMessage] | None) -> list[Mod
     if unsaved is not None and len(unsaved) >= len(stored or []):
         return resumable(unsaved)
     return resumable(stored) if stored is not None else None
-
-
-def resumable(messages: list[ModelMessage]) -> list[ModelMessage]:
-    """A history to continue a run from: without a last request that only returns the
-    output tool's result. pydantic-ai appends that request when a run ends; a run whose
-    close could not store it (the database went away, or the process died) would send it
-    to the model as a new turn and pay for a second answer. Without it, the run goes on
-    from the response that carries its answer and ends without a model call."""
-    last = messages[-1] if messages else None
-    if (
-        len(messages) >= 2
-        and isinstance(last, ModelRequest)
-        and isinstance(messages[-2], ModelResponse)
-        and last.parts
-        and all(
-            isinstance(p, ToolReturnPart) and p.tool_name.startswith(OUTPUT_TOOL)
-            for p in last.parts
-        )
-    ):
-        return messages[:-1]
-    return messages
-
-
-def text_answer(messages: Sequence[ModelMessage]) -> str | None:
-    """The answer a history ends with when its last message is a model response in words
-    only (no tool call): a run resumed there is over – every Flotilla agent takes text as
-    its output – and must not ask the model again (pydantic-ai would send the history,
-    instructions and all, as a new request)."""
-    last = messages[-1] if messages else None
-    if not isinstance(last, ModelResponse) or any(isinstance(p, ToolCallPart) for p in last.parts):
-        return None
-    text = "".join(p.content for p in last.parts if isinstance(p, TextPart))
-    return text or None
-
-
-def dump_messages(messages: Sequence[ModelMessage]) -> list[Any]:
-    """A JSON-safe form of a message history, for `agent_runs.messages`."""
-    return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
-
-
-def load_messages(data: list[Any]) -> list[ModelMessage]:
-    return list(ModelMessagesTypeAdapter.validate_python(data))
 
 
 class RunSession:

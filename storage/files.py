@@ -60,6 +60,9 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_KEPT = (files_t.c.content.is_not(None) | files_t.c.path.is_not(None)).label("kept")
+
+
 def _record(row: RowMapping) -> FileRecord:
     return FileRecord(
         id=row["id"],
@@ -87,8 +90,7 @@ def _record(row: RowMapping) -> FileRecord:
 
 
 def _select() -> Any:
-    kept = (files_t.c.content.is_not(None) | files_t.c.path.is_not(None)).label("kept")
-    return select(*_META, kept)
+    return select(*_META, _KEPT)
 
 
 async def _one(conn: AsyncConnection, where: Any) -> FileRecord | None:
@@ -201,12 +203,14 @@ async def record_produced(
     now: datetime,
 ) -> FileRecord:
     """Record a file an agent wrote, with its bytes; the same `key` again changes nothing
-    and returns the first record."""
-    found = await _one(conn, files_t.c.key == key)
-    if found is not None:
-        return found
+    and returns the first record. One statement (the insert returns the new row) unless
+    the key was recorded before."""
+    if store.where != "database":  # bytes go to disk only for a file not recorded yet
+        found = await _one(conn, files_t.c.key == key)
+        if found is not None:
+            return found
     sha = sha256_of(data)
-    await conn.execute(
+    inserted = await conn.execute(
         insert_ignoring_conflict(
             conn,
             files_t,
@@ -224,9 +228,12 @@ async def record_produced(
             created_at=now,
             expires_at=store.expiry(now),
             **_where_bytes_go(store, key, data, sha),
-        )
+        ).returning(*_META, _KEPT)
     )
-    stored = await _one(conn, files_t.c.key == key)
+    row = inserted.mappings().first()
+    if row is not None:
+        return _record(row)
+    stored = await _one(conn, files_t.c.key == key)  # recorded before: the first record
     assert stored is not None
     return stored
 

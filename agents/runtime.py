@@ -137,7 +137,8 @@ def build_step_agent(
         tools.append(Tool(http_fetch, takes_ctx=True))
     # every step may write a file for the thread and read the conversation's files
     tools += [
-        rerunnable_tool(Tool(write_file, takes_ctx=True)),  # recorded under the call's key
+        # recorded under the call's key, with the response that made the call
+        rerunnable_tool(Tool(write_file, takes_ctx=True), stores_response=True),
         rerunnable_tool(Tool(read_file, takes_ctx=True)),
     ]
     toolsets = [*mcp_toolsets(spec), *toolsets]

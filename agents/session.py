@@ -52,7 +52,7 @@ from agents.lru import LRUCache
 from agents.models import resolve_model
 from agents.preemption import check_pause
 from agents.run_history import dump_messages, resumable, text_answer
-from agents.tool_journal import ToolJournal, split_journal, with_journal
+from agents.tool_journal import ResponseStore, ToolJournal, split_journal, with_journal
 from agents.tools.context import RunJob
 from storage.db import Also, Database
 from storage.records import AgentRunRecord
@@ -153,7 +153,10 @@ class RunSession:
         resolved = telemetry.measured(resolve_model(model) if isinstance(model, str) else model)
         streaming = show is not None and can_stream(resolved)
         journal = ToolJournal(
-            write=self.record_tool_return, stored=dict(self.journal), before=self.store_response
+            write=self.record_tool_return,
+            stored=dict(self.journal),
+            before=self.store_response,
+            response_store=self._response_store,
         )
         try:
             async with agent.iter(
@@ -222,6 +225,18 @@ class RunSession:
             if self._response_unstored:
                 await self.save("running", self.messages)
                 self._response_unstored = False
+
+    def _response_store(self) -> ResponseStore:
+        """`store_response` for a tool that writes: in the tool's own transaction."""
+
+        async def write_in(conn: AsyncConnection) -> None:
+            if self._response_unstored:
+                await self._save(conn, "running", self.messages)
+
+        def committed() -> None:
+            self._response_unstored = False
+
+        return ResponseStore(write_in, committed)
 
     async def record_tool_return(self, part: ToolReturnPart) -> None:
         """Store one finished tool call's return at once, after the response that made the call."""

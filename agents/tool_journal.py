@@ -25,6 +25,7 @@ so such a call runs again if the run dies before the next model turn.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,14 +41,51 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.tools import Tool, ToolDefinition
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 JournalWriter = Callable[[ToolReturnPart], Awaitable[None]]
 RERUNNABLE = "rerunnable"  # the tool definition's metadata key: a call safe to run again
+# … and a call that stores the response that made it in its own write (`response_store`)
+STORES_RESPONSE = "stores_response"
 
 
-def rerunnable_tool(tool: Tool[Any]) -> Tool[Any]:
-    """`tool` marked rerunnable: its calls are not journaled (see the module docstring)."""
-    tool.metadata = {**(tool.metadata or {}), RERUNNABLE: True}
+@dataclass(slots=True)
+class ResponseStore:
+    """The response that made a tool call, not stored yet: a tool that writes (marked
+    `STORES_RESPONSE`) stores it in its own transaction (`write_in`, then `committed`), one
+    write where there were two; when the call wrote nothing (it refused its arguments),
+    the session's own store follows it (`ToolJournal._storing_response`)."""
+
+    write_in: Callable[[AsyncConnection], Awaitable[None]]
+    committed: Callable[[], None]
+    used: bool = False
+
+
+RESPONSE_STORE: ContextVar[ResponseStore | None] = ContextVar("flotilla_response", default=None)
+
+
+async def store_response_in(conn: AsyncConnection) -> None:
+    """In a tool's write transaction: the response that made the call, if it is not stored
+    (`ResponseStore`); call `response_stored` once the transaction committed."""
+    store = RESPONSE_STORE.get()
+    if store is not None:
+        await store.write_in(conn)
+
+
+def response_stored() -> None:
+    """The transaction `store_response_in` wrote in committed."""
+    store = RESPONSE_STORE.get()
+    if store is not None:
+        store.used = True
+        store.committed()
+
+
+def rerunnable_tool(tool: Tool[Any], *, stores_response: bool = False) -> Tool[Any]:
+    """`tool` marked rerunnable: its calls are not journaled (see the module docstring);
+    `stores_response`: it stores the response that made the call in its own write
+    (`store_response_in`)."""
+    marks = {RERUNNABLE: True} | ({STORES_RESPONSE: True} if stores_response else {})
+    tool.metadata = {**(tool.metadata or {}), **marks}
     return tool
 
 
@@ -131,6 +169,8 @@ class ToolJournal(AbstractCapability[Any]):
     # awaited before a call that is not answered from the journal runs (the session stores
     # the response that made the call first, if it has not yet)
     before: Callable[[], Awaitable[None]] | None = None
+    # a rerunnable tool that writes stores that response in its own write instead
+    response_store: Callable[[], ResponseStore] | None = None
     # calls of rerunnable tools run (not journaled): their returns need not be stored
     rerunnable: set[str] = field(default_factory=set)
 
@@ -146,9 +186,13 @@ class ToolJournal(AbstractCapability[Any]):
         stored = self.stored.get(call.tool_call_id)
         if stored is not None:
             return replay(stored)
+        metadata = tool_def.metadata or {}
+        if metadata.get(STORES_RESPONSE) and metadata.get(RERUNNABLE) and self.response_store:
+            self.rerunnable.add(call.tool_call_id)
+            return await self._storing_response(self.response_store(), handler, args)
         if self.before is not None:
             await self.before()
-        if (tool_def.metadata or {}).get(RERUNNABLE):
+        if metadata.get(RERUNNABLE):
             self.rerunnable.add(call.tool_call_id)
             return await handler(args)  # run again if the run resumes before its next turn
         try:
@@ -164,6 +208,19 @@ class ToolJournal(AbstractCapability[Any]):
         if part is not None:
             await self.write(part)
         return result
+
+    async def _storing_response(
+        self, store: ResponseStore, handler: WrapToolExecuteHandler, args: ValidatedToolArgs
+    ) -> Any:
+        """Run a rerunnable tool that stores the response in its own write; one that wrote
+        nothing (it refused its arguments first) leaves it to the session's own store."""
+        token = RESPONSE_STORE.set(store)
+        try:
+            return await handler(args)
+        finally:
+            RESPONSE_STORE.reset(token)
+            if not store.used and self.before is not None:
+                await self.before()
 
     @classmethod
     def get_serialization_name(cls) -> str | None:

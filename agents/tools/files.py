@@ -19,6 +19,7 @@ from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import BinaryContent, ModelMessage, ModelResponse, ToolCallPart
 
 from agents.files import as_text, clean_name, describe, fenced, human_size, is_text
+from agents.tool_journal import response_stored, store_response_in
 from agents.tools.context import RunDeps, call_key
 from storage.files import conversation_files, read_bytes, record_produced
 
@@ -65,6 +66,7 @@ async def write_file(
             f"{human_size(deps.file_policy.max_bytes)}."
         )
     async with deps.db.write() as conn:
+        await store_response_in(conn)  # the response that made this call, if not stored
         file = await record_produced(
             conn,
             key=f"produced:{call_key(ctx)}",
@@ -78,6 +80,7 @@ async def write_file(
             store=deps.file_policy.store,
             now=deps.now(),
         )
+    response_stored()
     if file.name not in deps.files:
         deps.files.append(file.name)
     return f"Wrote {describe(file)}; it is posted in the thread with your answer."

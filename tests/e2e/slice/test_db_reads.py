@@ -167,3 +167,19 @@ async def test_the_commander_turn_that_starts_the_plan_is_closed_in_its_transact
             await run.quiesce()
     [starting] = counts.together("INSERT plans")
     assert {"INSERT agent_runs", "INSERT usage_ledger", "UPDATE run_requests"} <= starting
+
+
+async def test_a_written_file_is_stored_with_the_response_that_wrote_it(
+    start: Callable[..., Any],
+) -> None:
+    """The writer's `write_file` call records the file and the model response that made the
+    call in one transaction (the response was stored in one of its own before the tool
+    ran): a run resumed after it runs the same call again, at no cost, and finds the file."""
+    with counting() as counts:
+        async with start() as run:
+            await run.service.settle()
+            counts.reset()
+            await walk_diamond(run.driver, run.stack.commander)
+            await run.quiesce()
+    [writing] = counts.together("INSERT files")
+    assert {"INSERT agent_runs", "INSERT usage_ledger"} <= writing

@@ -129,6 +129,14 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
         return  # not a thread Flotilla works in
     agents_by_bot = await service.agent_bot_ids()
     author = author_kind(message, commander_bot_id=service.bot_id, agent_bot_ids=agents_by_bot)
+    if author in ("commander", "agent"):
+        # Flotilla's own post (as its bot, or with an agent's own app): kept by the code that
+        # posted it, with what only it knows (a streamed answer's metadata), or found again
+        # by its key after a stop – storing its echo too is a write per post for nothing
+        meta = message.step_meta(RESULT_EVENT) if author == "agent" else None
+        if meta is not None and message.bot_id is not None:
+            await _agent_result(service, conversation, agents_by_bot[message.bot_id], meta)
+        return
     if author == "person" and service.bot_user_id in mentioned_users(message.text):
         return  # the app_mention event of the same message handles it
     # a person's message carrying Flotilla's metadata is a forgery: stored, never acted on
@@ -153,11 +161,7 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
         log.warning("ignored a person's message carrying step metadata (%s)", message.ts)
     elif interjection and recorded != "handed":  # handed: its delivery is under way here
         service.wake()
-    elif author == "agent" and message.bot_id is not None:
-        meta = message.step_meta(RESULT_EVENT)
-        if meta is not None:
-            await _agent_result(service, conversation, agents_by_bot[message.bot_id], meta)
-    # other bots, and our own posts, change nothing
+    # other bots' posts change nothing
 
 
 async def _agent_result(

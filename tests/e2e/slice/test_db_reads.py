@@ -183,3 +183,13 @@ async def test_a_written_file_is_stored_with_the_response_that_wrote_it(
             await run.quiesce()
     [writing] = counts.together("INSERT files")
     assert {"INSERT agent_runs", "INSERT usage_ledger"} <= writing
+
+
+async def test_the_echoes_of_flotillas_own_posts_write_nothing(
+    start: Callable[..., Any],
+) -> None:
+    """Slack sends a `message` event for each of Flotilla's posts (as its bot, or with an
+    own-app agent's token); the code that posted keeps the message, so its echo is not
+    stored again – the diamond has no person's reply, so nothing is recorded as one."""
+    callers = await _walk(start)
+    assert _at(callers, "BEGIN", "record_reply") == 0, "\n".join(callers)

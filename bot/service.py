@@ -225,6 +225,7 @@ class SlackService:
             if first and self.options.seed_agents:
                 # only on first contact: agents an admin removed later never come back
                 await seed_default_agents(conn, team_id, self.clock())
+            await self.port.features.read_in(conn, team_id)  # kept for the process's life
         self.executor.start()
         self._started = True
         self._start_recovery()

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from storage.db import Database
 from storage.slack_fallbacks import fallbacks_of, record_fallback
 
@@ -43,6 +45,11 @@ class SlackFeatures:
         self.db = db
         self.clock = clock
         self._missing: dict[str, set[str]] = {}
+
+    async def read_in(self, conn: AsyncConnection, team_id: str) -> None:
+        """Read what `team_id` refused in the caller's transaction (the service's start), so
+        the first post reads nothing."""
+        self._missing[team_id] = await fallbacks_of(conn, team_id)
 
     async def offers(self, team_id: str, feature: str) -> bool:
         """Whether `feature` is worth trying in `team_id` (not refused before)."""

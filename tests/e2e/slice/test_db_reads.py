@@ -193,3 +193,12 @@ async def test_the_echoes_of_flotillas_own_posts_write_nothing(
     stored again – the diamond has no person's reply, so nothing is recorded as one."""
     callers = await _walk(start)
     assert _at(callers, "BEGIN", "record_reply") == 0, "\n".join(callers)
+
+
+async def test_the_workspace_s_slack_features_are_read_as_the_process_starts(
+    start: Callable[..., Any],
+) -> None:
+    """What Slack refused in the workspace (streaming, agent sessions) is read in the
+    transaction that registers the workspace at start-up, then kept: no plan reads it."""
+    callers = await _walk(start)
+    assert _at(callers, "SELECT slack_fallbacks") == 0, "\n".join(callers)

@@ -37,7 +37,7 @@ from agents.plan import USER, Step, StepAnswered
 from agents.ports import PostingRefused
 from agents.reconciler import Reconciler
 from agents.run_context import Context
-from storage.db import Database
+from storage.db import Also, Database
 from storage.outbox import due_now, store_first, stored_row
 from storage.records import ConversationRecord, StoredRow
 
@@ -82,11 +82,23 @@ def form_answer(
     )
 
 
-async def store(db: Database, now: datetime, answer: FormAnswer) -> StoredAnswer:
-    """Store `answer` unless the form has one; the form's answer (this one, or the first)."""
+async def store(
+    db: Database, now: datetime, answer: FormAnswer, *, also_if_same: Also | None = None
+) -> StoredAnswer:
+    """Store `answer` unless the form has one; the form's answer (this one, or the first).
+    `also_if_same`: more work of the caller's in the same transaction, when the form's
+    answer is `answer`'s (who answered, and what: `same`)."""
     async with db.write() as conn:
         row = await store_first(conn, to_row(answer), now)
-    return _stored(answer.key, answer.conversation_id, row)
+        stored = _stored(answer.key, answer.conversation_id, row)
+        if also_if_same is not None and same(stored.answer, answer):
+            await also_if_same(conn)
+    return stored
+
+
+def same(first: FormAnswer, given: FormAnswer) -> bool:
+    """Whether `given` is the form's answer `first` again (a replay, a double click)."""
+    return first.answered_by == given.answered_by and first.values == given.values
 
 
 async def stored(db: Database, conversation_id: int, key: str) -> StoredAnswer | None:

@@ -87,6 +87,33 @@ async def finish_inbound(db: Database, inbox_id: int, now: datetime) -> None:
     await retry_storage(finish, budget=30.0)
 
 
+@dataclass(slots=True)
+class InboxFinish:
+    """A stored request's finish (its inbox row processed): on its own once the listener is
+    done (`__call__`), or in a write the listener makes anyway (`finish_in`, then
+    `committed`: the call then writes nothing). A failed finish is logged: the request is
+    replayed, and the listeners answer a repeat sensibly."""
+
+    db: Database
+    inbox_id: int
+    clock: Callable[[], datetime]
+    done: bool = False
+
+    async def finish_in(self, conn: AsyncConnection) -> None:
+        await finish_inbox(conn, self.inbox_id, self.clock())
+
+    def committed(self) -> None:
+        self.done = True
+
+    async def __call__(self) -> None:
+        if self.done:
+            return
+        try:
+            await finish_inbound(self.db, self.inbox_id, self.clock())
+        except Exception:
+            log.warning("could not mark inbox row %d processed", self.inbox_id, exc_info=True)
+
+
 async def claim_cut_short(db: Database, now: datetime, claim: timedelta) -> list[InboxRecord]:
     """Stored requests whose handling was cut short (their claim ran out unprocessed),
     claimed by this process for `claim` to be replayed."""

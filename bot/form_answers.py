@@ -25,9 +25,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agents import form_answers
-from agents.effects import form_answer_key
+from agents.effects import FormAnswer, form_answer_key
 from agents.form_answers import StoredAnswer
-from agents.inbox import Incoming, record_attachments
+from agents.inbox import InboxFinish, Incoming, record_attachments
 from agents.plan import USER, FormSpec, Plan, Step
 from agents.step_runs import ids
 from bot.handlers import received_file, refused_note
@@ -92,11 +92,14 @@ async def answer_form(
     files: Sequence[SlackFile] = (),
     rewrite: Rewrite | None = None,
     thread: FormThread | None = None,
+    inbox: InboxFinish | None = None,
 ) -> str | None:
     """Store, record and show a form's answer (and keep the files attached to it). Returns a
     refusal sentence, or None when this answer is the form's (also when it was already:
-    a replay, a double click). `thread`: the form's thread as just read (else read here).
-    See the module."""
+    a replay, a double click). `thread`: the form's thread as just read (else read here);
+    `inbox`: the click's stored request, finished with the answer's store when that is all
+    a crash could lose (no files: the answer's outbox row records and shows it). See the
+    module."""
     thread = thread or await form_thread(service, channel, thread_ts)
     found = await _form_step(service, thread, key=key, user=user)
     if isinstance(found, str):
@@ -117,14 +120,11 @@ async def answer_form(
         available_at=now + REWRITE_GRACE if rewrite is not None else None,
     )
     open_now = is_open(step_read, key)
-    if open_now:
-        stored: StoredAnswer | None = await form_answers.store(service.db, now, given)
-    else:
-        stored = await form_answers.stored(service.db, conversation.id, given.key)
+    stored = await _stored(service, given, open_now, inbox if not files else None)
     if stored is None:  # closed without an answer stored (cancelled; or answered long ago)
         return _closed(step)
     answer = stored.answer
-    same = answer.answered_by == user and answer.values == values
+    same = form_answers.same(answer, given)
     recorded_now = False  # by this click (not a replay, a double click, the executor)
     where = message_ts or key.encode()
     kept: tuple[ReceivedFile, ...] | None = None
@@ -154,6 +154,20 @@ async def answer_form(
             _tell_refused(service, conversation, where, kept)
     await _show(service, stored, step, rewrite)
     return None if same else _answered_by(answer.answered_by)
+
+
+async def _stored(
+    service: SlackService, given: FormAnswer, open_now: bool, inbox: InboxFinish | None
+) -> StoredAnswer | None:
+    """The form's answer: `given` stored first while the form is open (with `inbox`
+    finished in the same write when given is the form's answer), else as stored."""
+    if not open_now:
+        return await form_answers.stored(service.db, given.conversation_id, given.key)
+    also = inbox.finish_in if inbox is not None else None
+    stored = await form_answers.store(service.db, service.clock(), given, also_if_same=also)
+    if inbox is not None and form_answers.same(stored.answer, given):
+        inbox.committed()  # the listener's own finish writes nothing more
+    return stored
 
 
 async def _show(

@@ -18,7 +18,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncResp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import form_answers
-from bot.listeners.guard import answer, guarded
+from bot.listeners.guard import INBOX_DONE, answer, guarded
 from bot.listeners.inbound import (
     BlockActions,
     Body,
@@ -72,6 +72,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             **where.model_dump(),
             rewrite=through_response_url(click, respond, context),
             thread=thread,
+            inbox=context.get(INBOX_DONE),
         )
         if refusal:  # only to the person, through the click's response_url (never raises)
             await answer(ack, body, respond, refusal)
@@ -103,6 +104,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
                 **where.model_dump(),
                 rewrite=through_response_url(click, respond, context),
                 thread=thread,
+                inbox=context.get(INBOX_DONE),
             )
         if refusal:  # only to the person, through the click's response_url (never raises)
             await answer(ack, body, respond, refusal)
@@ -123,7 +125,9 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
 
     @app.view(MODAL_CALLBACK)
     @guarded
-    async def on_form_submit(ack: AsyncAck, body: Body, client: AsyncWebClient) -> None:
+    async def on_form_submit(
+        ack: AsyncAck, body: Body, client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
         submission = parse(ViewSubmission, body, "a form submission")
         metadata = metadata_of(submission.view, FormMetadata)
         key = form_key(metadata.key)
@@ -149,6 +153,7 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             message_ts=metadata.message_ts,
             files=files,
             thread=thread,
+            inbox=context.get(INBOX_DONE),
         )
         if refusal:
             await client.chat_postEphemeral(

@@ -26,7 +26,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from agents.failures import is_storage_error, storage_error
-from agents.inbox import claim_cut_short, finish_inbound, store_inbound
+from agents.inbox import InboxFinish, claim_cut_short, store_inbound
 from bot.listeners.guard import INBOX_DONE, TRY_AGAIN, sentence_view
 from bot.listeners.inbound import (
     BlockActions,
@@ -129,14 +129,8 @@ def register_inbox(app: AsyncApp, service: SlackService) -> None:
         return None
 
 
-def _finisher(service: SlackService, inbox_id: int) -> Callable[[], Awaitable[None]]:
-    async def finish() -> None:
-        try:
-            await finish_inbound(service.db, inbox_id, service.clock())
-        except Exception:  # it will be replayed; the listeners answer a repeat sensibly
-            log.warning("could not mark inbox row %d processed", inbox_id, exc_info=True)
-
-    return finish
+def _finisher(service: SlackService, inbox_id: int) -> InboxFinish:
+    return InboxFinish(service.db, inbox_id, service.clock)
 
 
 def _not_stored(service: SlackService, kind: str, context: AsyncBoltContext) -> BoltResponse:

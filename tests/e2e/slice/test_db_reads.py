@@ -202,3 +202,18 @@ async def test_the_workspace_s_slack_features_are_read_as_the_process_starts(
     transaction that registers the workspace at start-up, then kept: no plan reads it."""
     callers = await _walk(start)
     assert _at(callers, "SELECT slack_fallbacks") == 0, "\n".join(callers)
+
+
+async def test_a_form_answer_without_files_finishes_its_click_with_its_store(
+    start: Callable[..., Any],
+) -> None:
+    """The diamond's form answer (no files) is stored, and its click's inbox row finished,
+    by one transaction: after it, the answer's stored row records and shows it whatever
+    happens to this process, so the click needs no replay."""
+    with counting() as counts:
+        async with start() as run:
+            await run.service.settle()
+            counts.reset()
+            await walk_diamond(run.driver, run.stack.commander)
+            await run.quiesce()
+    assert counts.together("UPDATE inbox") == [frozenset({"INSERT outbox", "UPDATE inbox"})]

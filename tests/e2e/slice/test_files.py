@@ -413,6 +413,39 @@ async def test_a_file_attached_to_a_form_answer_reaches_the_next_step(
         assert stored is not None and "Pro,29 EUR" in str(stored.messages)  # read_file read it
 
 
+async def test_a_form_answer_with_a_file_cut_short_is_replayed_and_keeps_its_file(
+    start: Callable[..., Any],
+) -> None:
+    """A form answer carrying files finishes its click's inbox row only once the files are
+    kept (an answer without files finishes it with the answer's store: its stored row does
+    the rest): a process that dies before leaves the click to the replay, which keeps the
+    file, and the next step reads it."""
+    prompts = Prompts()
+    script = combine(plans({"tiers": FORM_PLAN}), reads_the_forms_file)
+    async with start(model=prompts.model(script=script)) as run:
+        root = run.ask("compare the tiers of our price list")
+        form = await run.says(root, "needs your input")
+        await run.quiesce()
+        await run.driver.click("maya", form, OPEN_ACTION)
+        await run.modal("maya")
+
+        async def dies(*_args: Any, **_kwargs: Any) -> Any:
+            raise asyncio.CancelledError  # the process dies while it handles the answer
+
+        run.service.reconciler.reconcile = dies
+        await run.driver.submit("maya", {"field:prices": [("prices.csv", PRICES, "text/csv")]})
+        await run.stack.restart()
+        resumed = Run(run.stack, run.driver, run.clock)
+        resumed.clock.advance(resumed.service.options.inbox_claim_seconds + 1)
+        assert resumed.service.replay_inbox is not None
+        assert await resumed.service.replay_inbox() == 1  # the answer's click, not finished
+        await resumed.says(root, "Answered by")
+        await resumed.quiesce()
+        plan = await resumed.plan(root)
+        assert plan.status == "completed", resumed.transcript(root)
+        assert "- prices.csv (text/csv, 44 bytes)" in prompts.of("researcher")
+
+
 def researcher_writes(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
     if agent_of(info) != "researcher" or answered(messages):
         return None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,13 +37,13 @@ from agents.admission_policy import (
     budgets_now,
     limits_of,
     quota_keys,
-    tenant_of,
     weights_by_tenant,
     with_overrides,
 )
 from agents.clock import Clock, woken
 from agents.failures import is_storage_error, storage_error
 from agents.roster import Roster
+from agents.run_request_views import running_of, waiting_of
 from agents.scheduler import Admission, Limits, Running, RunRequest, admit
 from agents.wait_marks import WaitMarks
 from storage.agents import get_agent
@@ -153,11 +153,21 @@ class AdmissionLoop:
         return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
 
     async def facts_in(
-        self, conn: AsyncConnection, team_id: str, agent: str, tools: tuple[str, ...]
+        self,
+        conn: AsyncConnection,
+        team_id: str,
+        agent: str,
+        tools: tuple[str, ...],
+        *,
+        also_for: Collection[str] = (),
     ) -> SlotFacts:
         """The facts, read in the caller's transaction if they are not known (a run's
-        claim, `claim_slot`: no read transaction of their own)."""
-        kept = self._kept(team_id, agent) or await self._read_facts(conn, team_id, agent)
+        claim, `claim_slot`: no read transaction of their own); `also_for`: agents whose
+        facts are read by the same statement when they are not known either."""
+        kept = self._kept(team_id, agent)
+        if kept is None:
+            more = [a for a in sorted(also_for) if self._kept(team_id, a) is None]
+            kept = await self._read_facts(conn, team_id, agent, *more)
         return SlotFacts(kept.options, kept.settings, tools, kept.estimate)
 
     async def read_facts_in(self, conn: AsyncConnection, team_id: str, agent: str) -> None:
@@ -171,14 +181,18 @@ class AdmissionLoop:
         cached = self._facts.get((team_id, agent))
         return cached[1] if cached is not None and cached[0] > self.clock() else None
 
-    async def _read_facts(self, conn: AsyncConnection, team_id: str, agent: str) -> _Kept:
-        settings, mean = await workspace_settings_and(conn, team_id, typical_run_tokens_of(agent))
-        kept = _Kept(with_overrides(self.options, settings), settings, int(mean or 0))
+    async def _read_facts(self, conn: AsyncConnection, team_id: str, *agents: str) -> _Kept:
+        """The workspace's settings and each agent's estimate, one statement; the first
+        agent's facts returned, every agent's kept for a poll interval."""
+        estimates = [typical_run_tokens_of(agent) for agent in agents]
+        settings, *means = await workspace_settings_and(conn, team_id, *estimates)
         if len(self._facts) > 1_000:
             self._facts.clear()
         until = self.clock() + timedelta(seconds=self.options.poll_seconds)
-        self._facts[(team_id, agent)] = (until, kept)
-        return kept
+        options = with_overrides(self.options, settings)
+        for agent, mean in zip(agents, means, strict=True):
+            self._facts[(team_id, agent)] = (until, _Kept(options, settings, int(mean or 0)))
+        return self._facts[(team_id, agents[0])][1]
 
     async def tools_of(self, team_id: str, agent: str) -> tuple[str, ...]:
         """The agent's quota keys (from the roster: usually no read)."""
@@ -290,7 +304,7 @@ class AdmissionLoop:
         limits = replace(limits, capacity=len(granted) + max(0, room))
         served = await served_since(conn, now - options.share_window)
         decision = self.decide(
-            [_waiting(r) for r in waiting], [_running(r) for r in granted], limits, now, served
+            [waiting_of(r) for r in waiting], [running_of(r) for r in granted], limits, now, served
         )
         by_key = {r.run_key: r for r in queue}
         log.debug("admission pass: %d granted, %d waiting", len(decision.grants), len(waiting))
@@ -370,28 +384,3 @@ def _plan_of(record: RunRequestRecord) -> set[tuple[int, int]]:
     if record.plan_id is None or record.conversation_id is None or record.step_index is None:
         return set()
     return {(record.conversation_id, record.plan_id)}
-
-
-def _waiting(r: RunRequestRecord) -> RunRequest:
-    return RunRequest(
-        key=r.run_key,
-        tenant=tenant_of(r.team_id, r.channel_id),
-        agent=r.agent_name,
-        enqueued_at=r.enqueued_at,
-        priority=r.priority,
-        tools=tuple(r.tools),
-        estimate_tokens=r.estimate_tokens,
-        workspace=r.team_id,
-    )
-
-
-def _running(r: RunRequestRecord) -> Running:
-    return Running(
-        key=r.run_key,
-        tenant=tenant_of(r.team_id, r.channel_id),
-        agent=r.agent_name,
-        started_at=r.granted_at or r.enqueued_at,
-        priority=r.priority,
-        tools=tuple(r.tools),
-        workspace=r.team_id,
-    )

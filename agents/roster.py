@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from storage.agents import list_agents
+from storage.agents import list_agents_with
 from storage.db import Database
 from storage.records import AgentRecord
-from storage.workspaces import workspace_default_model
+from storage.workspaces import default_model_of
 
 ROSTER_MAX_AGE_S = 2.0
 
@@ -61,8 +61,7 @@ class Roster:
             return kept
         generation = self._generation
         async with self.db.read() as conn:
-            records = await list_agents(conn, team)
-            model = await workspace_default_model(conn, team)
+            records, model = await list_agents_with(conn, team, default_model_of(team))
         self.reads += 1
         read = (team, now, {record.name: record for record in records}, model)
         if generation == self._generation:

@@ -34,7 +34,7 @@ from agents.effects import (
     step_key,
     to_row,
 )
-from agents.plan import COMMANDER, Plan, StepFailed
+from agents.plan import COMMANDER, USER, Plan, StepFailed
 from storage.conversations import store_message
 from storage.db import Also, Database
 from storage.outbox import finish_effect, hold_effect
@@ -175,8 +175,11 @@ async def slot_request(
     if (known := admission.facts_kept(team, agent, tools)) is not None:
         return of(known)
 
+    # the plan's other agents' facts come with these: its next steps' claims read none
+    others = {s.assignee for s in plan.steps} - {agent, USER} if plan is not None else set()
+
     async def complete(conn: AsyncConnection) -> SlotRequest:
-        return of(await admission.facts_in(conn, team, agent, tools))
+        return of(await admission.facts_in(conn, team, agent, tools, also_for=others))
 
     return SlotRequest(lease_key_of(effect), values, None, complete=complete)
 

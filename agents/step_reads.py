@@ -10,7 +10,7 @@ it once and hands it to the answer stream and the run.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
@@ -24,7 +24,7 @@ from agents.plan_validation import STEP_REF, TEMPLATE
 from agents.tools.context import RunJob
 from storage.conversations import thread_messages
 from storage.db import Database
-from storage.files import produced_files, read_bytes, received_files
+from storage.files import conversation_files, produced_files, read_bytes, received_files
 from storage.plans import load_plan
 from storage.records import AgentRunRecord, FileRecord, MessageRecord
 from storage.runs import load_run
@@ -86,10 +86,16 @@ async def read_step_in(
         if plan is None:
             loaded = await conn.run_sync(load_plan, job.plan_id)
             plan = plan_from_rows(loaded.plan, loaded.steps or []) if loaded else None
-        upstream = await upstream_outputs(conn, plan, job.step_index)
     received = None
     if with_files and conversation_id is not None:
-        received = await received_files(conn, conversation_id)
+        if output_refs_of(plan, job.step_index):  # every file of it, one read for both
+            files = await conversation_files(conn, conversation_id)
+            received = [f for f in files if f.direction == "received"]
+            upstream = await upstream_outputs(conn, plan, job.step_index, files)
+        else:
+            received = await received_files(conn, conversation_id)
+    if upstream is None and plan is not None:
+        upstream = await upstream_outputs(conn, plan, job.step_index)
     return StepReads(stored, list(thread), plan, received, upstream)
 
 
@@ -103,16 +109,28 @@ def output_refs(template: str) -> list[int]:
     return refs
 
 
+def output_refs_of(plan: Plan | None, step_index: int | None) -> list[int]:
+    """`output_refs` of the plan's step (none without a plan)."""
+    step = plan.step(step_index) if plan is not None and step_index is not None else None
+    return output_refs(step.input) if step is not None else []
+
+
 async def upstream_outputs(
-    conn: AsyncConnection, plan: Plan | None, step_index: int | None
+    conn: AsyncConnection,
+    plan: Plan | None,
+    step_index: int | None,
+    files: Sequence[FileRecord] | None = None,
 ) -> list[Upstream]:
     """The shared files of the upstream attempts that succeeded, whose `output_files` the
-    step's input asks for, with a text file's bytes (nothing read when it asks for none)."""
-    step = plan.step(step_index) if plan is not None and step_index is not None else None
-    refs = output_refs(step.input) if step is not None else []
+    step's input asks for, with a text file's bytes (nothing read when it asks for none);
+    `files`: the conversation's files as the caller just read them (else read here)."""
+    refs = output_refs_of(plan, step_index)
     if plan is None or not refs:
         return []
-    produced = await produced_files(conn, plan_id=plan.id)
+    if files is None:
+        produced: Sequence[FileRecord] = await produced_files(conn, plan_id=plan.id)
+    else:
+        produced = [f for f in files if f.direction == "produced" and f.plan_id == plan.id]
     out: list[Upstream] = []
     for index in refs:
         source = plan.step(index)

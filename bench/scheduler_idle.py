@@ -47,7 +47,8 @@ class Remembered:
     """The reconciler's memory of the plan it just wrote (the executor's usual case)."""
 
     def remembered(self, conversation_id: int) -> Any:
-        return SimpleNamespace(id=1, steps=[1, 2, 3])
+        step = SimpleNamespace(assignee="researcher")  # the runs' agent (see per_run_cost)
+        return SimpleNamespace(id=1, steps=[step, step, step])
 
 
 async def _nothing(*_: Any) -> None:

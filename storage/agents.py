@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, select, update
+from sqlalchemy import ColumnElement, Table, delete, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -86,6 +86,18 @@ async def list_agents(
     if enabled_only:
         stmt = stmt.where(agents_t.c.enabled.is_(True))
     return [_agent(r) for r in (await conn.execute(stmt)).mappings()]
+
+
+async def list_agents_with(
+    conn: AsyncConnection, team_id: str, more: ColumnElement[Any]
+) -> tuple[list[AgentRecord], Any]:
+    """`list_agents`, and `more` (a scalar subquery of the caller's) read by the same
+    statement – by one of its own when the team has no agent."""
+    stmt = select(agents_t, more.label("_more")).where(agents_t.c.team_id == team_id)
+    rows = list((await conn.execute(stmt.order_by(agents_t.c.name))).mappings())
+    if not rows:
+        return [], await conn.scalar(select(more))
+    return [_agent(r) for r in rows], rows[0]["_more"]
 
 
 async def update_agent(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, select, update
+from sqlalchemy import ColumnElement, ScalarSelect, Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.sql import insert_ignoring_conflict
@@ -30,10 +30,14 @@ async def ensure_workspace(
 
 
 async def workspace_default_model(conn: AsyncConnection, team_id: str) -> str | None:
-    row = await conn.scalar(
-        select(workspaces_t.c.default_model).where(workspaces_t.c.team_id == team_id)
-    )
+    row = await conn.scalar(select(default_model_of(team_id)))
     return row
+
+
+def default_model_of(team_id: str) -> ScalarSelect[Any]:
+    """The workspace's default model as a scalar subquery (for a caller's statement)."""
+    own = select(workspaces_t.c.default_model).where(workspaces_t.c.team_id == team_id)
+    return own.scalar_subquery()
 
 
 async def set_workspace_default_model(
@@ -53,13 +57,13 @@ async def workspace_settings(conn: AsyncConnection, team_id: str) -> dict[str, A
 
 
 async def workspace_settings_and(
-    conn: AsyncConnection, team_id: str, more: ColumnElement[Any]
-) -> tuple[dict[str, Any], Any]:
-    """`workspace_settings`, and `more` (a scalar subquery of the caller's) read in the same
-    statement."""
+    conn: AsyncConnection, team_id: str, *more: ColumnElement[Any]
+) -> list[Any]:
+    """`workspace_settings`, then each of `more` (scalar subqueries of the caller's), read
+    by one statement."""
     own = select(workspaces_t.c.settings).where(workspaces_t.c.team_id == team_id)
-    row = (await conn.execute(select(own.scalar_subquery(), more))).one()
-    return dict(row[0] or {}), row[1]
+    row = (await conn.execute(select(own.scalar_subquery(), *more))).one()
+    return [dict(row[0] or {}), *row[1:]]
 
 
 async def set_workspace_settings(

@@ -110,3 +110,23 @@ async def test_the_settings_and_the_estimate_read_together(db: Database) -> None
     assert (writer.settings, writer.estimate) == ({"max_running": 3}, 200)
     assert (await facts(loop, "T1", "researcher")).estimate == 0  # no run finished yet
     assert (await facts(loop, "T2", "writer")).settings == {}  # a workspace not stored
+
+
+async def test_a_claim_reads_the_facts_of_its_plan_s_other_agents_with_its_own(
+    db: Database,
+) -> None:
+    """A step's claim reads the facts of the plan's other agents in the same statement
+    (those not known yet): their steps' claims then read none."""
+    async with db.write() as conn:
+        await ensure_workspace(conn, "T1", NOW)
+    loop = AdmissionLoop(
+        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
+        start=_nothing, show_waits=_nothing, refuse=_refuse,
+    )  # fmt: skip
+    assert loop.facts_kept("T1", "analyst", ()) is None
+    async with db.read() as conn:
+        await loop.facts_in(conn, "T1", "researcher", (), also_for={"analyst", "writer"})
+    assert loop.facts_kept("T1", "analyst", ()) is not None
+    assert loop.facts_kept("T1", "writer", ()) is not None
+    assert loop.facts_kept("T1", "commander", ()) is None  # not asked for

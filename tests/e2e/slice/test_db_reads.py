@@ -108,9 +108,10 @@ async def test_a_handed_dispatch_reads_nothing_before_its_claim(
     assert _at(callers, "BEGIN", "claim_slot") >= 3, report  # researcher, writer, commander…
     assert _at(callers, "BEGIN", "current_plan") == 0, report
     assert _at(callers, "BEGIN", " facts < ") == 0, report  # the admission facts' own read
-    # the three agents' facts, each read once in a claim (kept for the rest of the plan):
-    # the workspace's settings and the agent's estimate, one statement (no table of its own)
-    assert _at(callers, "SELECT", "facts_in") == 3, report
+    # the agents' facts, read in claims and kept for the rest of the plan: the commander's in
+    # its turn's, the plan's other agents' all in its first step's – the workspace's
+    # settings and each agent's estimate by one statement (no table of its own)
+    assert _at(callers, "SELECT", "facts_in") == 2, report
     assert _at(callers, "SELECT workspaces", "facts_in") == 0, report
 
 

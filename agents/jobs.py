@@ -210,7 +210,6 @@ class JobRunner:
         until, hold_row = now + options.lease, True
         if job.row_until is not None and job.row_until >= until - options.heartbeat:
             until, hold_row = min(until, job.row_until), False
-        row_key = job.key
         if slot is not None:
             return await claim_slot(
                 self.context.db, slot, self.owner, now=now, until=until, also=at_claim,
@@ -218,11 +217,11 @@ class JobRunner:
             )  # fmt: skip
         async with self.context.db.write() as conn:
             mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
-            if mine and hold_row:
-                await hold_effect(conn, row_key, until)
-            else:
+            if not mine:
                 held = await run_lease_until(conn, lease_key) or now
-                await hold_effect(conn, row_key, min(held, now + options.heartbeat))
+                await hold_effect(conn, job.key, min(held, now + options.heartbeat))
+            elif hold_row:
+                await hold_effect(conn, job.key, until)
         return "mine" if mine else "elsewhere"
 
     async def _heartbeat(self, job: Job, lease_key: str) -> None:

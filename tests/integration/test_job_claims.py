@@ -44,7 +44,7 @@ async def test_a_claim_holds_the_row_only_when_its_delivery_claim_is_not_fresh(
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'claims.db'}")
     await upgrade(db)
     row_until = NOW - spent + OPTIONS.lease  # the delivery claimed the row `spent` ago
-    row = {"idempotency_key": KEY, "kind": "post_dispatch", "conversation_id": None,
+    row: dict[str, Any] = {"idempotency_key": KEY, "kind": "post_dispatch", "conversation_id": None,
            "payload": {}, "available_at": row_until}  # fmt: skip
     await run_transaction(db, lambda conn: enqueue_effects(conn, [row], NOW - spent))
     ctx = cast(Context, SimpleNamespace(db=db, clock=lambda: NOW, options=OPTIONS,

@@ -9,21 +9,26 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tests.db_counts import counting
+from tests.db_counts import DbCounts, counting
 from tests.e2e.slice.diamond import walk_diamond
 
 FORM_SITES = ("bot/form_answers.py", "bot/listeners/forms.py")
 
 
-async def _walk(start: Callable[..., Any]) -> Counter[str]:
-    """Statements by kind and call site (`BEGIN` for a transaction) of one diamond."""
+async def _counted_walk(start: Callable[..., Any]) -> DbCounts:
+    """What one diamond sent to the database: by kind, by call site, by transaction."""
     with counting(callers=True) as counts:
         async with start() as run:
             await run.service.settle()
             counts.reset()  # the plan only: not the stack's start-up
             await walk_diamond(run.driver, run.stack.commander)
             await run.quiesce()
-            return Counter(counts.callers)
+    return counts
+
+
+async def _walk(start: Callable[..., Any]) -> Counter[str]:
+    """Statements by kind and call site (`BEGIN` for a transaction) of one diamond."""
+    return Counter((await _counted_walk(start)).callers)
 
 
 def _at(callers: Counter[str], kind: str, *sites: str) -> int:
@@ -160,12 +165,7 @@ async def test_the_commander_turn_that_starts_the_plan_is_closed_in_its_transact
     """The turn's run is stored finished (its history, the tokens of its last answer) by the
     transaction that stores the plan and settles the turn: one write where there were two,
     and nothing between them to pay for again."""
-    with counting() as counts:
-        async with start() as run:
-            await run.service.settle()
-            counts.reset()
-            await walk_diamond(run.driver, run.stack.commander)
-            await run.quiesce()
+    counts = await _counted_walk(start)
     [starting] = counts.together("INSERT plans")
     assert {"INSERT agent_runs", "INSERT usage_ledger", "UPDATE run_requests"} <= starting
 
@@ -176,12 +176,7 @@ async def test_a_written_file_is_stored_with_the_response_that_wrote_it(
     """The writer's `write_file` call records the file and the model response that made the
     call in one transaction (the response was stored in one of its own before the tool
     ran): a run resumed after it runs the same call again, at no cost, and finds the file."""
-    with counting() as counts:
-        async with start() as run:
-            await run.service.settle()
-            counts.reset()
-            await walk_diamond(run.driver, run.stack.commander)
-            await run.quiesce()
+    counts = await _counted_walk(start)
     [writing] = counts.together("INSERT files")
     assert {"INSERT agent_runs", "INSERT usage_ledger"} <= writing
 
@@ -211,10 +206,5 @@ async def test_a_form_answer_without_files_finishes_its_click_with_its_store(
     """The diamond's form answer (no files) is stored, and its click's inbox row finished,
     by one transaction: after it, the answer's stored row records and shows it whatever
     happens to this process, so the click needs no replay."""
-    with counting() as counts:
-        async with start() as run:
-            await run.service.settle()
-            counts.reset()
-            await walk_diamond(run.driver, run.stack.commander)
-            await run.quiesce()
+    counts = await _counted_walk(start)
     assert counts.together("UPDATE inbox") == [frozenset({"INSERT outbox", "UPDATE inbox"})]

@@ -205,43 +205,32 @@ def _claim(*, skip_locked: bool) -> Any:
     )
 
 
-# the rows delivered, one statement for all of them
-_MARK_SENT = (
-    update(outbox_t)
-    .where(outbox_t.c.id.in_(bindparam("row_ids", expanding=True)), outbox_t.c.state == "pending")
-    .values(state="sent", sent_at=bindparam("sent_at"))
-)
-# the same on the DBAPI path, which compiles once: the ids as one JSON array
-_SENT_IDS = func.json_each(bindparam("row_ids", type_=JSON)).table_valued("value")
-_MARK_SENT_PREPARED = Prepared(
-    update(outbox_t)
-    .where(outbox_t.c.id.in_(select(_SENT_IDS.c.value)), outbox_t.c.state == "pending")
-    .values(state="sent", sent_at=bindparam("sent_at"))
-)
-# the same, and the rows settled with them, named by key (a job's row, in its reconcile)
-_SETTLE_SENT = (
-    update(outbox_t)
-    .where(
-        or_(
-            outbox_t.c.id.in_(bindparam("row_ids", expanding=True)),
-            outbox_t.c.idempotency_key.in_(bindparam("row_keys", expanding=True)),
-        ),
-        outbox_t.c.state == "pending",
+def _mark_sent(*, prepared: bool, by_key: bool) -> Any:
+    """Pending rows marked sent: by id (`row_ids`), and with `by_key` by idempotency key
+    too (`row_keys`: rows a job's settle ended, in its reconcile). Expanding IN lists for
+    SQLAlchemy; for the DBAPI path, which compiles once, each list as one JSON array."""
+
+    def among(column: Any, name: str) -> Any:
+        if not prepared:
+            return column.in_(bindparam(name, expanding=True))
+        values = func.json_each(bindparam(name, type_=JSON)).table_valued("value")
+        return column.in_(select(values.c.value))
+
+    rows = among(outbox_t.c.id, "row_ids")
+    if by_key:
+        rows = or_(rows, among(outbox_t.c.idempotency_key, "row_keys"))
+    return (
+        update(outbox_t)
+        .where(rows, outbox_t.c.state == "pending")
+        .values(state="sent", sent_at=bindparam("sent_at"))
     )
-    .values(state="sent", sent_at=bindparam("sent_at"))
-)
-_SENT_KEYS = func.json_each(bindparam("row_keys", type_=JSON)).table_valued("value")
-_SETTLE_SENT_PREPARED = Prepared(
-    update(outbox_t)
-    .where(
-        or_(
-            outbox_t.c.id.in_(select(_SENT_IDS.c.value)),
-            outbox_t.c.idempotency_key.in_(select(_SENT_KEYS.c.value)),
-        ),
-        outbox_t.c.state == "pending",
-    )
-    .values(state="sent", sent_at=bindparam("sent_at"))
-)
+
+
+# the rows delivered, one statement for all of them (and those settled with them)
+_MARK_SENT = _mark_sent(prepared=False, by_key=False)
+_MARK_SENT_PREPARED = Prepared(_mark_sent(prepared=True, by_key=False))
+_SETTLE_SENT = _mark_sent(prepared=False, by_key=True)
+_SETTLE_SENT_PREPARED = Prepared(_mark_sent(prepared=True, by_key=True))
 _CLAIM = _claim(skip_locked=False)
 _CLAIM_PG = _claim(skip_locked=True)
 

@@ -156,7 +156,11 @@ class RunSession:
             write=self.record_tool_return,
             stored=dict(self.journal),
             before=self.store_response,
-            response_store=self._response_store,
+            # SQLite only: its write transactions run one at a time, so the history a tool's
+            # write stores (built inside it) is never older than a concurrent tool's save
+            # committed after it; PostgreSQL's run side by side (`save` is serialised by
+            # `_writing` instead, which a tool's transaction does not hold)
+            response_store=self._response_store if self.db.is_sqlite else None,
         )
         try:
             async with agent.iter(

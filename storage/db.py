@@ -59,8 +59,11 @@ class RollbackOnClose(sqlite3.Connection):
 
 
 def sqlite_connect_args(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` for an engine on SQLite, its connections `RollbackOnClose`."""
-    return kwargs | {"connect_args": {"factory": RollbackOnClose} | kwargs.get("connect_args", {})}
+    """`kwargs` for an engine on SQLite: its connections `RollbackOnClose`, each keeping up
+    to 256 prepared statements (the stdlib driver's default is 128; the multi-row statements
+    of `storage/prepared.py` take one for each row count they see)."""
+    driver = {"factory": RollbackOnClose, "cached_statements": 256}
+    return kwargs | {"connect_args": driver | kwargs.get("connect_args", {})}
 
 
 def create_engine(url: str, *, echo: bool = False, **kwargs: Any) -> AsyncEngine:

@@ -180,6 +180,7 @@ def plan_write(
         ],
         added=[step_row(s, None, now) for s in changed if s.index > len(old)],
         status=plan.status,
+        was_status=before.status if before is not None else None,
         version=plan.version,
         was_version=before.version if before is not None else 0,
         effects=rows,
@@ -216,6 +217,7 @@ def store_write(
             version=write.version,
             was_version=write.was_version,
             now=now,
+            was_status=write.was_status,
         )
     enqueue_effects(conn, write.effects, now)
     if preclaim is None or not write.claimed:

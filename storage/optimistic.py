@@ -227,6 +227,7 @@ class PlanWrite:
     changed: Sequence[tuple[dict[str, Any], str, int]] = ()
     added: Sequence[dict[str, Any]] = ()
     status: str | None = None
+    was_status: str | None = None  # as read: the status is not written again when the same
     version: int = 0
     was_version: int = 0
     effects: Sequence[dict[str, Any]] = ()

@@ -203,16 +203,21 @@ def insert_plan(
     return int((conn.execute(stmt)).scalar_one())
 
 
-_UPDATE_PLAN = (
-    update(plans_t)
-    .where(plans_t.c.id == bindparam("b_id"), plans_t.c.version == bindparam("b_was_version"))
-    .values(
-        status=bindparam("b_status"),
-        version=bindparam("b_version"),
-        updated_at=bindparam("b_updated_at"),
+def _update_plan(*, status: bool) -> Any:
+    """The plan row's version (and with `status` its status) written, guarded by the
+    version that was read."""
+    values: dict[str, Any] = {"status": bindparam("b_status")} if status else {}
+    return (
+        update(plans_t)
+        .where(plans_t.c.id == bindparam("b_id"), plans_t.c.version == bindparam("b_was_version"))
+        .values(**values, version=bindparam("b_version"), updated_at=bindparam("b_updated_at"))
     )
-)
-_UPDATE_PLAN_PREPARED = Prepared(_UPDATE_PLAN)
+
+
+# Without the status when it stays: SQLite rewrites the entries of every index over a column
+# an UPDATE sets, changed or not – the plan's (conversation, status) index, one more page
+# written to the WAL each reconcile.
+_UPDATE_PLAN = {status: Prepared(_update_plan(status=status)) for status in (False, True)}
 
 
 def update_plan(
@@ -223,8 +228,10 @@ def update_plan(
     version: int,
     was_version: int,
     now: datetime,
+    was_status: str | None = None,
 ) -> None:
-    """Write the plan's status and version, guarded by the version that was read."""
+    """Write the plan's status and version, guarded by the version that was read (and
+    `was_status` with it: the status left alone when it is the same)."""
     params = {
         "b_id": plan_id,
         "b_was_version": was_version,
@@ -232,7 +239,7 @@ def update_plan(
         "b_version": version,
         "b_updated_at": now,
     }
-    if _UPDATE_PLAN_PREPARED.rowcount(conn, params) != 1:
+    if _UPDATE_PLAN[status != was_status].rowcount(conn, params) != 1:
         raise ConcurrentPlanChange(f"plan {plan_id}: version {was_version} is gone")
 
 

@@ -207,9 +207,11 @@ class ThreadMessage(Base):
 
 
 class ProcessedEvent(Base):
-    """Event ids (or channel+ts keys) already applied: inserted in the applying transaction."""
+    """Event ids (or channel+ts keys) already applied: inserted in the applying transaction.
+    On SQLite a table without rowid: one b-tree, ordered by the key (migration 0009)."""
 
     __tablename__ = "processed_events"
+    __table_args__ = {"sqlite_with_rowid": False}
 
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     processed_at: Mapped[datetime] = mapped_column(Timestamp)
@@ -226,8 +228,9 @@ class OutboxEntry(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    # looked up through ix_outbox_conversation_kind_state, which it leads (migration 0009)
     conversation_id: Mapped[int | None] = mapped_column(
-        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+        ForeignKey("conversations.id", ondelete="CASCADE")
     )
     kind: Mapped[str] = mapped_column(String(40))
     payload: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)

@@ -47,7 +47,12 @@ _memo: dict[int, tuple[tuple[Step, ...], Tally]] = {}
 
 def _remember(steps: tuple[Step, ...], tally: Tally) -> None:
     if len(_memo) >= _MEMO_SIZE:
-        _memo.clear()  # one C call: safe beside other threads' look-ups
+        # the older half goes (a dict keeps insertion order), the newer stays: the tuples
+        # the last reconciles made, the plans held now among them – clearing it all made
+        # the next reconcile's look-up of its own plan a pass over all the steps. Each
+        # call is one C call, safe beside other threads' look-ups and inserts.
+        for key in list(_memo)[: _MEMO_SIZE // 2]:
+            _memo.pop(key, None)
     _memo[id(steps)] = (steps, tally)
 
 

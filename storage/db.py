@@ -146,16 +146,13 @@ class Database:
 
     def __init__(self, url: str, *, echo: bool = False, **engine_kwargs: Any) -> None:
         self.url = url
+        self.is_sqlite = is_sqlite(url)  # asked on every reconcile: answered once
         self.engine = create_engine(url, echo=echo, **engine_kwargs)
         self._disposers: list[Callable[[], None]] = []
 
     def on_dispose(self, disposer: Callable[[], None]) -> None:
         """Call `disposer` when this database is disposed (e.g. a worker engine's)."""
         self._disposers.append(disposer)
-
-    @property
-    def is_sqlite(self) -> bool:
-        return is_sqlite(self.url)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:

@@ -48,3 +48,62 @@ async def test_a_failing_unit_of_work_rolls_back_and_releases_the_lock(db: Datab
     with pytest.raises(RuntimeError):
         await locks.run(db, cid, fail)
     assert await locks.run(db, cid, lambda conn: record_event(conn, "rolled-back", T0))
+
+
+async def _queued(*tasks: asyncio.Task[object]) -> None:
+    """Let new tasks run up to their first wait (each queues for the lock in order)."""
+    for _ in tasks:
+        await asyncio.sleep(0)
+
+
+async def test_one_process_serves_a_conversation_s_callers_one_at_a_time_in_arrival_order(
+    db: Database,
+) -> None:
+    cid = await new_conversation(db, "4.3")
+    locks = ConversationLocks()
+    order: list[str] = []
+
+    def note(name: str) -> Callable[[Connection], None]:
+        return lambda conn: order.append(name)
+
+    await locks._acquire(cid)  # the test holds the conversation; three callers line up
+    tasks = [asyncio.create_task(locks.run(db, cid, note(name))) for name in "abc"]
+    await _queued(*tasks)
+    assert order == []  # nobody ran while it was held
+    locks._release(cid)
+    await asyncio.gather(*tasks)
+    assert order == ["a", "b", "c"]
+    assert locks._held == {}  # nothing is kept once nobody holds it
+
+
+async def test_a_caller_cancelled_while_waiting_is_skipped(db: Database) -> None:
+    cid = await new_conversation(db, "4.4")
+    locks = ConversationLocks()
+    order: list[str] = []
+    await locks._acquire(cid)
+    first = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("first")))
+    second = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("second")))
+    await _queued(first, second)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    locks._release(cid)
+    await second
+    assert order == ["second"] and first.cancelled()
+    assert locks._held == {}
+
+
+async def test_a_caller_cancelled_as_its_turn_comes_passes_the_turn_on(db: Database) -> None:
+    """Its turn given, it is cancelled before it resumes: the next caller still runs."""
+    cid = await new_conversation(db, "4.5")
+    locks = ConversationLocks()
+    order: list[str] = []
+    await locks._acquire(cid)
+    first = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("first")))
+    second = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("second")))
+    await _queued(first, second)
+    locks._release(cid)  # the turn is the first caller's now
+    first.cancel()  # before it resumed
+    await asyncio.gather(first, return_exceptions=True)
+    await asyncio.wait_for(second, 60)  # a turn lost with the cancelled caller: never runs
+    assert order == ["second"] and first.cancelled()
+    assert locks._held == {}

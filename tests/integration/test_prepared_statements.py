@@ -39,9 +39,12 @@ from tests.integration.reconcile_support import (
 TABLES = ("plans", "plan_steps", "outbox", "processed_events")
 
 
-async def _scenario(path: Path) -> dict[str, list[tuple[object, ...]]]:
+async def _scenario(
+    path: Path, after_start: Callable[[], None] = lambda: None
+) -> dict[str, list[tuple[object, ...]]]:
     """A diamond through a transient failure, its retry, files, a blocked step, a repeated
-    event and the end, with the sender wired (rows handed over and marked sent)."""
+    event and the end, with the sender wired (rows handed over and marked sent);
+    `after_start` called once the plan is stored."""
     db = Database(f"sqlite+aiosqlite:///{path}")
     await upgrade(db)
     clock = Clock()
@@ -49,6 +52,7 @@ async def _scenario(path: Path) -> dict[str, list[tuple[object, ...]]]:
     reconciler = Reconciler(db, clock=clock, outbox=sender)
     cid = await new_conversation(db, "t")
     await reconciler.start_plan(cid, diamond(), assignees=AGENTS, max_parallel=2)
+    after_start()
     events: list[tuple[str, list[Outcome]]] = [
         ("e1", [StepFailed(index=1, attempt=1, reason="timeout", retryable=True)]),
         ("e2", []),  # the backoff has not run out: nothing changes
@@ -84,6 +88,41 @@ async def test_prepared_statements_store_what_sqlalchemy_stores(
     assert any('["a.md", "b.md"]' in row for row in steps)  # JSON written as text
     assert any(row[-1] is not None for row in prepared["outbox"])  # rows marked sent
     assert len(prepared["processed_events"]) == 6  # e1 once
+
+
+async def test_a_step_s_statements_run_without_transient_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every statement the scenario's reconciles and deliveries run after the plan's start
+    runs without a transient table (`OpenEphemeral` in its program): SQLite builds one – a
+    pager, a b-tree, a zeroed page – for `INSERT … RETURNING`, `UPDATE … FROM (VALUES …)`,
+    `id IN (…)`, an UPDATE walking an index it changes …, and set up per statement it cost
+    more than the writes themselves (bench/README.md, "Ninth pass"). Each statement is
+    explained as it ran (the trace gives it with its values)."""
+    ran: list[str] = []
+    tracing = False
+    original = sqlite3.dbapi2.connect  # the worker thread's driver (aiosqlite's not traced)
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = original(*args, **kwargs)
+        conn.set_trace_callback(lambda sql: ran.append(sql) if tracing else None)
+        return conn
+
+    def start_tracing() -> None:
+        nonlocal tracing
+        tracing = True
+
+    monkeypatch.setattr(sqlite3.dbapi2, "connect", connect)
+    await _scenario(tmp_path / "flotilla.db", after_start=start_tracing)
+    writes = {sql for sql in ran if sql.lstrip()[:6].upper() in ("INSERT", "UPDATE", "SELECT")}
+    assert any(sql.lstrip().upper().startswith("UPDATE PLAN_STEPS") for sql in writes)
+    with sqlite3.connect(tmp_path / "flotilla.db") as raw:
+        transient = [
+            sql
+            for sql in sorted(writes)
+            if any(op[1] == "OpenEphemeral" for op in raw.execute(f"EXPLAIN {sql}"))
+        ]
+    assert transient == []
 
 
 async def test_a_driver_error_is_sqlalchemys_and_rolls_the_transaction_back(tmp_path: Path) -> None:

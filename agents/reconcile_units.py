@@ -28,7 +28,8 @@ from agents.plan_store import plan_from_rows, step_row
 from storage import plans as store
 from storage.events import record_event
 from storage.optimistic import PlanWrite, load_versioned, write_versioned
-from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects, mark_sent
+from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects
+from storage.outbox_marks import mark_sent
 from storage.plan_steps import insert_steps, update_steps
 from storage.prepared import DriverConnection
 from storage.records import OutboxRecord

@@ -20,7 +20,8 @@ from agents.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import run_transaction
 from storage.migrate import upgrade
-from storage.outbox import enqueue_effects, mark_sent
+from storage.outbox import enqueue_effects
+from storage.outbox_marks import mark_sent
 from storage.plan_steps import update_steps
 from storage.plans import load_latest_plan
 from storage.prepared import Prepared

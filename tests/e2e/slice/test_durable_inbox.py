@@ -131,7 +131,11 @@ async def test_a_request_that_cannot_be_stored_asks_to_try_again_and_changes_not
             lambda: run.driver.home("maya", run.stack.commander), what="the Home tab, retried"
         )
         stored = [r for r in caplog.records if "could not store" in r.message]
-        assert len(stored) >= 3 and all(r.exc_info for r in stored)  # the operator's detail
+        # the operator's detail: the refusal's traceback – or, when the busy database ran out
+        # the store's retries first (seen under a full-suite load), the outage's one line
+        assert len(stored) >= 3, stored
+        assert all(r.exc_info or r.levelno == logging.WARNING for r in stored), stored
+        assert any(r.exc_info and "simulated storage failure" in str(r.exc_info[1]) for r in stored)
 
         # the storage is back: the same click works
         await run.driver.click("maya", card, CANCEL_ACTION)

@@ -98,12 +98,15 @@ class InboxFinish:
     inbox_id: int
     clock: Callable[[], datetime]
     done: bool = False
+    _written: bool = False  # `finish_in` ran in a write not known to have committed yet
 
     async def finish_in(self, conn: AsyncConnection) -> None:
         await finish_inbox(conn, self.inbox_id, self.clock())
+        self._written = True
 
     def committed(self) -> None:
-        self.done = True
+        """The write the caller offered `finish_in` to committed (whether or not it ran)."""
+        self.done = self.done or self._written
 
     async def __call__(self) -> None:
         if self.done:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import func, select
@@ -76,34 +77,44 @@ async def test_one_process_serves_a_conversation_s_callers_one_at_a_time_in_arri
     assert locks._held == {}  # nothing is kept once nobody holds it
 
 
-async def test_a_caller_cancelled_while_waiting_is_skipped(db: Database) -> None:
-    cid = await new_conversation(db, "4.4")
+@dataclass
+class TwoInLine:
+    """The test holds a conversation; two callers wait for it, first and second."""
+
+    locks: ConversationLocks
+    conversation: int
+    order: list[str]
+    first: asyncio.Task[object]
+    second: asyncio.Task[object]
+
+
+async def two_in_line(db: Database, thread: str) -> TwoInLine:
+    cid = await new_conversation(db, thread)
     locks = ConversationLocks()
     order: list[str] = []
     await locks._acquire(cid)
     first = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("first")))
     second = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("second")))
     await _queued(first, second)
-    first.cancel()
-    await asyncio.gather(first, return_exceptions=True)
-    locks._release(cid)
-    await second
-    assert order == ["second"] and first.cancelled()
-    assert locks._held == {}
+    return TwoInLine(locks, cid, order, first, second)
+
+
+async def test_a_caller_cancelled_while_waiting_is_skipped(db: Database) -> None:
+    line = await two_in_line(db, "4.4")
+    line.first.cancel()
+    await asyncio.gather(line.first, return_exceptions=True)
+    line.locks._release(line.conversation)
+    await line.second
+    assert line.order == ["second"] and line.first.cancelled()
+    assert line.locks._held == {}
 
 
 async def test_a_caller_cancelled_as_its_turn_comes_passes_the_turn_on(db: Database) -> None:
     """Its turn given, it is cancelled before it resumes: the next caller still runs."""
-    cid = await new_conversation(db, "4.5")
-    locks = ConversationLocks()
-    order: list[str] = []
-    await locks._acquire(cid)
-    first = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("first")))
-    second = asyncio.create_task(locks.run(db, cid, lambda conn: order.append("second")))
-    await _queued(first, second)
-    locks._release(cid)  # the turn is the first caller's now
-    first.cancel()  # before it resumed
-    await asyncio.gather(first, return_exceptions=True)
-    await asyncio.wait_for(second, 60)  # a turn lost with the cancelled caller: never runs
-    assert order == ["second"] and first.cancelled()
-    assert locks._held == {}
+    line = await two_in_line(db, "4.5")
+    line.locks._release(line.conversation)  # the turn is the first caller's now
+    line.first.cancel()  # before it resumed
+    await asyncio.gather(line.first, return_exceptions=True)
+    await asyncio.wait_for(line.second, 60)  # a turn lost with the cancelled caller: never runs
+    assert line.order == ["second"] and line.first.cancelled()
+    assert line.locks._held == {}

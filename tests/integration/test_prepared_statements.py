@@ -115,12 +115,15 @@ async def test_a_step_s_statements_run_without_transient_tables(
 
     monkeypatch.setattr(sqlite3.dbapi2, "connect", connect)
     await _scenario(tmp_path / "flotilla.db", after_start=start_tracing)
-    writes = {sql for sql in ran if sql.lstrip()[:6].upper() in ("INSERT", "UPDATE", "SELECT")}
-    assert any(sql.lstrip().upper().startswith("UPDATE PLAN_STEPS") for sql in writes)
+    statements = {sql for sql in ran if sql.lstrip()[:6].upper() in ("INSERT", "UPDATE", "SELECT")}
+    # the multi-row forms ran: several steps in one update, rows inserted and marked sent
+    assert any(sql.startswith("UPDATE plan_steps") and " CASE " in sql for sql in statements)
+    assert any(sql.startswith("INSERT INTO outbox") and "), (" in sql for sql in statements)
+    assert any(sql.startswith("UPDATE outbox") and " BETWEEN " in sql for sql in statements)
     with sqlite3.connect(tmp_path / "flotilla.db") as raw:
         transient = [
             sql
-            for sql in sorted(writes)
+            for sql in sorted(statements)
             if any(op[1] == "OpenEphemeral" for op in raw.execute(f"EXPLAIN {sql}"))
         ]
     assert transient == []

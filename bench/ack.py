@@ -43,7 +43,7 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 
-from agents.inbox import finish_inbound, store_inbound
+from agents.reconciling.inbox import finish_inbound, store_inbound
 from bot import handlers
 from bot.app import build_app
 from bot.http import web_app

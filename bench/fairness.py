@@ -1,4 +1,4 @@
-"""Fairness of the scheduler's policy (agents/scheduler.py `admit`) against plain FIFO.
+"""Fairness of the scheduler's policy (agents/scheduling/scheduler.py `admit`) against plain FIFO.
 
 A skewed mix: tenant A submits 100 runs first, tenants B–E 5 each just after; 4 slots.
 Two models: zero latency (every run finishes before the next pass) and a fixed time per
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.scheduler import Limits, Running, RunRequest, admit  # noqa: E402
+from agents.scheduling.scheduler import Limits, Running, RunRequest, admit  # noqa: E402
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 SMALL = "BCDE"

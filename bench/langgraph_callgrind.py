@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.plan import Step  # noqa: E402
+from agents.planning.plan import Step  # noqa: E402
 from bench import callgrind  # noqa: E402
 from bench.langgraph_compare import Sync, flotilla_per_step, langgraph_per_step  # noqa: E402
 from bench.reconcile import chain, diamond  # noqa: E402

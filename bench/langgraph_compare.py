@@ -41,9 +41,9 @@ from sqlalchemy import event
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.outbox import OutboxSender  # noqa: E402
-from agents.plan import Step  # noqa: E402
-from agents.reconciler import Reconciler  # noqa: E402
+from agents.planning.plan import Step  # noqa: E402
+from agents.reconciling.outbox import OutboxSender  # noqa: E402
+from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from bench.reconcile import (  # noqa: E402
     NOW,
     RecordingPort,

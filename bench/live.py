@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 from pydantic_ai.messages import ModelMessage, ModelResponse  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
-from agents import offline  # noqa: E402
-from agents.streamed_function import streamed  # noqa: E402
+from agents.running import offline  # noqa: E402
+from agents.running.streamed_function import streamed  # noqa: E402
 from bot.local import LocalStack, start_local_stack  # noqa: E402
 from bot.service import Options  # noqa: E402
 from bot.views.forms import SUBMIT_ACTION  # noqa: E402

@@ -27,10 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.lru import LRUCache  # noqa: E402
-from agents.plan import FormField, FormSpec, Step  # noqa: E402
-from agents.reconciler import Reconciler  # noqa: E402
-from agents.run_context import Context, ExecutorOptions  # noqa: E402
+from agents.core.lru import LRUCache  # noqa: E402
+from agents.planning.plan import FormField, FormSpec, Step  # noqa: E402
+from agents.reconciling.reconciler import Reconciler  # noqa: E402
+from agents.running.run_context import Context, ExecutorOptions  # noqa: E402
 from storage.conversations import open_conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402

@@ -28,11 +28,11 @@ from sqlalchemy import event, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.decisions import Decision  # noqa: E402
-from agents.effects import Effect, PostDispatch, RunCommanderStep  # noqa: E402
-from agents.outbox import Claimed, OutboxSender  # noqa: E402
-from agents.plan import Plan, Step, StepSucceeded  # noqa: E402
-from agents.reconciler import Reconciler  # noqa: E402
+from agents.planning.decisions import Decision  # noqa: E402
+from agents.planning.effects import Effect, PostDispatch, RunCommanderStep  # noqa: E402
+from agents.planning.plan import Plan, Step, StepSucceeded  # noqa: E402
+from agents.reconciling.outbox import Claimed, OutboxSender  # noqa: E402
+from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from storage.conversations import conversations_t, open_conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.locks import sqlite_engine  # noqa: E402

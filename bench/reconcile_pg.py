@@ -48,8 +48,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.plan import Plan, StepSucceeded  # noqa: E402
-from agents.reconciler import Reconciler  # noqa: E402
+from agents.planning.plan import Plan, StepSucceeded  # noqa: E402
+from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from bench.reconcile import NOW, chain, conversation  # noqa: E402
 from storage.db import Database  # noqa: E402
 from storage.migrate import upgrade  # noqa: E402

@@ -1,5 +1,6 @@
 """The scheduler through the database: fairness, priority latency, resume fidelity and idle
-cost of the wired admission loop (`agents/admission.py`), plain FIFO through the same loop
+cost of the wired admission loop (`agents/scheduling/admission.py`), plain FIFO through the same
+loop
 beside it.
 
 Three admission loops (three "processes", each its own engine) share one SQLite file and
@@ -54,7 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.scheduler import BATCH, URGENT, admit  # noqa: E402
+from agents.scheduling.scheduler import BATCH, URGENT, admit  # noqa: E402
 from bench import scheduler_idle  # noqa: E402
 from bench.scheduler_harness import Harness, fifo, fresh  # noqa: E402
 

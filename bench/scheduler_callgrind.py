@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.reconciler import Reconciler  # noqa: E402
+from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from bench import callgrind  # noqa: E402
 from bench.reconcile import NOW, chain, conversation, report_in_flight  # noqa: E402
 from bench.scheduler_idle import OPTIONS, per_run_cost  # noqa: E402

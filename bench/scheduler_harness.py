@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import event
 
-from agents.admission import AdmissionLoop
-from agents.admission_policy import SchedulerOptions
-from agents.scheduler import (
+from agents.scheduling.admission import AdmissionLoop
+from agents.scheduling.admission_policy import SchedulerOptions
+from agents.scheduling.scheduler import (
     PREEMPTIBLE_FROM,
     URGENT,
     Admission,

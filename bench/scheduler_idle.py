@@ -1,6 +1,6 @@
 """The scheduler's cost when idle (`bench/scheduler.py --only idle`): one process, one
 workspace, no contention, one run at a time through the executor's real jobs
-(`agents/jobs.py`), beside the reconcile of one step (`bench/reconcile.py`).
+(`agents/running/jobs.py`), beside the reconcile of one step (`bench/reconcile.py`).
 
 Two ways through the same `JobRunner` on the same SQLite file, with this process's
 admission loop running (any pass a run wakes is counted):
@@ -23,11 +23,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from agents.admission import AdmissionLoop
-from agents.effects import PostDispatch
-from agents.jobs import JobRunner
-from agents.run_context import Context, ExecutorOptions
-from agents.slot_requests import slot_request
+from agents.planning.effects import PostDispatch
+from agents.running.jobs import JobRunner
+from agents.running.run_context import Context, ExecutorOptions
+from agents.running.slot_requests import slot_request
+from agents.scheduling.admission import AdmissionLoop
 from bench.reconcile import RoundTrips, chain, run_plan
 from bench.scheduler_harness import Counted
 from storage.conversations import open_conversation

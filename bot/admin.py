@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 
-from agents.plan import CancelPlan
+from agents.planning.plan import CancelPlan
 from bot.admin_reports import agents
 from bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
 from bot.identities import make_client
@@ -166,7 +166,7 @@ async def workspace_model(service: SlackService) -> str:
 
 async def set_workspace_model(service: SlackService, user: str, spec: str) -> str:
     """Set (or with `default`/`reset` clear) the workspace's default model (audited)."""
-    from agents.models import ModelSpecError, resolve_model
+    from agents.running.models import ModelSpecError, resolve_model
 
     chosen: str | None = None if spec.lower() in MODEL_RESETS else spec
     if chosen is not None:

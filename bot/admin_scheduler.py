@@ -10,14 +10,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.admission_policy import (
+from agents.scheduling.admission_policy import (
     BUDGET_KEYS,
     MARKS,
     SchedulerOptions,
     budgets_now,
     with_overrides,
 )
-from agents.scheduler import NORMAL
+from agents.scheduling.scheduler import NORMAL
 from storage.audit import audit
 from storage.records import RunRequestRecord
 from storage.run_requests import queued_requests, reprioritize

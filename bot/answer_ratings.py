@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agents.commander_operations import upstream_of
-from agents.plan import Plan
-from agents.plan_store import plan_from_rows
-from agents.ports import StepTag
+from agents.planning.commander_operations import upstream_of
+from agents.planning.plan import Plan
+from agents.planning.plan_store import plan_from_rows
+from agents.reconciling.ports import StepTag
 from bot.identities import Identity
 from bot.views.feedback import rating_blocks
 from storage.db import Database

@@ -8,7 +8,7 @@ The message is kept in the thread's stored messages from its start (marked `stre
 so a process that stops mid-answer leaves a trace: the run that continues the step
 finishes that message (stop, then edit to the whole answer) instead of posting another.
 Its final text is handed back by `finish` and stored by the caller – with the step's
-outcome, in its reconcile's transaction (`agents/final_texts.py`).
+outcome, in its reconcile's transaction (`agents/reconciling/final_texts.py`).
 
 Where the workspace does not stream (see `bot/slack_features.py`), or a stream call fails,
 the answer is posted whole at the end: the preview is best effort, the answer is not.
@@ -24,10 +24,10 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from agents.failures import is_storage_error
-from agents.final_texts import FinalText, FinishedAnswer
-from agents.plan import COMMANDER
-from agents.ports import StepTag
+from agents.core.failures import is_storage_error
+from agents.planning.plan import COMMANDER
+from agents.reconciling.final_texts import FinalText, FinishedAnswer
+from agents.reconciling.ports import StepTag
 from bot.identities import Identity
 from bot.listeners.payloads import NOTICE_EVENT, RESULT_EVENT, step_metadata
 from bot.posting_port import PostingPort
@@ -39,7 +39,7 @@ from storage.records import ConversationRecord
 log = logging.getLogger(__name__)
 
 STREAM_TEXT_MAX = 12_000  # markdown_text of one streaming call, and a markdown block
-STREAMING_MARK = "streaming"  # agents/thread_window.py knows it too
+STREAMING_MARK = "streaming"  # agents/running/thread_window.py knows it too
 
 
 def answer_metadata(tag: StepTag | None, key: str, *, streaming: bool = False) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def answer_metadata(tag: StepTag | None, key: str, *, streaming: bool = False) -
 
 
 class SlackAnswerStream:
-    """Implements `agents.ports.AnswerStream` with Slack's streaming methods."""
+    """Implements `agents.reconciling.ports.AnswerStream` with Slack's streaming methods."""
 
     def __init__(
         self,
@@ -154,7 +154,7 @@ class SlackAnswerStream:
 
     async def finish(self, text: str) -> FinishedAnswer:
         """The answer finished in Slack; its stored message's final text is left to the
-        caller to store (with the step's outcome: `agents/final_texts.py`)."""
+        caller to store (with the step's outcome: `agents/reconciling/final_texts.py`)."""
         metadata = answer_metadata(self.tag, self.key)
         agent = self.identity.name if self.identity is not None else None
         if self.ts is None:

@@ -231,8 +231,8 @@ async def _app_token(settings: Settings) -> list[Finding]:
 
 async def check_model(settings: Settings, model: str | None = None) -> list[Finding]:
     """One minimal real request to the configured model (`offline` needs no network)."""
-    from agents.failures import classify_error
-    from agents.models import ModelSpecError, model_label, resolve_model
+    from agents.core.failures import classify_error
+    from agents.running.models import ModelSpecError, model_label, resolve_model
 
     spec = model or settings.model
     try:

@@ -1,6 +1,6 @@
 """A form's answer, once the listener acked it: who may, stored, recorded, shown.
 
-An answer is stored first, as the form's outbox row (`agents/form_answers.py`: one per
+An answer is stored first, as the form's outbox row (`agents/delivering/form_answers.py`: one per
 form, the first stored wins, and its delivery records the answer and rewrites the form's
 message – at least once, whatever happens to this process). Then, at once, the click
 records it (a reconcile) and rewrites the form's message through `rewrite` – the click's
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agents import form_answers
-from agents.effects import FormAnswer, form_answer_key
-from agents.form_answers import StoredAnswer
-from agents.inbox import InboxFinish, Incoming, record_attachments
-from agents.plan import USER, FormSpec, Plan, Step
-from agents.step_runs import ids
+from agents.delivering import form_answers
+from agents.delivering.form_answers import StoredAnswer
+from agents.planning.effects import FormAnswer, form_answer_key
+from agents.planning.plan import USER, FormSpec, Plan, Step
+from agents.reconciling.inbox import InboxFinish, Incoming, record_attachments
+from agents.running.step_runs import ids
 from bot.handlers import received_file, refused_note
 from bot.listeners.payloads import SlackFile
 from bot.views.forms import FormKey, answered_form

@@ -12,16 +12,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agents import plan_reads, step_runs
-from agents.errors import OperationRejected
-from agents.files import FilePolicy, refusal, refusal_note
-from agents.inbox import (
+from agents.core.errors import OperationRejected
+from agents.planning.plan import COMMANDER, CancelPlan
+from agents.reconciling.inbox import (
     Incoming,
     record_reply,
     record_request,
     stored_result,
 )
-from agents.plan import COMMANDER, CancelPlan
+from agents.running import plan_reads, step_runs
+from agents.tools.file_policy import FilePolicy, refusal, refusal_note
 from bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,

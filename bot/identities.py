@@ -20,7 +20,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agents.lru import LRUCache
+from agents.core.lru import LRUCache
 from bot.channel_pacing import ChannelPacer
 from bot.secrets import TokenCipher
 from storage.records import AgentRecord

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from aiohttp import web
 from pydantic_ai.models import Model
 
-from agents.clock import Clock, utcnow
+from agents.core.clock import Clock, utcnow
 from bot.app import build_app
 from bot.http import web_app
 from bot.identities import make_client

@@ -3,7 +3,7 @@
 Queue time and inference time are kept apart (scheduler.md): `queue_seconds` is the wait
 from a step's dispatch being decided to its run starting, `run_seconds` the run itself.
 One registry per service, so several services in one process (tests) do not collide; the
-agents layer's metrics (`agents/telemetry.py`: tokens, model requests) and the standard
+agents layer's metrics (`agents/core/telemetry.py`: tokens, model requests) and the standard
 process and Python collectors are per process and served beside them. Label values are
 lowercase words.
 """
@@ -30,7 +30,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from sqlalchemy import Table, func, select
 
-from agents import telemetry
+from agents.core import telemetry
 from storage.db import Database
 from storage.tables import OutboxEntry
 

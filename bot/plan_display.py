@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from agents.lru import LRUCache
-from agents.plan import TERMINAL_PLAN, Plan
+from agents.core.lru import LRUCache
+from agents.planning.plan import TERMINAL_PLAN, Plan
 from bot.listeners.payloads import NOTICE_EVENT
 from bot.posting_port import PostingPort
 from bot.slack_features import TASK_DISPLAY

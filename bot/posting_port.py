@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.ports import StepTag
+from agents.reconciling.ports import StepTag
 from bot.identities import Identity, Poster
 from bot.slack_features import SlackFeatures
 from storage.db import Database

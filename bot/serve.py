@@ -53,7 +53,7 @@ __all__ = ["ConfigurationError", "options_from", "run"]
 
 def options_from(settings: Settings) -> Options:
     """The service's options from the settings (model keys handed over explicitly)."""
-    from agents.admission_policy import SchedulerOptions
+    from agents.scheduling.admission_policy import SchedulerOptions
     from bot.service import Options
 
     scheduler = SchedulerOptions(

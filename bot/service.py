@@ -2,7 +2,7 @@
 to Slack, and owning their lifecycle.
 
 Listeners (`bot/listeners/`) call `bot/handlers.py` after they acked; handlers hand work
-to the reconciler; the executor (`agents/executor.py`) performs what it decided – posts
+to the reconciler; the executor (`agents/delivering/executor.py`) performs what it decided – posts
 through `SlackPort` (`bot/slack_port.py`), runs agents and commander turns.
 """
 
@@ -23,18 +23,18 @@ from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.admission_policy import SchedulerOptions
-from agents.clock import Clock, utcnow
-from agents.executor import Executor
-from agents.files import FilePolicy
-from agents.lru import LRUCache
-from agents.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
-from agents.plan import Plan
-from agents.plan_store import plan_from_rows
-from agents.reconciler import Reconciler
-from agents.registry import seed_default_agents
-from agents.roster import Roster
-from agents.run_context import Context, ExecutorOptions
+from agents.core.clock import Clock, utcnow
+from agents.core.lru import LRUCache
+from agents.delivering.executor import Executor
+from agents.planning.plan import Plan
+from agents.planning.plan_store import plan_from_rows
+from agents.reconciling.reconciler import Reconciler
+from agents.running.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
+from agents.running.run_context import Context, ExecutorOptions
+from agents.scheduling.admission_policy import SchedulerOptions
+from agents.scheduling.roster import Roster
+from agents.tools.file_policy import FilePolicy
+from agents.tools.registry import seed_default_agents
 from bot.channel_pacing import ChannelPacer
 from bot.identities import Identity, Poster
 from bot.metrics import Metrics, meter
@@ -298,7 +298,7 @@ class SlackService:
         self, channel: str, thread_ts: str
     ) -> tuple[ConversationRecord | None, Plan | None]:
         """A thread's conversation (read only when not kept) and its newest plan as stored,
-        in one read (none on SQLite when both are kept: `agents.plan_reads.remembered`)."""
+        in one read (none on SQLite when both are kept: `agents.running.plan_reads.remembered`)."""
         known = self.context.known_conversation(channel, thread_ts)
         if known is not None and self.db.is_sqlite:
             remembered = self.context.reconciler.remembered(known.id)  # the newest, written here
@@ -320,7 +320,7 @@ class SlackService:
 
     @property
     def roster(self) -> Roster:
-        """The agents as last read (see `agents.roster`); admins' changes `forget` it."""
+        """The agents as last read (see `agents.scheduling.roster`); admins' changes `forget` it."""
         return self.context.agents
 
     async def enabled_names(self) -> list[str]:

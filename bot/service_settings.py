@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-if TYPE_CHECKING:  # agents.models loads pydantic-ai: only when the keys are needed
-    from agents.models import ProviderKeys
+if TYPE_CHECKING:  # agents.running.models loads pydantic-ai: only when the keys are needed
+    from agents.running.models import ProviderKeys
 
 SLACK_API_URL_DEFAULT = "https://slack.com/api/"
 DATABASE_URL_DEFAULT = "sqlite+aiosqlite:///flotilla.db"
@@ -169,8 +169,8 @@ class ServiceSettings(BaseModel):
         return self.slack_app_token is not None
 
     def provider_keys(self) -> ProviderKeys:
-        """The model providers' keys and base URL, to hand to `agents.models` explicitly."""
-        from agents.models import ProviderKeys
+        """The model providers' keys and base URL, to hand to `agents.running.models` explicitly."""
+        from agents.running.models import ProviderKeys
 
         return ProviderKeys(
             openai_api_key=_secret(self.openai_api_key),

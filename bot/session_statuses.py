@@ -16,8 +16,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.lru import LRUCache
-from agents.session_status import SessionStatus
+from agents.core.lru import LRUCache
+from agents.planning.session_status import SessionStatus
 from bot.slack_features import AGENT_SESSIONS, THREAD_STATUS, SlackFeatures
 from storage.records import ConversationRecord
 

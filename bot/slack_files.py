@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.errors import TransientError
-from agents.files import human_size
-from agents.ports import FileRefused, PostingRefused
+from agents.core.errors import TransientError
+from agents.reconciling.ports import FileRefused, PostingRefused
+from agents.tools.file_policy import human_size
 from bot.identities import Identity, Poster
 from bot.slack_errors import slack_call
 

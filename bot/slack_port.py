@@ -1,6 +1,6 @@
 """`SlackPort`: the executor's posts, edits and thread look-ups, performed in Slack.
 
-It implements `agents.ports.SlackPort`: renders Block Kit, chooses the identity to post
+It implements `agents.reconciling.ports.SlackPort`: renders Block Kit, chooses the identity to post
 as, and turns Slack's errors into `TransientError` (try again) or `PostingRefused` (a
 sentence). Every message Flotilla posts for a step carries its key in the metadata, so
 after a crash `thread_has_key` can look in the thread instead of posting twice – and it
@@ -18,12 +18,12 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.effects import card_message_key
-from agents.lru import LRUCache
-from agents.plan import Plan
-from agents.ports import StepTag
-from agents.roster import Roster
-from agents.session_status import SessionStatus, activity, session_status
+from agents.core.lru import LRUCache
+from agents.planning.effects import card_message_key
+from agents.planning.plan import Plan
+from agents.planning.session_status import SessionStatus, activity, session_status
+from agents.reconciling.ports import StepTag
+from agents.scheduling.roster import Roster
 from bot.answer_ratings import own_app_ratings
 from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
 from bot.identities import COMMANDER_NAME, Identity, Poster, identity_of
@@ -51,7 +51,7 @@ CARD_CACHE_SIZE = 1000  # plans whose card message this process knows
 
 
 class SlackPort(StepMessages, FileTransfers):
-    """Implements `agents.ports.SlackPort` for Slack (or the local workspace)."""
+    """Implements `agents.reconciling.ports.SlackPort` for Slack (or the local workspace)."""
 
     def __init__(
         self,

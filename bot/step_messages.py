@@ -13,9 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from agents.effects import AskUser, FormAnswer, PostDispatch, ShowForm
-from agents.plan import USER, Plan, Step
-from agents.ports import PostingRefused, StepTag
+from agents.planning.effects import AskUser, FormAnswer, PostDispatch, ShowForm
+from agents.planning.plan import USER, Plan, Step
+from agents.reconciling.ports import PostingRefused, StepTag
 from bot.identities import Identity, Poster
 from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, step_metadata
 from bot.slack_errors import slack_call

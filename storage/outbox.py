@@ -314,12 +314,13 @@ async def give_up_held_effect(conn: AsyncConnection, key: str, *, error: str) ->
     )
 
 
-# --- rows read back by their key: a form's answer (`agents/form_answers.py` says why it is
+# --- rows read back by their key: a form's answer (`agents/delivering/form_answers.py` says why it
+# is
 # stored as an outbox row; the first one stored under a form's key wins) --------------------
 
 
 async def store_first(conn: AsyncConnection, row: dict[str, Any], now: datetime) -> StoredRow:
-    """Insert the outbox row (`agents.effects.to_row`'s shape) unless one with its key is
+    """Insert the outbox row (`agents.planning.effects.to_row`'s shape) unless one with its key is
     stored; the row stored under the key either way – this one, or the one before it."""
     stmt = insert_ignoring_conflict(
         conn,

@@ -25,7 +25,7 @@ def mark_sent(
 ) -> None:
     """Mark delivered rows sent (a row given up or settled meanwhile is left as it is);
     `keys`: rows settled in the same transaction, named by their idempotency keys (a
-    job's row, `agents/job_settling.py`) – one statement for both."""
+    job's row, `agents/running/job_settling.py`) – one statement for both."""
     if not sent and not keys:
         return
     params: dict[str, Any] = {"row_ids": list(sent), "sent_at": now}

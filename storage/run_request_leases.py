@@ -40,7 +40,7 @@ def _waits(state: Any) -> Any:
     return (state == "waiting") | (state == "preempted")
 
 
-# a request's own columns, as `agents/slot_requests.py` fills them
+# a request's own columns, as `agents/running/slot_requests.py` fills them
 COLUMNS = (
     "effect_key", "effect_kind", "effect", "conversation_id", "team_id", "channel_id",
     "agent_name", "plan_id", "step_index", "attempt", "priority", "estimate_tokens", "tools",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import CallDeferred, ModelRetry
 
-from agents.plan import FormSpec
+from agents.planning.plan import FormSpec
 from agents.tools.context import RunDeps
 
 ASK_USER = "ask_user"

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from pydantic_ai import RunContext
 
-from agents.files import FilePolicy
+from agents.tools.file_policy import FilePolicy
 from agents.tools.net_guard import FetchPolicy
 from storage.db import Database
 from storage.records import MessageRecord

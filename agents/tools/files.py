@@ -5,7 +5,7 @@ and `read_file` (a file of this conversation, by name).
 (`tool_call_key`): the tool journal answers the call from its stored return when the run is
 resumed, and even a call run again – its return lost in a crash – finds the file already
 recorded instead of writing a second one. The file is uploaded into the thread when the
-step's answer is posted (`agents/file_transfer.py`).
+step's answer is posted (`agents/running/file_transfer.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import BinaryContent, ModelMessage, ModelResponse, ToolCallPart
 
-from agents.files import as_text, clean_name, describe, fenced, human_size, is_text
-from agents.tool_journal import response_stored, store_response_in
 from agents.tools.context import RunDeps, call_key
+from agents.tools.file_policy import as_text, clean_name, describe, fenced, human_size, is_text
+from agents.tools.journal import response_stored, store_response_in
 from storage.files import conversation_files, read_bytes, record_produced
 
 WRITE_FILE = "write_file"

@@ -1,7 +1,7 @@
 """`http_fetch`: read a web page from a domain the agent is allowed to reach, within caps.
 
 The allow-list is per agent (`http_fetch:<domain>` entries of its tools, see
-`agents/registry.py`); a domain allows itself and its subdomains. On top of it, the fetch
+`agents/tools/registry.py`); a domain allows itself and its subdomains. On top of it, the fetch
 only connects to public addresses (`agents/tools/net_guard.py`): a host is resolved once,
 every address is checked (private, loopback, link-local, metadata… are refused) and the
 connection goes to the checked address. Each redirect hop is checked the same way (allow-list

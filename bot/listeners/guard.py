@@ -18,7 +18,7 @@ import aiohttp
 from pydantic import TypeAdapter, ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from agents.failures import PUBLIC_STORAGE, is_storage_error, storage_error
+from agents.core.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from bot.listeners.inbound import InvalidPayload, Url
 
 log = logging.getLogger(__name__)

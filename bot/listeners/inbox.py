@@ -1,5 +1,5 @@
 """The durable inbox at the Slack edge: every block action, view submission, slash command
-and Home opening Flotilla acts on is stored (`agents/inbox.py`, de-duplicated by Slack's
+and Home opening Flotilla acts on is stored (`agents/reconciling/inbox.py`, de-duplicated by Slack's
 ids) by a global middleware *before* Bolt acks it, in HTTP and in Socket Mode alike (both
 send the ack only after the middleware ran).
 
@@ -25,8 +25,8 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from agents.failures import is_storage_error, storage_error
-from agents.inbox import InboxFinish, claim_cut_short, store_inbound
+from agents.core.failures import is_storage_error, storage_error
+from agents.reconciling.inbox import InboxFinish, claim_cut_short, store_inbound
 from bot.listeners.guard import INBOX_DONE, TRY_AGAIN, sentence_view
 from bot.listeners.inbound import (
     BlockActions,

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 
-from agents.failures import is_storage_error, storage_error
-from agents.inbox import retry_storage
+from agents.core.failures import is_storage_error, storage_error
+from agents.reconciling.inbox import retry_storage
 from bot import handlers
 from bot.listeners.inbound import RECORDED_EVENTS, InvalidPayload, check_event
 

@@ -30,7 +30,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from agents.registry import HTTP_FETCH_PREFIX
+from agents.tools.registry import HTTP_FETCH_PREFIX
 from bot.admin_reports import Reports
 from bot.agent_form import AgentDraft, Mode
 from bot.views.feedback import feedback_text

@@ -17,12 +17,12 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.effects import PostDispatch
-from agents.plan import Step, StepSucceeded
-from agents.reconciler import Reconciler
-from agents.registry import AgentSpec
-from agents.runtime import RunJob, StepRunResult, run_step
+from agents.planning.effects import PostDispatch
+from agents.planning.plan import Step, StepSucceeded
+from agents.reconciling.reconciler import Reconciler
+from agents.running.runtime import RunJob, StepRunResult, run_step
 from agents.tools.builtin import format_thread_line
+from agents.tools.registry import AgentSpec
 from storage.conversations import open_conversation, store_message, thread_messages
 from storage.db import Database
 from storage.records import MessageRecord

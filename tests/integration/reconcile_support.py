@@ -27,10 +27,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from agents.effects import Effect, RetryDue
-from agents.outbox import Claimed, OutboxSender
-from agents.plan import PlanProposal, StepProposal, StepSucceeded
-from agents.reconciler import Reconciler
+from agents.planning.effects import Effect, RetryDue
+from agents.planning.plan import PlanProposal, StepProposal, StepSucceeded
+from agents.reconciling.outbox import Claimed, OutboxSender
+from agents.reconciling.reconciler import Reconciler
 from storage.conversations import open_conversation
 from storage.db import Database
 from storage.outbox import outbox_t

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.admission import AdmissionLoop
-from agents.admission_policy import SchedulerOptions
-from agents.scheduler import in_line
+from agents.scheduling.admission import AdmissionLoop
+from agents.scheduling.admission_policy import SchedulerOptions
+from agents.scheduling.scheduler import in_line
 from storage.conversations import open_conversation
 from storage.db import Database
 from storage.records import RunRequestRecord

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.admission import AdmissionLoop, SlotFacts
-from agents.admission_policy import SchedulerOptions
-from agents.roster import Roster
+from agents.scheduling.admission import AdmissionLoop, SlotFacts
+from agents.scheduling.admission_policy import SchedulerOptions
+from agents.scheduling.roster import Roster
 from storage.agents import create_agent, update_agent
 from storage.db import Database
 from storage.records import RunRequestRecord

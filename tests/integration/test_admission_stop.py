@@ -9,7 +9,7 @@ one, just as the process stops), `wait_for` returns normally and the cancellatio
 (CPython gh-86296, fixed in 3.12). The loop went on polling every `poll_seconds`, so
 `AdmissionLoop.stop()` – and with it `Executor.stop()`, `Executor.abandon()` and a
 service's shutdown – waited for ever. The outbox loop (`Executor._deliver_forever`) waited
-the same way. Both now wait with `agents.clock.woken`, which keeps a cancellation from
+the same way. Both now wait with `agents.core.clock.woken`, which keeps a cancellation from
 outside apart from its own timeout.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from agents.admission import AdmissionLoop
-from agents.admission_policy import SchedulerOptions
-from agents.clock import utcnow
+from agents.core.clock import utcnow
+from agents.scheduling.admission import AdmissionLoop
+from agents.scheduling.admission_policy import SchedulerOptions
 from storage.db import Database
 from storage.records import RunRequestRecord
 from storage.run_requests import get_request

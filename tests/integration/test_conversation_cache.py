@@ -8,9 +8,9 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.inbox import Incoming, record_request
-from agents.reconciler import Reconciler
-from agents.run_context import Context, ExecutorOptions
+from agents.reconciling.inbox import Incoming, record_request
+from agents.reconciling.reconciler import Reconciler
+from agents.running.run_context import Context, ExecutorOptions
 from storage.conversations import bump_lock_version, conversations_t, get_conversation
 from storage.db import Database
 from storage.records import ConversationRecord

@@ -19,9 +19,9 @@ from typing import Any, cast
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents import offline
-from agents.effects import step_key
-from agents.slot_requests import FastPath, SlotRequest, claim_slot
+from agents.planning.effects import step_key
+from agents.running import offline
+from agents.running.slot_requests import FastPath, SlotRequest, claim_slot
 from bot.identities import Poster
 from bot.listeners.payloads import DISPATCH_EVENT
 from bot.local import start_local_stack

@@ -7,7 +7,7 @@ step while A's lease holds, and must take it – the outbox row *and* the run le
 same pass – at the instant the lease ends, then finish it once.
 
 Why this fails on the old code (commit 2b266dd, `bot/service.py` run_lease +
-`agents/outbox.py`): the outbox claimed the row (due again at T0 + lease) in one
+`agents/reconciling/outbox.py`): the outbox claimed the row (due again at T0 + lease) in one
 transaction and the job claimed the run lease (until T1 + lease, T1 > T0: the dispatch was
 posted in between) in another, and the heartbeat renewed them one after the other, while
 `claim_run` took over a lease only once `lease_until < now`. B's loop wakes exactly when
@@ -36,11 +36,11 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
-from agents import offline
-from agents.effects import PostDispatch, step_key
-from agents.errors import TransientError
-from agents.offline import first_prompt
-from agents.ports import SlackPort
+from agents.core.errors import TransientError
+from agents.planning.effects import PostDispatch, step_key
+from agents.reconciling.ports import SlackPort
+from agents.running import offline
+from agents.running.offline import first_prompt
 from bot.local import LocalStack, start_local_stack
 from bot.metrics import Metrics
 from bot.serve import options_from

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.ports import FileRefused
+from agents.reconciling.ports import FileRefused
 from bot.identities import Poster
 from bot.secrets import TokenCipher
 from bot.slack_files import allowed_origin

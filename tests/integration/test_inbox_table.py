@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.inbox import claim_cut_short, finish_inbound, store_inbound
+from agents.reconciling.inbox import claim_cut_short, finish_inbound, store_inbound
 from storage.db import Database
 from storage.inbox import count_unprocessed_inbox, forget_processed_inbox_before
 

@@ -14,9 +14,9 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import text
 
-from agents.effects import PostDispatch
-from agents.jobs import JobRunner
-from agents.run_context import Context, ExecutorOptions
+from agents.planning.effects import PostDispatch
+from agents.running.jobs import JobRunner
+from agents.running.run_context import Context, ExecutorOptions
 from storage.db import Database
 from storage.locks import run_transaction
 from storage.migrate import upgrade

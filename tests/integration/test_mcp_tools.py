@@ -14,9 +14,9 @@ from mcp.server.mcpserver import MCPServer
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.registry import AgentSpec, McpServerSpec
-from agents.runtime import RunJob, StepRunResult, run_step
+from agents.running.runtime import RunJob, StepRunResult, run_step
 from agents.tools.files import FILE_TOOLS
+from agents.tools.registry import AgentSpec, McpServerSpec
 from storage.db import Database
 
 CALLS: list[str] = []

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agents.lru import LRUCache
-from agents.plan import Step
-from agents.reconciler import Reconciler
-from agents.run_context import CONVERSATION_CACHE_SIZE, Context, ExecutorOptions
+from agents.core.lru import LRUCache
+from agents.planning.plan import Step
+from agents.reconciling.reconciler import Reconciler
+from agents.running.run_context import CONVERSATION_CACHE_SIZE, Context, ExecutorOptions
 from bot.identities import Identity, Poster, make_client
 from bot.manifest import commander_manifest
 from bot.secrets import TokenCipher

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from agents.effects import MessageForCommander
-from agents.inbox import Incoming, Recorded, record_reply, record_request
-from agents.outbox import OutboxSender
+from agents.planning.effects import MessageForCommander
+from agents.reconciling.inbox import Incoming, Recorded, record_reply, record_request
+from agents.reconciling.outbox import OutboxSender
 from storage.db import Database
 from storage.outbox import enqueue_claimed_unless_present, enqueue_effects, outbox_t
 from tests.integration.reconcile_support import Clock, RecordingPort, outbox_keys

@@ -10,7 +10,7 @@ import pytest
 from pydantic_ai import models as pydantic_ai_models
 from pydantic_ai.models.anthropic import AnthropicModel
 
-from agents.models import resolve_model
+from agents.running.models import resolve_model
 from bot.check import check_model
 from bot.serve import options_from
 from bot.settings import load_settings

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from pydantic_ai import models as pydantic_ai_models
 
-from agents.errors import PermanentError, TransientError
-from agents.registry import AgentSpec
-from agents.runtime import RunJob, StepRunResult, run_step
+from agents.core.errors import PermanentError, TransientError
+from agents.running.runtime import RunJob, StepRunResult, run_step
+from agents.tools.registry import AgentSpec
 from storage.db import Database
 from tests.fakes.openai_server import (
     FakeOpenAI,
@@ -175,7 +175,7 @@ async def test_an_endpoint_can_be_chosen_by_base_url_in_the_model_string(
 async def test_the_commander_plans_over_the_wire(
     db: Database, server: FakeOpenAI, model: str, path: str
 ) -> None:
-    from agents.commander import commander_turn
+    from agents.running.commander import commander_turn
 
     steps = [
         {"index": 1, "title": "Research", "assignee": "researcher", "input": "{{request}}"},

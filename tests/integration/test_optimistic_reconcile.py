@@ -17,9 +17,9 @@ from sqlalchemy.exc import IntegrityError
 
 import storage.db
 import storage.locks
-from agents import reconcile_units
-from agents.plan import StepSucceeded
-from agents.reconciler import Reconciler
+from agents.planning.plan import StepSucceeded
+from agents.reconciling import reconcile_units
+from agents.reconciling.reconciler import Reconciler
 from storage.conversations import conversations_t
 from storage.db import Database
 from storage.events import events_t

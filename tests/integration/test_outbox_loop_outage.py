@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from agents import executor as executor_module
-from agents.errors import StorageError
-from agents.executor import Executor
-from agents.reconciler import Reconciler
-from agents.run_context import Context, ExecutorOptions
+from agents.core.errors import StorageError
+from agents.delivering import executor as executor_module
+from agents.delivering.executor import Executor
+from agents.reconciling.reconciler import Reconciler
+from agents.running.run_context import Context, ExecutorOptions
 from storage.db import Database
 from storage.migrate import upgrade
 from storage.outbox import enqueue_effects

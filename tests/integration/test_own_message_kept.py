@@ -19,7 +19,7 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
-class Tag:  # an `agents.ports.StepTag`
+class Tag:  # an `agents.reconciling.ports.StepTag`
     plan_id: int
     step: int
     attempt: int

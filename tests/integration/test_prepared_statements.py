@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from agents.outbox import OutboxSender
-from agents.plan import Outcome, StepBlocked, StepFailed, StepSucceeded
-from agents.reconciler import Reconciler
+from agents.planning.plan import Outcome, StepBlocked, StepFailed, StepSucceeded
+from agents.reconciling.outbox import OutboxSender
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import run_transaction
 from storage.migrate import upgrade

@@ -8,10 +8,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from agents.effects import Effect, PostDispatch, ShowForm, UpdatePlanCard
-from agents.errors import OperationRejected, PermanentError, PlanValidationError, TransientError
-from agents.outbox import OutboxSender
-from agents.plan import (
+from agents.core.errors import (
+    OperationRejected,
+    PermanentError,
+    PlanValidationError,
+    TransientError,
+)
+from agents.planning.effects import Effect, PostDispatch, ShowForm, UpdatePlanCard
+from agents.planning.plan import (
     AddSteps,
     CommanderOperation,
     Question,
@@ -22,7 +26,8 @@ from agents.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.reconciler import Reconciler
+from agents.reconciling.outbox import OutboxSender
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from storage.outbox import outbox_t
 from storage.plan_steps import steps_t

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import event, select
 
-from agents.outbox import Claimed, OutboxSender
-from agents.reconciler import Reconciler
+from agents.reconciling.outbox import Claimed, OutboxSender
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from storage.locks import sqlite_engine
 from storage.outbox import outbox_t

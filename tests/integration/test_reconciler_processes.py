@@ -11,8 +11,8 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from agents.outbox import OutboxSender
-from agents.reconciler import Reconciler
+from agents.reconciling.outbox import OutboxSender
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from tests.integration.reconcile_support import (
     AGENTS,

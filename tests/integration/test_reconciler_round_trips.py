@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agents.outbox import OutboxSender
-from agents.plan import StepSucceeded
-from agents.reconciler import Reconciler
+from agents.planning.plan import StepSucceeded
+from agents.reconciling.outbox import OutboxSender
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from storage.migrate import upgrade
 from tests.conftest import PostgresSchema, postgres_url

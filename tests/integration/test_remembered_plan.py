@@ -1,5 +1,5 @@
 """The plan a reconciler remembers is the one it committed last, or none: on SQLite the card
-and the plan's ending take it unread (`agents/plan_reads.py`), so it must never be older
+and the plan's ending take it unread (`agents/running/plan_reads.py`), so it must never be older
 than what is stored."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.reconciler import Reconciler
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from tests.integration.reconcile_support import (
     AGENTS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agents.roster import Roster
+from agents.scheduling.roster import Roster
 from storage.agents import create_agent, update_agent
 from storage.db import Database
 

@@ -18,12 +18,19 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import Table, insert, select
 
-from agents.errors import PermanentError, RunError, StorageError, TransientError
-from agents.failures import PUBLIC_STORAGE
-from agents.registry import AgentSpec
-from agents.run_results import bounded_summary
-from agents.runtime import RunJob, RunLimits, StepQuestion, StepRunResult, resume_step, run_step
-from agents.session import RunSession
+from agents.core.errors import PermanentError, RunError, StorageError, TransientError
+from agents.core.failures import PUBLIC_STORAGE
+from agents.reconciling.run_results import bounded_summary
+from agents.running.runtime import (
+    RunJob,
+    RunLimits,
+    StepQuestion,
+    StepRunResult,
+    resume_step,
+    run_step,
+)
+from agents.running.session import RunSession
+from agents.tools.registry import AgentSpec
 from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.files import produced_files

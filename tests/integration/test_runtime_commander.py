@@ -1,4 +1,5 @@
-"""Commander turns scripted with FunctionModel: plans validated by agents.plan, operations."""
+"""Commander turns scripted with FunctionModel: plans validated by agents.planning.plan,
+operations."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.commander import CommanderWake, commander_turn
-from agents.errors import PermanentError
-from agents.plan import AbortPlan, RetryStep, SkipStep
-from agents.registry import AgentSpec
-from agents.runtime import RunJob
+from agents.core.errors import PermanentError
+from agents.planning.plan import AbortPlan, RetryStep, SkipStep
+from agents.running.commander import CommanderWake, commander_turn
+from agents.running.runtime import RunJob
+from agents.tools.registry import AgentSpec
 from storage.db import Database
 from storage.runs import load_run
 
@@ -240,7 +241,7 @@ async def test_runtime_fields_and_disabled_agents_are_explained_in_sentences(db:
 
 
 async def test_added_steps_are_checked_against_the_stored_plan(db: Database) -> None:
-    from agents.plan import AddSteps, Step
+    from agents.planning.plan import AddSteps, Step
 
     stored = [
         Step(index=1, title="a", assignee="researcher", status="done", output_summary="x"),

@@ -10,10 +10,10 @@ from aiohttp import web
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.registry import AgentSpec
-from agents.runtime import RunJob, StepRunResult, run_step
+from agents.running.runtime import RunJob, StepRunResult, run_step
 from agents.tools.http_fetch import domain_allowed
 from agents.tools.net_guard import FetchPolicy
+from agents.tools.registry import AgentSpec
 from storage.db import Database
 
 

@@ -2,7 +2,8 @@
 
 There is no reconciler here on purpose: the test plays the orchestrator in the simplest
 way (steps in index order, which respects `wait_for`; summaries passed on with
-`agents.plan_transitions.render_input`; the form answered in code) so the runtime, the commander and
+`agents.planning.plan_transitions.render_input`; the form answered in code) so the runtime, the
+commander and
 the offline model are shown end to end. Run with `-s` to see the transcript.
 """
 
@@ -12,12 +13,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents.commander import CommanderWake, commander_step_spec, commander_turn
-from agents.errors import PermanentError, TransientError
-from agents.plan import Plan, RetryStep, Step, new_steps
-from agents.plan_transitions import render_input, replace_step
-from agents.registry import enabled_agents, seed_default_agents
-from agents.runtime import RunJob, StepQuestion, StepRunResult, resume_step, run_step
+from agents.core.errors import PermanentError, TransientError
+from agents.planning.plan import Plan, RetryStep, Step, new_steps
+from agents.planning.plan_transitions import render_input, replace_step
+from agents.running.commander import CommanderWake, commander_step_spec, commander_turn
+from agents.running.runtime import RunJob, StepQuestion, StepRunResult, resume_step, run_step
+from agents.tools.registry import enabled_agents, seed_default_agents
 from storage.conversations import open_conversation, store_message
 from storage.db import Database
 from storage.records import MessageRecord

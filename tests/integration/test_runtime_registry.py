@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agents.registry import (
+from agents.tools.registry import (
     DEFAULT_AGENTS,
     enabled_agent_names,
     enabled_agents,

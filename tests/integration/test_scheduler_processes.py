@@ -15,10 +15,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.admission_policy import SchedulerOptions
-from agents.offline import first_prompt
-from agents.plan import Plan
+from agents.planning.plan import Plan
+from agents.running import offline
+from agents.running.offline import first_prompt
+from agents.scheduling.admission_policy import SchedulerOptions
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options, SlackService
 from local_slack import Driver, Message

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.errors import OperationRejected
-from agents.plan import MAX_COMMANDER_RETRIES, RetryStep, StepFailed, StepSucceeded
-from agents.reconciler import Reconciler
+from agents.core.errors import OperationRejected
+from agents.planning.plan import MAX_COMMANDER_RETRIES, RetryStep, StepFailed, StepSucceeded
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from tests.integration.reconcile_support import (
     AGENTS,

@@ -17,11 +17,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import text
 
-from agents.effects import MessageForCommander, to_row
-from agents.errors import StorageError
-from agents.failures import PUBLIC_STORAGE, classify_error, is_storage_error
-from agents.outbox import STORAGE_WAIT, Claimed, OutboxSender
-from agents.runtime import StepRunResult, run_step
+from agents.core.errors import StorageError
+from agents.core.failures import PUBLIC_STORAGE, classify_error, is_storage_error
+from agents.planning.effects import MessageForCommander, to_row
+from agents.reconciling.outbox import STORAGE_WAIT, Claimed, OutboxSender
+from agents.running.runtime import StepRunResult, run_step
 from bot.http import Serving, http_surface
 from bot.secrets import TokenCipher
 from bot.service import SlackService

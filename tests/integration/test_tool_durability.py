@@ -30,10 +30,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy import select
 
-from agents.registry import AgentSpec, McpServerSpec
-from agents.runtime import RunJob, StepRunResult, run_step
+from agents.running.runtime import RunJob, StepRunResult, run_step
 from agents.tools.context import IDEMPOTENCY_META_KEY, tool_call_key
 from agents.tools.net_guard import FetchPolicy
+from agents.tools.registry import AgentSpec, McpServerSpec
 from storage.db import Database
 from storage.runs import load_run
 from storage.usage import usage_t

@@ -2,7 +2,8 @@
 every slot held by batch runs and an urgent run waiting for one, exactly one batch run
 pauses – the first to reach a boundary – and the urgent run starts in its slot; runs that
 reach a boundary together hand over once, and a run never pauses unless a waiter received
-its slot. Real jobs (`agents/jobs.py`) driving real sessions (`agents/session.py`) on
+its slot. Real jobs (`agents/running/jobs.py`) driving real sessions (`agents/running/session.py`)
+on
 SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.effects import PostDispatch
-from agents.jobs import JobRunner
-from agents.run_context import Context, ExecutorOptions
-from agents.session import RunLimits, RunSession
+from agents.planning.effects import PostDispatch
+from agents.running.jobs import JobRunner
+from agents.running.run_context import Context, ExecutorOptions
+from agents.running.session import RunLimits, RunSession
+from agents.scheduling.wait_marks import WaitMarks
 from agents.tools.context import RunJob
-from agents.wait_marks import WaitMarks
 from storage.db import Database
 from storage.records import RunRequestRecord
 from storage.run_request_leases import give_way, urgent_waits

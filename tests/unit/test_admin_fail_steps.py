@@ -6,9 +6,9 @@ PostgreSQL (the `db` fixture).
 
 from __future__ import annotations
 
-from agents.decisions import decide_agent_gone
-from agents.effects import AskCommander
-from agents.reconciler import Reconciler
+from agents.planning.decisions import decide_agent_gone
+from agents.planning.effects import AskCommander
+from agents.reconciling.reconciler import Reconciler
 from storage.db import Database
 from storage.plans import conversations_waiting_on_agent
 from tests.integration import reconcile_support as support

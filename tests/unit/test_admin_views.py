@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.models import ProviderKeys
+from agents.running.models import ProviderKeys
 from bot.admin_reports import Reports
 from bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
 from bot.listeners.admin import Command, parse_command

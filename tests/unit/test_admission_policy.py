@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.admission_policy import (
+from agents.planning.plan import Plan, Step
+from agents.scheduling.admission_policy import (
     SchedulerOptions,
     marks_of,
     period_starts,
     priority_of,
     with_overrides,
 )
-from agents.plan import Plan, Step
-from agents.scheduler import (
+from agents.scheduling.scheduler import (
     BATCH,
     INTERACTIVE,
     LONG,

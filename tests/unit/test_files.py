@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.files import FilePolicy, clean_name, is_text, refusal, refusal_note, type_allowed
+from agents.tools.file_policy import (
+    FilePolicy,
+    clean_name,
+    is_text,
+    refusal,
+    refusal_note,
+    type_allowed,
+)
 from bot.listeners.inbound import InvalidPayload, check_event
 
 POLICY = FilePolicy(max_bytes=1000, allowed_types=("text/*", "application/pdf", "image/png"))
@@ -88,8 +95,8 @@ def test_media_goes_to_the_model_only_when_its_profile_reads_it() -> None:
     from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.profiles import ModelProfile
 
-    from agents.offline import respond
-    from agents.step_files import media_reader
+    from agents.running.offline import respond
+    from agents.running.step_files import media_reader
 
     reads_all = media_reader(FunctionModel(respond))
     assert reads_all("image/png") and reads_all("application/pdf")
@@ -110,7 +117,7 @@ def test_media_goes_to_the_model_only_when_its_profile_reads_it() -> None:
 
 
 def test_a_file_field_is_asked_in_a_modal_and_answered_with_the_files_names() -> None:
-    from agents.plan import FormField, FormSpec
+    from agents.planning.plan import FormField, FormSpec
     from bot.views.forms import FormKey, form_message, form_modal, modal_files, modal_values
 
     form = FormSpec(fields=[FormField(name="prices", label="The price list", kind="file")])

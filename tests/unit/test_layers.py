@@ -1,5 +1,8 @@
 """Imports point down: bot -> agents -> storage; local_slack imports nothing of Flotilla.
 
+Inside `agents/`, the stages point down too, in the order of `STAGES` (bottom first): a stage
+imports only the stages before it, and every module of `agents/` lives in a stage.
+
 Every import counts – at module level, inside a function (lazy), under `if TYPE_CHECKING:`,
 and `importlib.import_module("…")` with a literal name – because each one is a dependency a
 reader (and a refactoring) must respect. No two modules may depend on each other, by any path.
@@ -31,12 +34,29 @@ class Import:
         return f"{self.at}, {self.how}" if self.how else self.at
 
 
-# (who, may not import, why): `who` matches a module and its submodules
+# the stages of agents/, bottom first: each imports only the ones before it
+STAGES = ("core", "planning", "tools", "reconciling", "scheduling", "running", "delivering")
+
+
+def _stage_rules() -> tuple[tuple[str, tuple[str, ...], str], ...]:
+    rules = []
+    for at, stage in enumerate(STAGES):
+        above = tuple(f"agents.{later}" for later in STAGES[at + 1 :])
+        if above:
+            rules.append((f"agents.{stage}", above, f"agents.{stage} imports no later stage"))
+    return tuple(rules)
+
+
+# (who, may not import, why): `who` matches a module and its submodules; a forbidden name
+# matches a package and its submodules
 RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("storage", ("agents", "bot"), "storage/ imports neither agents/ nor bot/"),
     ("agents", ("bot",), "agents/ never imports bot/"),
+    ("agents.core", ("storage",), "agents.core imports no storage/ module"),
+    ("agents.planning", ("storage",), "agents.planning is pure: no storage/ module"),
     ("local_slack", ("bot", "agents", "storage"), "local_slack/ imports nothing of Flotilla"),
     ("bot.listeners", ("storage",), "bot/listeners/ import no storage/ module"),
+    *_stage_rules(),
 )
 
 
@@ -169,9 +189,13 @@ def layer_violations(found: list[Import]) -> list[str]:
     for each in found:
         for who, forbidden, why in RULES:
             inside = each.source == who or each.source.startswith(who + ".")
-            if inside and each.target.split(".")[0] in forbidden:
+            if inside and any(_within(each.target, name) for name in forbidden):
                 lines.append(f"{each.at} imports {each.target}{_how(each)}: {why}")
     return sorted(lines)
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def _how(each: Import) -> str:
@@ -187,6 +211,18 @@ def test_imports_point_down_and_never_in_a_circle() -> None:
     problems = violations(ROOT)
     if problems:
         pytest.fail(f"{len(problems)} import problems:\n" + "\n".join(problems), pytrace=False)
+
+
+def test_every_module_of_agents_is_in_a_stage() -> None:
+    """`agents/` holds its package docstring and the stage packages, nothing else."""
+    agents = ROOT / "agents"
+    loose = sorted(p.name for p in agents.glob("*.py") if p.name != "__init__.py")
+    folders = sorted(p.name for p in agents.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert loose == []
+    assert folders == sorted(STAGES)
+    for stage in STAGES:
+        docstring = ast.get_docstring(ast.parse((agents / stage / "__init__.py").read_text()))
+        assert docstring, f"agents/{stage}/__init__.py says what the stage owns"
 
 
 # --- the check itself: it sees every kind of import and reports all it finds ------------
@@ -264,3 +300,24 @@ def test_importing_from_a_package_counts_as_importing_its_init(tmp_path: Path) -
     (problem,) = violations(tmp_path)
     assert problem.startswith("import cycle: local_slack (local_slack/__init__.py:1)")
     assert "local_slack.server (local_slack/server.py:1)" in problem
+
+
+def test_a_stage_importing_a_later_stage_is_reported(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "agents/planning/__init__.py": "",
+            "agents/planning/plan.py": "import json\n",
+            "agents/running/__init__.py": "",
+            "agents/running/run.py": "from agents.planning.plan import Plan\n",
+            "agents/core/__init__.py": "",
+            "agents/core/clock.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from agents.running.run import Run\n"
+            ),
+        },
+    )
+    assert violations(tmp_path) == [
+        "agents/core/clock.py:3 imports agents.running.run (under TYPE_CHECKING): "
+        "agents.core imports no later stage",
+    ]

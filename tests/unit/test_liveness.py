@@ -24,9 +24,9 @@ from typing import TypeVar
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agents.commander_turns import RETRY_AFTER, after_turn, gave_up, wanted
-from agents.decisions import Decision, decide, start
-from agents.effects import (
+from agents.core.errors import OperationRejected, PlanValidationError
+from agents.planning.decisions import Decision, decide, start
+from agents.planning.effects import (
     AskCommander,
     AskUser,
     Effect,
@@ -40,8 +40,7 @@ from agents.effects import (
     ShowForm,
     stalled_key,
 )
-from agents.errors import OperationRejected, PlanValidationError
-from agents.plan import (
+from agents.planning.plan import (
     SUCCESSFUL,
     TERMINAL_PLAN,
     AbortPlan,
@@ -60,7 +59,8 @@ from agents.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.plan_transitions import stalled
+from agents.planning.plan_transitions import stalled
+from agents.running.commander_turns import RETRY_AFTER, after_turn, gave_up, wanted
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 from tests.unit.test_plan_properties import SETTINGS, plans
 

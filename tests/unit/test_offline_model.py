@@ -7,17 +7,16 @@ from typing import Any
 import pytest
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from agents.commander import (
+from agents.core.errors import PermanentError, TransientError
+from agents.running.commander import (
     CommanderDeps,
     CommanderWake,
     build_commander,
     commander_prompt,
     turn_from_history,
 )
-from agents.errors import PermanentError, TransientError
-from agents.offline import offline_model
-from agents.registry import AgentSpec
-from agents.runtime import (
+from agents.running.offline import offline_model
+from agents.running.runtime import (
     RunDeps,
     RunJob,
     StepReport,
@@ -25,6 +24,7 @@ from agents.runtime import (
     classify_error,
     step_prompt,
 )
+from agents.tools.registry import AgentSpec
 
 AGENTS = [
     AgentSpec("analyst", "Analyst", "Compares numbers.", "analyse"),

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
-from agents.decisions import decide
-from agents.plan import CancelPlan, Plan, Step, StepStatus
-from agents.plan_transitions import abort_plan, cancel_plan, fail_step
+from agents.planning.decisions import decide
+from agents.planning.plan import CancelPlan, Plan, Step, StepStatus
+from agents.planning.plan_transitions import abort_plan, cancel_plan, fail_step
 from bot.views.plan_card import CANCEL_ACTION, plan_card, progress
 
 STATUSES: list[StepStatus] = ["pending", "in_progress", "done", "failed", "skipped", "blocked"]

@@ -1,4 +1,4 @@
-"""`agents.plan.changed` builds what pydantic's `model_copy(update=…)` builds (it copies a
+"""`agents.planning.plan.changed` builds what pydantic's `model_copy(update=…)` builds (it copies a
 step or a plan in one call on the reconcile's hot path, reaching into pydantic's fields)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.plan import Plan, Step, changed
+from agents.planning.plan import Plan, Step, changed
 
 STEP_CHANGES = st.fixed_dictionaries(
     {},

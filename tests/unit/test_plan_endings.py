@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.effects import StepFailureNotice
-from agents.plan import Plan
-from agents.plan_endings import (
+from agents.delivering.plan_endings import (
     FINAL_ANSWER_TASK,
     closing_sentence,
     failure_sentence,
@@ -14,6 +12,8 @@ from agents.plan_endings import (
     needs_final_answer,
     summary_sentence,
 )
+from agents.planning.effects import StepFailureNotice
+from agents.planning.plan import Plan
 from tests.unit.reconcile_helpers import make_plan
 
 

@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.commander_operations import apply_operation
-from agents.decisions import decide, start
-from agents.effects import AskCommander, Effect, StepEffect
-from agents.errors import OperationRejected, PlanValidationError
-from agents.plan import (
+from agents.core.errors import OperationRejected, PlanValidationError
+from agents.planning.commander_operations import apply_operation
+from agents.planning.decisions import decide, start
+from agents.planning.effects import AskCommander, Effect, StepEffect
+from agents.planning.plan import (
     TERMINAL_PLAN,
     AbortPlan,
     AddSteps,
@@ -30,7 +30,7 @@ from agents.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.plan_transitions import in_flight
+from agents.planning.plan_transitions import in_flight
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.commander_operations import apply_operation, with_shown_inputs
-from agents.decisions import decide
-from agents.effects import PostDispatch
-from agents.errors import OperationRejected, PlanValidationError
-from agents.plan import (
+from agents.core.errors import OperationRejected, PlanValidationError
+from agents.planning.commander_operations import apply_operation, with_shown_inputs
+from agents.planning.decisions import decide
+from agents.planning.effects import PostDispatch
+from agents.planning.plan import (
     MAX_COMMANDER_RETRIES,
     AbortPlan,
     AddSteps,
@@ -21,8 +21,8 @@ from agents.plan import (
     StepFailed,
     StepProposal,
 )
-from agents.plan_transitions import apply_outcome, dispatch
-from agents.plan_validation import parse_plan
+from agents.planning.plan_transitions import apply_outcome, dispatch
+from agents.planning.plan_validation import parse_plan
 from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
 
 

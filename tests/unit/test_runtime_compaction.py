@@ -11,7 +11,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from agents.history_compaction import COMPACT_ABOVE_CHARS, KEEP_RECENT_MESSAGES, compact_history
+from agents.running.history_compaction import (
+    COMPACT_ABOVE_CHARS,
+    KEEP_RECENT_MESSAGES,
+    compact_history,
+)
 
 
 def turn(i: int, size: int) -> list[ModelMessage]:

@@ -7,7 +7,13 @@ from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
-from agents.models import ModelSpecError, choose_model, model_label, resolve_model, split_base_url
+from agents.running.models import (
+    ModelSpecError,
+    choose_model,
+    model_label,
+    resolve_model,
+    split_base_url,
+)
 
 
 @pytest.fixture(autouse=True)

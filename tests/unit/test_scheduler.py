@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.scheduler import (
+from agents.scheduling.scheduler import (
     BATCH,
     NORMAL,
     URGENT,
@@ -219,7 +219,7 @@ def test_workspaces_share_first_then_their_channels() -> None:
 
 def test_urgent_work_waits_first_in_line_for_a_slot_held_by_batch_runs() -> None:
     """The pass only says it waits for a slot: the first batch run to reach a model-turn
-    boundary gives it one (agents/preemption.py, tests/integration/test_urgent_yield.py)."""
+    boundary gives it one (agents/running/preemption.py, tests/integration/test_urgent_yield.py)."""
     batch = [
         Running(f"b{i}", "T1", "researcher", T0 - timedelta(minutes=10 - i), priority=BATCH)
         for i in range(3)

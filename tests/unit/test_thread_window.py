@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.commander import CommanderWake, commander_prompt
-from agents.plan import Plan, Step
-from agents.runtime import RunJob, step_prompt
-from agents.thread_window import Known, given_steps, thread_window
+from agents.planning.plan import Plan, Step
+from agents.running.commander import CommanderWake, commander_prompt
+from agents.running.runtime import RunJob, step_prompt
+from agents.running.thread_window import Known, given_steps, thread_window
 from storage.records import MessageRecord
 
 REQUEST = "compare our pricing with the top three competitors and draft a note"

@@ -7,7 +7,7 @@ import json
 import pytest
 from slack_sdk.models.blocks import Block
 
-from agents.plan import FormField, FormSpec, Plan, Question, Step
+from agents.planning.plan import FormField, FormSpec, Plan, Question, Step
 from bot.views.forms import (
     INLINE_ACTION,
     MAX_INLINE_FIELDS,

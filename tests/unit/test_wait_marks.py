@@ -1,4 +1,4 @@
-"""Which plans' cards read why a run waits (`agents/wait_marks.py`): every plan until a
+"""Which plans' cards read why a run waits (`agents/scheduling/wait_marks.py`): every plan until a
 pass has looked, then what the last pass saw waiting – and a mark added while a pass was
 reading is never dropped by that pass."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.wait_marks import WaitMarks
+from agents.scheduling.wait_marks import WaitMarks
 
 
 def test_every_plan_may_wait_until_a_pass_has_looked() -> None:

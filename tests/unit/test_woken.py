@@ -1,4 +1,4 @@
-"""`agents.clock.woken`, the one way a background loop waits: a wake-up, its poll timing
+"""`agents.core.clock.woken`, the one way a background loop waits: a wake-up, its poll timing
 out, and a cancellation that arrives in the same instant as the wake-up – which
 `asyncio.wait_for` swallows on Python 3.11 (CPython gh-86296), so a loop waiting with it
 cannot be stopped (see tests/integration/test_admission_stop.py)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agents.clock import woken
+from agents.core.clock import woken
 
 BOUND = 10.0  # seconds: a bound on a hung loop, never a sleep
 

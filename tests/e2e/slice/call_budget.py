@@ -10,8 +10,8 @@ from dataclasses import replace
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.streamed_function import streamed
+from agents.running import offline
+from agents.running.streamed_function import streamed
 from agents.tools.files import WRITE_FILE
 
 STATUS_CALLS = frozenset({"agents.sessions.setStatus", "assistant.threads.setStatus"})

@@ -13,9 +13,9 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.plan import Plan
-from agents.streamed_function import streamed
+from agents.planning.plan import Plan
+from agents.running import offline
+from agents.running.streamed_function import streamed
 from bot.local import LocalStack, start_local_stack
 from bot.service import Options, SlackService
 from local_slack import Driver, Message

@@ -10,13 +10,13 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
-from agents import offline
-from agents.effects import AskUser, PostDispatch, ShowForm
-from agents.errors import TransientError
-from agents.final_texts import FinishedAnswer
-from agents.offline import first_prompt
-from agents.plan import Plan
-from agents.ports import StepTag
+from agents.core.errors import TransientError
+from agents.planning.effects import AskUser, PostDispatch, ShowForm
+from agents.planning.plan import Plan
+from agents.reconciling.final_texts import FinishedAnswer
+from agents.reconciling.ports import StepTag
+from agents.running import offline
+from agents.running.offline import first_prompt
 from bot.identities import make_client
 from bot.slack_port import SlackPort
 from local_slack import Message

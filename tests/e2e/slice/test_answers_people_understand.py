@@ -15,9 +15,9 @@ from pydantic_ai.exceptions import ModelHTTPError, ModelRequestRejectedError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.offline import first_prompt
-from agents.plan_endings import FINAL_ANSWER_TASK
+from agents.delivering.plan_endings import FINAL_ANSWER_TASK
+from agents.running import offline
+from agents.running.offline import first_prompt
 from local_slack import Message
 from storage.runs import load_run
 from tests.e2e.slice.conftest import Run, scripted
@@ -25,7 +25,9 @@ from tests.e2e.slice.faults import LostAnswer
 from tests.e2e.slice.scripts import Script, answered, call, combine, flaky, plans, steer, text
 
 ANSWER = "[offline model] What the team found for “"
-RETRY_AFTER_JOB = 16  # past agents/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
+RETRY_AFTER_JOB = (
+    16  # past agents/running/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
+)
 NO_SYNTHESIS = [
     {"index": 1, "title": "Find the numbers", "assignee": "researcher",
      "input": "Find the launch numbers."},

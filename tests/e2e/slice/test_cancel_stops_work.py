@@ -14,8 +14,8 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.effects import stopped_key
+from agents.planning.effects import stopped_key
+from agents.running import offline
 from bot.views.plan_card import CANCEL_ACTION
 from storage.db import Database
 from tests.e2e.slice.conftest import REQUEST, Run
@@ -276,8 +276,8 @@ async def test_a_step_cancelled_before_its_handed_dispatch_is_performed_is_not_d
     """Step 1's outcome is reconciled and step 2's dispatch handed to this process's sender
     (no claim); the plan is cancelled before the sender performs it. The dispatch takes no
     plan it remembers from before the cancel: nothing is posted and nothing runs."""
-    from agents.effects import PostDispatch
-    from agents.outbox import Claimed
+    from agents.planning.effects import PostDispatch
+    from agents.reconciling.outbox import Claimed
     from bot.handlers import cancel_plan
 
     async with start(db=empty_db) as run:

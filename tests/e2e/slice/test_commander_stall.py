@@ -13,8 +13,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 
-from agents.commander_turns import RETRY_AFTER
-from agents.plan import MAX_COMMANDER_RETRIES, Plan
+from agents.planning.plan import MAX_COMMANDER_RETRIES, Plan
+from agents.running.commander_turns import RETRY_AFTER
 from bot.views.forms import INLINE_ACTION
 from local_slack import Message
 from storage.tables import OutboxEntry
@@ -109,7 +109,7 @@ async def stops_after_bounded_turns(
     closing = [m for m in run.messages(root) if m.text.startswith("The plan was stopped")]
     assert len(closing) == 1 and GAVE_UP in closing[0].text, run.transcript(root)
     # a turn's row may still be held when the abort's own cancel reached its job as it
-    # settled (agents/executor.py cancel_runs): within one lease it is dropped, unasked
+    # settled (agents/delivering/executor.py cancel_runs): within one lease it is dropped, unasked
     run.clock.advance(run.service.executor.context.options.lease.total_seconds() + 1)
     run.service.wake()
     await run.quiesce()

@@ -69,7 +69,7 @@ async def test_a_produced_file_is_shared_in_two_transactions(start: Callable[...
     Slack's file id, then it is marked shared (it was read, begun and marked in three, the
     mark reading the row back)."""
     callers = await _walk(start)
-    sites = ("agents/file_transfer.py",)
+    sites = ("agents/running/file_transfer.py",)
     report = "\n".join(line for line in callers if any(s in line for s in sites))
     assert _at(callers, "BEGIN", *sites) == 2, report
     assert _at(callers, "SELECT files", *sites) == 1, report
@@ -86,7 +86,10 @@ async def test_the_plan_card_s_first_post_is_one_write_and_no_read(
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "slack_port" in line)
     assert _at(callers, "SELECT plans", "slack_port.py") == 0, report
-    taken, claimed = " plan_card", "show_card < agents/plan_notices.py"  # their call sites
+    taken, claimed = (
+        " plan_card",
+        "show_card < agents/delivering/plan_notices.py",
+    )  # their call sites
     assert _at(callers, "BEGIN", taken) == 0 and _at(callers, "BEGIN", claimed) == 1, report
     assert _at(callers, "UPDATE plans", claimed) == 1, report
 
@@ -136,7 +139,7 @@ async def test_card_refreshes_and_plan_endings_take_the_plan_this_process_commit
 ) -> None:
     """On SQLite every plan write is this process's reconciler's, which remembers what it
     committed: the card's refreshes and the plan's ending take that plan, unread, while no
-    run of the plan may be waiting with a reason (`agents/wait_marks.py`). Each read its
+    run of the plan may be waiting with a reason (`agents/scheduling/wait_marks.py`). Each read its
     plan (and its runs' wait reasons) under the conversation's lock: 8 transactions a plan."""
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "plan_reads" in line)
@@ -155,7 +158,7 @@ async def test_the_commander_turn_that_starts_the_plan_settles_in_its_transactio
     was handed to this process as it was recorded, so no claim looked for it."""
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "jobs.py" in line)
-    assert _at(callers, "BEGIN", "_settle < agents/jobs.py") == 0, report
+    assert _at(callers, "BEGIN", "_settle < agents/running/jobs.py") == 0, report
     assert _at(callers, "UPDATE run_requests", "closed_and_settled") == 1, report  # the start's
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agents.addressing import Addressee, addressed_agent, without_address
+from agents.planning.addressing import Addressee, addressed_agent, without_address
 from storage.db import Database
 from tests.e2e.slice.faults import Gate, gated
 

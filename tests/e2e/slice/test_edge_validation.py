@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from agents.failures import PUBLIC_STORAGE
+from agents.core.failures import PUBLIC_STORAGE
 from bot.views.admin import AGENT_CALLBACK
 from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
 from bot.views.plan_card import CANCEL_ACTION

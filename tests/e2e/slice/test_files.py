@@ -26,9 +26,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.files import FilePolicy
-from agents.offline import first_prompt
+from agents.running import offline
+from agents.running.offline import first_prompt
+from agents.tools.file_policy import FilePolicy
 from bot.views.forms import OPEN_ACTION, SUBMIT_ACTION
 from local_slack import Message
 from storage.files import conversation_files

@@ -21,7 +21,7 @@ from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_form_answer_kept import on  # noqa: F401 (the fixture)
 
 RESULT = "flotilla_result"
-RETRY_AFTER_JOB = 16  # past agents/jobs.py RETRY_AFTER (a job handed over after Slack 5xx)
+RETRY_AFTER_JOB = 16  # past agents/running/jobs.py RETRY_AFTER (a job handed over after Slack 5xx)
 REQUEST = "research our launch numbers and write a note"
 
 

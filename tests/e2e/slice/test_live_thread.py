@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from agents.errors import TransientError
-from agents.final_texts import FinishedAnswer
-from agents.plan import Plan
-from agents.ports import StepTag
+from agents.core.errors import TransientError
+from agents.planning.plan import Plan
+from agents.reconciling.final_texts import FinishedAnswer
+from agents.reconciling.ports import StepTag
 from bot.channel_pacing import ChannelBucket
 from local_slack import Message
 from storage.records import ConversationRecord, MessageRecord
@@ -23,7 +23,9 @@ from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import FaultyPort
 
 RESULT = "flotilla_result"
-RETRY_AFTER_JOB = 16  # past agents/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
+RETRY_AFTER_JOB = (
+    16  # past agents/running/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
+)
 
 
 def calls(run: Run) -> Counter[str]:

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from agents import offline
-from agents.effects import finished_key, question_key, result_key, step_key
+from agents.planning.effects import finished_key, question_key, result_key, step_key
+from agents.running import offline
 from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
 from bot.views.forms import INLINE_ACTION
 from storage.db import Database

@@ -9,8 +9,8 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.offline import first_prompt
+from agents.running import offline
+from agents.running.offline import first_prompt
 from storage.agents import list_agents, remove_agent
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.scripts import tools_of

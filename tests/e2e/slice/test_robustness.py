@@ -138,7 +138,7 @@ async def test_metrics_count_what_happened(start: Callable[..., Any]) -> None:
 
 async def test_redelivery_check_reads_past_the_first_page(start: Callable[..., Any]) -> None:
     """`thread_has_key` (asked on redelivery) follows conversations.replies' cursor."""
-    from agents.effects import PostDispatch
+    from agents.planning.effects import PostDispatch
     from bot.listeners.payloads import DISPATCH_EVENT, step_metadata
 
     async with start() as run:

@@ -16,10 +16,11 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline, telemetry
-from agents.admission_policy import SchedulerOptions
-from agents.offline import first_prompt
-from agents.scheduler import URGENT as URGENT_PRIORITY
+from agents.core import telemetry
+from agents.running import offline
+from agents.running.offline import first_prompt
+from agents.scheduling.admission_policy import SchedulerOptions
+from agents.scheduling.scheduler import URGENT as URGENT_PRIORITY
 from local_slack import Message
 from storage.audit import audit_trail
 from storage.run_requests import queued_requests

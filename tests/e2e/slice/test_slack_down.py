@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agents.errors import TransientError
-from agents.job_failures import MAX_TRANSIENT_TRIES, RETRY_AFTER
-from agents.ports import StepTag
+from agents.core.errors import TransientError
+from agents.reconciling.ports import StepTag
+from agents.running.job_failures import MAX_TRANSIENT_TRIES, RETRY_AFTER
 from storage.records import ConversationRecord
 from tests.e2e.slice.faults import FaultyPort, Gate, gated, outbox_row
 

@@ -13,10 +13,10 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
-from agents.failures import PUBLIC_STORAGE
-from agents.offline import first_prompt
-from agents.streamed_function import streamed
+from agents.core.failures import PUBLIC_STORAGE
+from agents.running import offline
+from agents.running.offline import first_prompt
+from agents.running.streamed_function import streamed
 from storage.db import Database
 from tests.e2e.slice.scripts import tools_of
 from tests.e2e.slice.test_inbox import mentions

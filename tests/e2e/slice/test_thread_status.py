@@ -12,7 +12,7 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import offline
+from agents.running import offline
 from bot.views.forms import SUBMIT_ACTION
 from local_slack import Message
 from local_slack.web_agent_sessions import session_of

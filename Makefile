@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy bot agents storage local_slack tests bench
+	$(BIN)/mypy flotilla tests bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q

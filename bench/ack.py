@@ -43,13 +43,13 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 
-from agents.reconciling.inbox import finish_inbound, store_inbound
-from bot import handlers
-from bot.app import build_app
-from bot.http import web_app
-from bot.listeners.inbox import inbox_key
-from bot.local import LocalStack, start_local_stack
-from bot.views.plan_card import CANCEL_ACTION
+from flotilla.agents.reconciling.inbox import finish_inbound, store_inbound
+from flotilla.bot import handlers
+from flotilla.bot.app import build_app
+from flotilla.bot.http import web_app
+from flotilla.bot.listeners.inbox import inbox_key
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.views.plan_card import CANCEL_ACTION
 
 PRE_ACK = {"record_before_ack", "store_before_ack"}
 

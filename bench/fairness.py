@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.scheduling.scheduler import Limits, Running, RunRequest, admit  # noqa: E402
+from flotilla.agents.scheduling.scheduler import Limits, Running, RunRequest, admit  # noqa: E402
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 SMALL = "BCDE"

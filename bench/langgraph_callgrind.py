@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.planning.plan import Step  # noqa: E402
 from bench import callgrind  # noqa: E402
 from bench.langgraph_compare import Sync, flotilla_per_step, langgraph_per_step  # noqa: E402
 from bench.reconcile import chain, diamond  # noqa: E402
+from flotilla.agents.planning.plan import Step  # noqa: E402
 
 SYSTEMS = ("Flotilla", "LangGraph")
 MODES: tuple[Sync, ...] = ("NORMAL", "FULL")

@@ -41,9 +41,6 @@ from sqlalchemy import event
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.planning.plan import Step  # noqa: E402
-from agents.reconciling.outbox import OutboxSender  # noqa: E402
-from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from bench.reconcile import (  # noqa: E402
     NOW,
     RecordingPort,
@@ -53,9 +50,12 @@ from bench.reconcile import (  # noqa: E402
     dispatched,
     report_in_flight,
 )
-from storage.db import Database  # noqa: E402
-from storage.locks import sqlite_engine  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
+from flotilla.agents.planning.plan import Step  # noqa: E402
+from flotilla.agents.reconciling.outbox import OutboxSender  # noqa: E402
+from flotilla.agents.reconciling.reconciler import Reconciler  # noqa: E402
+from flotilla.storage.db import Database  # noqa: E402
+from flotilla.storage.locks import sqlite_engine  # noqa: E402
+from flotilla.storage.migrate import upgrade  # noqa: E402
 
 try:
     from langgraph.checkpoint.sqlite import SqliteSaver

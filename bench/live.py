@@ -39,13 +39,13 @@ sys.path.insert(0, str(ROOT))
 from pydantic_ai.messages import ModelMessage, ModelResponse  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
-from agents.running import offline  # noqa: E402
-from agents.running.streamed_function import streamed  # noqa: E402
-from bot.local import LocalStack, start_local_stack  # noqa: E402
-from bot.service import Options  # noqa: E402
-from bot.views.forms import SUBMIT_ACTION  # noqa: E402
-from local_slack import Driver, Message  # noqa: E402
-from local_slack.api import METHODS  # noqa: E402
+from flotilla.agents.running import offline  # noqa: E402
+from flotilla.agents.running.streamed_function import streamed  # noqa: E402
+from flotilla.bot.local import LocalStack, start_local_stack  # noqa: E402
+from flotilla.bot.service import Options  # noqa: E402
+from flotilla.bot.views.forms import SUBMIT_ACTION  # noqa: E402
+from flotilla.local_slack import Driver, Message  # noqa: E402
+from flotilla.local_slack.api import METHODS  # noqa: E402
 from tests.e2e.slice.call_budget import walkthrough_model  # noqa: E402
 from tests.e2e.slice.scripts import plans  # noqa: E402
 

@@ -27,13 +27,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.core.lru import LRUCache  # noqa: E402
-from agents.planning.plan import FormField, FormSpec, Step  # noqa: E402
-from agents.reconciling.reconciler import Reconciler  # noqa: E402
-from agents.running.run_context import Context, ExecutorOptions  # noqa: E402
-from storage.conversations import open_conversation  # noqa: E402
-from storage.db import Database  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
+from flotilla.agents.core.lru import LRUCache  # noqa: E402
+from flotilla.agents.planning.plan import FormField, FormSpec, Step  # noqa: E402
+from flotilla.agents.reconciling.reconciler import Reconciler  # noqa: E402
+from flotilla.agents.running.run_context import Context, ExecutorOptions  # noqa: E402
+from flotilla.storage.conversations import open_conversation  # noqa: E402
+from flotilla.storage.db import Database  # noqa: E402
+from flotilla.storage.migrate import upgrade  # noqa: E402
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FORM = FormSpec(fields=[FormField(name="tier", label="Which tier?")])

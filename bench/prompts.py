@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storage.db import Database  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
+from flotilla.storage.db import Database  # noqa: E402
+from flotilla.storage.migrate import upgrade  # noqa: E402
 from tests.integration.prompt_chain import Chain, run_chain  # noqa: E402
 
 

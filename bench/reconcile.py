@@ -28,18 +28,18 @@ from sqlalchemy import event, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.planning.decisions import Decision  # noqa: E402
-from agents.planning.effects import Effect, PostDispatch, RunCommanderStep  # noqa: E402
-from agents.planning.plan import Plan, Step, StepSucceeded  # noqa: E402
-from agents.reconciling.outbox import Claimed, OutboxSender  # noqa: E402
-from agents.reconciling.reconciler import Reconciler  # noqa: E402
-from storage.conversations import conversations_t, open_conversation  # noqa: E402
-from storage.db import Database  # noqa: E402
-from storage.locks import sqlite_engine  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
-from storage.plan_steps import steps_t  # noqa: E402
-from storage.plans import plans_t  # noqa: E402
-from storage.workspaces import ensure_workspace  # noqa: E402
+from flotilla.agents.planning.decisions import Decision  # noqa: E402
+from flotilla.agents.planning.effects import Effect, PostDispatch, RunCommanderStep  # noqa: E402
+from flotilla.agents.planning.plan import Plan, Step, StepSucceeded  # noqa: E402
+from flotilla.agents.reconciling.outbox import Claimed, OutboxSender  # noqa: E402
+from flotilla.agents.reconciling.reconciler import Reconciler  # noqa: E402
+from flotilla.storage.conversations import conversations_t, open_conversation  # noqa: E402
+from flotilla.storage.db import Database  # noqa: E402
+from flotilla.storage.locks import sqlite_engine  # noqa: E402
+from flotilla.storage.migrate import upgrade  # noqa: E402
+from flotilla.storage.plan_steps import steps_t  # noqa: E402
+from flotilla.storage.plans import plans_t  # noqa: E402
+from flotilla.storage.workspaces import ensure_workspace  # noqa: E402
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -48,12 +48,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.planning.plan import Plan, StepSucceeded  # noqa: E402
-from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from bench.reconcile import NOW, chain, conversation  # noqa: E402
-from storage.db import Database  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
-from storage.outbox import outbox_t  # noqa: E402
+from flotilla.agents.planning.plan import Plan, StepSucceeded  # noqa: E402
+from flotilla.agents.reconciling.reconciler import Reconciler  # noqa: E402
+from flotilla.storage.db import Database  # noqa: E402
+from flotilla.storage.migrate import upgrade  # noqa: E402
+from flotilla.storage.outbox import outbox_t  # noqa: E402
 
 DEFAULT_URL = os.environ.get(
     "FLOTILLA_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

@@ -35,10 +35,10 @@ from pathlib import Path
 from sqlalchemy import make_url, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bot.manifest import commander_manifest
-from local_slack import Driver, InstalledApp, LocalWorkspace
-from storage.agents import update_agent
-from storage.db import Database
+from flotilla.bot.manifest import commander_manifest
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.storage.agents import update_agent
+from flotilla.storage.db import Database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's test helpers
 from bench.chaos.stack import lease_owners  # noqa: E402
@@ -94,7 +94,7 @@ class Bench:
         return process
 
     async def team(self) -> str:
-        from storage.tables import Workspace
+        from flotilla.storage.tables import Workspace
 
         async with self.db.read() as conn:
             return str(await conn.scalar(select(Workspace.__table__.c.team_id)))

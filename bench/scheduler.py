@@ -55,9 +55,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.scheduling.scheduler import BATCH, URGENT, admit  # noqa: E402
 from bench import scheduler_idle  # noqa: E402
 from bench.scheduler_harness import Harness, fifo, fresh  # noqa: E402
+from flotilla.agents.scheduling.scheduler import BATCH, URGENT, admit  # noqa: E402
 
 TENANTS = "ABCDE"
 

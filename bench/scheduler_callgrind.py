@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.reconciling.reconciler import Reconciler  # noqa: E402
 from bench import callgrind  # noqa: E402
 from bench.reconcile import NOW, chain, conversation, report_in_flight  # noqa: E402
 from bench.scheduler_idle import OPTIONS, per_run_cost  # noqa: E402
-from storage.db import Database  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
+from flotilla.agents.reconciling.reconciler import Reconciler  # noqa: E402
+from flotilla.storage.db import Database  # noqa: E402
+from flotilla.storage.migrate import upgrade  # noqa: E402
 
 WORKLOADS = ("unscheduled", "scheduled", "reconcile")
 # no admission poll while a run goes on: passes would follow valgrind's slow wall clock

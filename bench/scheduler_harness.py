@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import event
 
-from agents.scheduling.admission import AdmissionLoop
-from agents.scheduling.admission_policy import SchedulerOptions
-from agents.scheduling.scheduler import (
+from flotilla.agents.scheduling.admission import AdmissionLoop
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.agents.scheduling.scheduler import (
     PREEMPTIBLE_FROM,
     URGENT,
     Admission,
@@ -28,11 +28,16 @@ from agents.scheduling.scheduler import (
     Wait,
     admit,
 )
-from storage.db import Database
-from storage.migrate import upgrade
-from storage.records import RunRequestRecord
-from storage.run_request_leases import finish_request, give_way, renew_request, urgent_waits
-from storage.run_requests import get_request
+from flotilla.storage.db import Database
+from flotilla.storage.migrate import upgrade
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_request_leases import (
+    finish_request,
+    give_way,
+    renew_request,
+    urgent_waits,
+)
+from flotilla.storage.run_requests import get_request
 
 LEASE = timedelta(seconds=30)
 

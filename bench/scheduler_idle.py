@@ -23,17 +23,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from agents.planning.effects import PostDispatch
-from agents.running.jobs import JobRunner
-from agents.running.run_context import Context, ExecutorOptions
-from agents.running.slot_requests import slot_request
-from agents.scheduling.admission import AdmissionLoop
 from bench.reconcile import RoundTrips, chain, run_plan
 from bench.scheduler_harness import Counted
-from storage.conversations import open_conversation
-from storage.db import Database
-from storage.migrate import upgrade
-from storage.records import ConversationRecord, RunRequestRecord
+from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.running.jobs import JobRunner
+from flotilla.agents.running.run_context import Context, ExecutorOptions
+from flotilla.agents.running.slot_requests import slot_request
+from flotilla.agents.scheduling.admission import AdmissionLoop
+from flotilla.storage.conversations import open_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.migrate import upgrade
+from flotilla.storage.records import ConversationRecord, RunRequestRecord
 
 OPTIONS = ExecutorOptions(heartbeat=timedelta(hours=1))  # zero-latency runs: no beat
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/
 
-from bot.local import start_local_stack  # noqa: E402
-from local_slack import Driver  # noqa: E402
+from flotilla.bot.local import start_local_stack  # noqa: E402
+from flotilla.local_slack import Driver  # noqa: E402
 from tests.db_counts import DbCounts, counting  # noqa: E402
 from tests.e2e.slice.diamond import STEPS, at_rest, walk_diamond  # noqa: E402
 

@@ -30,8 +30,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.manifest import commander_manifest  # noqa: E402
-from local_slack import LocalWorkspace  # noqa: E402
+from flotilla.bot.manifest import commander_manifest  # noqa: E402
+from flotilla.local_slack import LocalWorkspace  # noqa: E402
 from tests.e2e.flotilla_process import free_port  # noqa: E402
 
 
@@ -60,7 +60,7 @@ async def flotilla_run(env: dict[str, str], folder: Path) -> tuple[float, float]
     env = {**env, "FLOTILLA_HTTP_PORT": str(port)}
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "run", cwd=folder, env=env,
+        sys.executable, "-m", "flotilla.bot.cli", "run", cwd=folder, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -15,22 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 
-from agents.planning.plan import CancelPlan
-from bot.admin_reports import agents
-from bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
-from bot.identities import make_client
-from bot.secrets import SecretsError
-from storage import agents as agent_store
-from storage import plans as plan_store
-from storage.agents import create_agent, update_agent
-from storage.audit import audit
-from storage.plans import conversations_waiting_on_agent
-from storage.records import AgentRecord
-from storage.sql import DuplicateError
-from storage.workspaces import set_workspace_default_model, workspace_default_model
+from flotilla.agents.planning.plan import CancelPlan
+from flotilla.bot.admin_reports import agents
+from flotilla.bot.agent_form import AgentDraft, Mode, agent_fields, draft_problems
+from flotilla.bot.identities import make_client
+from flotilla.bot.secrets import SecretsError
+from flotilla.storage import agents as agent_store
+from flotilla.storage import plans as plan_store
+from flotilla.storage.agents import create_agent, update_agent
+from flotilla.storage.audit import audit
+from flotilla.storage.plans import conversations_waiting_on_agent
+from flotilla.storage.records import AgentRecord
+from flotilla.storage.sql import DuplicateError
+from flotilla.storage.workspaces import set_workspace_default_model, workspace_default_model
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ async def workspace_model(service: SlackService) -> str:
 
 async def set_workspace_model(service: SlackService, user: str, spec: str) -> str:
     """Set (or with `default`/`reset` clear) the workspace's default model (audited)."""
-    from agents.running.models import ModelSpecError, resolve_model
+    from flotilla.agents.running.models import ModelSpecError, resolve_model
 
     chosen: str | None = None if spec.lower() in MODEL_RESETS else spec
     if chosen is not None:

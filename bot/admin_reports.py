@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 
 from slack_sdk.errors import SlackApiError
 
-from bot import admin_scheduler
-from storage import audit as audit_log
-from storage import plans as plan_store
-from storage.agents import list_agents
-from storage.feedback import feedback_since
-from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
-from storage.usage import usage_since
+from flotilla.bot import admin_scheduler
+from flotilla.storage import audit as audit_log
+from flotilla.storage import plans as plan_store
+from flotilla.storage.agents import list_agents
+from flotilla.storage.feedback import feedback_since
+from flotilla.storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
+from flotilla.storage.usage import usage_since
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 log = logging.getLogger(__name__)
 

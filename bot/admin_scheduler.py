@@ -10,21 +10,21 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.scheduling.admission_policy import (
+from flotilla.agents.scheduling.admission_policy import (
     BUDGET_KEYS,
     MARKS,
     SchedulerOptions,
     budgets_now,
     with_overrides,
 )
-from agents.scheduling.scheduler import NORMAL
-from storage.audit import audit
-from storage.records import RunRequestRecord
-from storage.run_requests import queued_requests, reprioritize
-from storage.workspaces import set_workspace_settings, workspace_settings
+from flotilla.agents.scheduling.scheduler import NORMAL
+from flotilla.storage.audit import audit
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_requests import queued_requests, reprioritize
+from flotilla.storage.workspaces import set_workspace_settings, workspace_settings
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 QUOTA_HELP = (
     "Say what to change: `/flotilla quota capacity 8` · `quota agent researcher 2` · "

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agents.planning.plan import COMMANDER, USER
-from agents.running.models import NO_KEYS, ModelSpecError, ProviderKeys, resolve_model
-from agents.tools.registry import HTTP_FETCH_PREFIX
+from flotilla.agents.planning.plan import COMMANDER, USER
+from flotilla.agents.running.models import NO_KEYS, ModelSpecError, ProviderKeys, resolve_model
+from flotilla.agents.tools.registry import HTTP_FETCH_PREFIX
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{1,39}$")
 RESERVED_NAMES = frozenset({USER, COMMANDER, "flotilla", "here", "channel", "everyone"})

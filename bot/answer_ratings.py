@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agents.planning.commander_operations import upstream_of
-from agents.planning.plan import Plan
-from agents.planning.plan_store import plan_from_rows
-from agents.reconciling.ports import StepTag
-from bot.identities import Identity
-from bot.views.feedback import rating_blocks
-from storage.db import Database
-from storage.plans import load_plan
+from flotilla.agents.planning.commander_operations import upstream_of
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.bot.identities import Identity
+from flotilla.bot.views.feedback import rating_blocks
+from flotilla.storage.db import Database
+from flotilla.storage.plans import load_plan
 
 
 class AgentDirectory(Protocol):

@@ -24,17 +24,17 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from agents.core.failures import is_storage_error
-from agents.planning.plan import COMMANDER
-from agents.reconciling.final_texts import FinalText, FinishedAnswer
-from agents.reconciling.ports import StepTag
-from bot.identities import Identity
-from bot.listeners.payloads import NOTICE_EVENT, RESULT_EVENT, step_metadata
-from bot.posting_port import PostingPort
-from bot.slack_features import STREAMING
-from bot.views.feedback import feedback_block
-from storage.conversations import update_message
-from storage.records import ConversationRecord
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.planning.plan import COMMANDER
+from flotilla.agents.reconciling.final_texts import FinalText, FinishedAnswer
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.bot.identities import Identity
+from flotilla.bot.listeners.payloads import NOTICE_EVENT, RESULT_EVENT, step_metadata
+from flotilla.bot.posting_port import PostingPort
+from flotilla.bot.slack_features import STREAMING
+from flotilla.bot.views.feedback import feedback_block
+from flotilla.storage.conversations import update_message
+from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 

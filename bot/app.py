@@ -12,17 +12,17 @@ from __future__ import annotations
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 
-from bot.http import measure_requests
-from bot.identities import make_client
-from bot.listeners.admin import register_admin
-from bot.listeners.feedback import register_feedback
-from bot.listeners.forms import register_forms
-from bot.listeners.guard import register_fallbacks
-from bot.listeners.inbox import register_inbox, replay
-from bot.listeners.messages import register_messages
-from bot.listeners.plan_card import register_plan_card
-from bot.metrics import meter
-from bot.service import SlackService
+from flotilla.bot.http import measure_requests
+from flotilla.bot.identities import make_client
+from flotilla.bot.listeners.admin import register_admin
+from flotilla.bot.listeners.feedback import register_feedback
+from flotilla.bot.listeners.forms import register_forms
+from flotilla.bot.listeners.guard import register_fallbacks
+from flotilla.bot.listeners.inbox import register_inbox, replay
+from flotilla.bot.listeners.messages import register_messages
+from flotilla.bot.listeners.plan_card import register_plan_card
+from flotilla.bot.metrics import meter
+from flotilla.bot.service import SlackService
 
 
 def build_app(service: SlackService, *, signing_secret: str | None) -> AsyncApp:

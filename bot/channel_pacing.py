@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from agents.core.lru import LRUCache
+from flotilla.agents.core.lru import LRUCache
 
 CHANNELS_KEPT = 10_000  # channels whose bucket is remembered (a dropped one starts full)
 

@@ -16,10 +16,10 @@ from typing import Literal
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.manifest import commander_manifest
-from bot.settings import DatabaseUnavailable, Settings
-from storage import migrate
-from storage.db import Database
+from flotilla.bot.manifest import commander_manifest
+from flotilla.bot.settings import DatabaseUnavailable, Settings
+from flotilla.storage import migrate
+from flotilla.storage.db import Database
 
 log = logging.getLogger(__name__)
 Level = Literal["ok", "warning", "error"]
@@ -118,7 +118,7 @@ async def check_slack(settings: Settings, client: AsyncWebClient | None = None) 
             ),
             *check_mode(settings),
         ]
-    from bot.identities import make_client
+    from flotilla.bot.identities import make_client
 
     client = client or make_client(
         settings.slack_bot_token.get_secret_value(), settings.slack_api_url
@@ -204,7 +204,7 @@ async def _app_token(settings: Settings) -> list[Finding]:
     token = settings.slack_app_token
     if token is None or not token.get_secret_value().startswith("xapp-"):
         return []
-    from bot.identities import make_client
+    from flotilla.bot.identities import make_client
 
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
@@ -231,8 +231,8 @@ async def _app_token(settings: Settings) -> list[Finding]:
 
 async def check_model(settings: Settings, model: str | None = None) -> list[Finding]:
     """One minimal real request to the configured model (`offline` needs no network)."""
-    from agents.core.failures import classify_error
-    from agents.running.models import ModelSpecError, model_label, resolve_model
+    from flotilla.agents.core.failures import classify_error
+    from flotilla.agents.running.models import ModelSpecError, model_label, resolve_model
 
     spec = model or settings.model
     try:
@@ -287,7 +287,7 @@ async def check_locally(settings: Settings) -> list[Finding]:
 
     from pydantic import SecretStr
 
-    from local_slack import LocalWorkspace
+    from flotilla.local_slack import LocalWorkspace
 
     workspace = LocalWorkspace()
     await workspace.start("127.0.0.1", 0)

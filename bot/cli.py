@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from bot.settings import ConfigurationError, Settings, load_settings
+from flotilla.bot.settings import ConfigurationError, Settings, load_settings
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1  # a bug: the sentence asks for --debug
@@ -52,7 +52,7 @@ class _VersionAction(argparse.Action):
 
 
 def _settings(*, console: bool = False) -> Settings:
-    from bot.logs import setup_logging
+    from flotilla.bot.logs import setup_logging
 
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format, console=console)
@@ -68,7 +68,7 @@ def _settings(*, console: bool = False) -> Settings:
 
 def _run_command(args: argparse.Namespace) -> int:
     settings = _settings()
-    from bot.serve import run
+    from flotilla.bot.serve import run
 
     asyncio.run(run(settings))
     return EXIT_OK
@@ -76,14 +76,14 @@ def _run_command(args: argparse.Namespace) -> int:
 
 def _check_command(args: argparse.Namespace) -> int:
     settings = _settings()
-    from bot.check import render
+    from flotilla.bot.check import render
 
     if args.local:
-        from bot.check import check_locally
+        from flotilla.bot.check import check_locally
 
         findings = asyncio.run(check_locally(settings))
     else:
-        from bot.check import run_checks
+        from flotilla.bot.check import run_checks
 
         findings = asyncio.run(run_checks(settings))
     print(render(findings))
@@ -92,8 +92,8 @@ def _check_command(args: argparse.Namespace) -> int:
 
 def _dev_command(args: argparse.Namespace) -> int:
     settings = _settings(console=True)
-    from bot.serve import options_from
-    from bot.trial import dev
+    from flotilla.bot.serve import options_from
+    from flotilla.bot.trial import dev
 
     asyncio.run(dev(dev_database_url(settings), options_from(settings)))
     return EXIT_OK
@@ -109,8 +109,8 @@ def _demo_command(args: argparse.Namespace) -> int:
     settings = _settings(console=True)
     import tempfile
 
-    from bot.serve import options_from
-    from bot.trial import demo
+    from flotilla.bot.serve import options_from
+    from flotilla.bot.trial import demo
 
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite+aiosqlite:///{folder}/demo.db"
@@ -119,10 +119,10 @@ def _demo_command(args: argparse.Namespace) -> int:
 
 
 def _manifest_command(args: argparse.Namespace) -> int:
-    from bot.manifest import agent_manifest, commander_manifest, http_manifest, to_yaml
+    from flotilla.bot.manifest import agent_manifest, commander_manifest, http_manifest, to_yaml
 
     if args.agent:
-        from bot.agent_form import name_problem
+        from flotilla.bot.agent_form import name_problem
 
         problem = name_problem(args.agent)
         if problem:
@@ -140,7 +140,7 @@ def _manifest_command(args: argparse.Namespace) -> int:
 
 
 def _secrets_command(args: argparse.Namespace) -> int:
-    from bot.secrets import TokenCipher
+    from flotilla.bot.secrets import TokenCipher
 
     print(TokenCipher.new_key())
     return EXIT_OK
@@ -169,8 +169,8 @@ async def _db(settings: Settings, action: str, target: str) -> int:
     from alembic.script.revision import RevisionError
     from alembic.util import CommandError
 
-    from bot.check import open_database
-    from storage import migrate
+    from flotilla.bot.check import open_database
+    from flotilla.storage import migrate
 
     db = await open_database(settings)
     try:

@@ -12,11 +12,11 @@ from pydantic import AliasChoices, BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
 if TYPE_CHECKING:
-    from agents.tools.file_policy import FilePolicy
+    from flotilla.agents.tools.file_policy import FilePolicy
 
 
 def _default_file_types() -> tuple[str, ...]:
-    from agents.tools.file_policy import DEFAULT_TYPES
+    from flotilla.agents.tools.file_policy import DEFAULT_TYPES
 
     return DEFAULT_TYPES
 
@@ -81,8 +81,8 @@ class FileSettings(BaseModel):
 
     def file_policy(self) -> FilePolicy:
         """What attachments are taken and how file bytes are kept (for the service)."""
-        from agents.tools.file_policy import FilePolicy
-        from storage.files import ByteStore
+        from flotilla.agents.tools.file_policy import FilePolicy
+        from flotilla.storage.files import ByteStore
 
         store = ByteStore(
             where=self.file_storage,

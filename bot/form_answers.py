@@ -24,20 +24,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agents.delivering import form_answers
-from agents.delivering.form_answers import StoredAnswer
-from agents.planning.effects import FormAnswer, form_answer_key
-from agents.planning.plan import USER, FormSpec, Plan, Step
-from agents.reconciling.inbox import InboxFinish, Incoming, record_attachments
-from agents.running.step_runs import ids
-from bot.handlers import received_file, refused_note
-from bot.listeners.payloads import SlackFile
-from bot.views.forms import FormKey, answered_form
+from flotilla.agents.delivering import form_answers
+from flotilla.agents.delivering.form_answers import StoredAnswer
+from flotilla.agents.planning.effects import FormAnswer, form_answer_key
+from flotilla.agents.planning.plan import USER, FormSpec, Plan, Step
+from flotilla.agents.reconciling.inbox import InboxFinish, Incoming, record_attachments
+from flotilla.agents.running.step_runs import ids
+from flotilla.bot.handlers import received_file, refused_note
+from flotilla.bot.listeners.payloads import SlackFile
+from flotilla.bot.views.forms import FormKey, answered_form
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
-    from storage.files import ReceivedFile
-    from storage.records import ConversationRecord
+    from flotilla.bot.service import SlackService
+    from flotilla.storage.files import ReceivedFile
+    from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 

@@ -12,17 +12,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agents.core.errors import OperationRejected
-from agents.planning.plan import COMMANDER, CancelPlan
-from agents.reconciling.inbox import (
+from flotilla.agents.core.errors import OperationRejected
+from flotilla.agents.planning.plan import COMMANDER, CancelPlan
+from flotilla.agents.reconciling.inbox import (
     Incoming,
     record_reply,
     record_request,
     stored_result,
 )
-from agents.running import plan_reads, step_runs
-from agents.tools.file_policy import FilePolicy, refusal, refusal_note
-from bot.listeners.payloads import (
+from flotilla.agents.running import plan_reads, step_runs
+from flotilla.agents.tools.file_policy import FilePolicy, refusal, refusal_note
+from flotilla.bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,
     RESULT_EVENT,
@@ -34,14 +34,14 @@ from bot.listeners.payloads import (
     parse_message,
     strip_mention,
 )
-from bot.views.feedback import parse_click
-from storage.audit import audit
-from storage.feedback import record_feedback as store_feedback
-from storage.files import ReceivedFile
+from flotilla.bot.views.feedback import parse_click
+from flotilla.storage.audit import audit
+from flotilla.storage.feedback import record_feedback as store_feedback
+from flotilla.storage.files import ReceivedFile
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
-    from storage.records import ConversationRecord
+    from flotilla.bot.service import SlackService
+    from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 

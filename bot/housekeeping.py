@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from bot.metrics import Metrics
-from storage.db import Database
+from flotilla.bot.metrics import Metrics
+from flotilla.storage.db import Database
 
 log = logging.getLogger(__name__)
 MAX_INTERVAL_S = 3600.0
@@ -29,8 +29,8 @@ async def prune_processed_events(
 ) -> int:
     """Delete processed-event ids, and processed inbox rows, older than `retention`;
     returns how many went."""
-    from storage.events import forget_processed_events_before
-    from storage.inbox import forget_processed_inbox_before
+    from flotilla.storage.events import forget_processed_events_before
+    from flotilla.storage.inbox import forget_processed_inbox_before
 
     cutoff = (now or utcnow()) - retention
     async with db.write() as conn:
@@ -40,7 +40,7 @@ async def prune_processed_events(
 
 async def forget_expired_files(db: Database, *, now: datetime | None = None) -> int:
     """Delete the bytes of files past their retention; returns how many files lost them."""
-    from storage.files import forget_expired_bytes
+    from flotilla.storage.files import forget_expired_bytes
 
     async with db.write() as conn:
         return await forget_expired_bytes(conn, now or utcnow())

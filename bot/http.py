@@ -25,7 +25,7 @@ from aiohttp import web
 if TYPE_CHECKING:  # both are heavy to import: the surface is served before they are loaded
     from slack_bolt.async_app import AsyncApp
 
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 5.0
@@ -90,7 +90,7 @@ def http_surface(serving: Serving, *, events: bool = True) -> web.Application:
     async def slack_events(request: web.Request) -> web.Response:
         if serving.app is None:
             return web.json_response({"error": "starting"}, status=503)  # Slack retries
-        from bot.edge import dispatch  # refuses what is not Slack's (401/400), then Bolt
+        from flotilla.bot.edge import dispatch  # refuses what is not Slack's (401/400), then Bolt
 
         return await dispatch(serving.app, request)
 

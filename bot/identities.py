@@ -20,10 +20,10 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agents.core.lru import LRUCache
-from bot.channel_pacing import ChannelPacer
-from bot.secrets import TokenCipher
-from storage.records import AgentRecord
+from flotilla.agents.core.lru import LRUCache
+from flotilla.bot.channel_pacing import ChannelPacer
+from flotilla.bot.secrets import TokenCipher
+from flotilla.storage.records import AgentRecord
 
 COMMANDER_NAME = "Flotilla"
 CLIENT_CACHE_SIZE = 256  # Web API clients kept, one per agent app token

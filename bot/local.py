@@ -14,19 +14,19 @@ from dataclasses import dataclass, field, replace
 from aiohttp import web
 from pydantic_ai.models import Model
 
-from agents.core.clock import Clock, utcnow
-from bot.app import build_app
-from bot.http import web_app
-from bot.identities import make_client
-from bot.manifest import commander_manifest
-from bot.secrets import TokenCipher
-from bot.service import Options, SlackService
-from local_slack import InstalledApp, LocalWorkspace, Person
-from local_slack.events import SLACK_RETRY_DELAYS
-from local_slack.records import Channel
-from storage import migrate
-from storage.agents import update_agent
-from storage.db import Database
+from flotilla.agents.core.clock import Clock, utcnow
+from flotilla.bot.app import build_app
+from flotilla.bot.http import web_app
+from flotilla.bot.identities import make_client
+from flotilla.bot.manifest import commander_manifest
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.service import Options, SlackService
+from flotilla.local_slack import InstalledApp, LocalWorkspace, Person
+from flotilla.local_slack.events import SLACK_RETRY_DELAYS
+from flotilla.local_slack.records import Channel
+from flotilla.storage import migrate
+from flotilla.storage.agents import update_agent
+from flotilla.storage.db import Database
 
 COMMANDER_APP = "Flotilla"
 

@@ -12,7 +12,7 @@ import yaml
 
 # inside the package, so that an installed wheel has it; the repository's top-level
 # manifest.yml is a link to this file
-MANIFEST_PATH = Path(str(files("bot").joinpath("manifest.yml")))
+MANIFEST_PATH = Path(str(files("flotilla.bot").joinpath("manifest.yml")))
 
 
 def commander_manifest(path: Path = MANIFEST_PATH) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from sqlalchemy import Table, func, select
 
-from agents.core import telemetry
-from storage.db import Database
-from storage.tables import OutboxEntry
+from flotilla.agents.core import telemetry
+from flotilla.storage.db import Database
+from flotilla.storage.tables import OutboxEntry
 
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 FAST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)

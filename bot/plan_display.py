@@ -18,14 +18,14 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from agents.core.lru import LRUCache
-from agents.planning.plan import TERMINAL_PLAN, Plan
-from bot.listeners.payloads import NOTICE_EVENT
-from bot.posting_port import PostingPort
-from bot.slack_features import TASK_DISPLAY
-from bot.views.plan_tasks import plan_chunks, signature
-from storage.conversations import thread_messages, update_message
-from storage.records import ConversationRecord
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.plan import TERMINAL_PLAN, Plan
+from flotilla.bot.listeners.payloads import NOTICE_EVENT
+from flotilla.bot.posting_port import PostingPort
+from flotilla.bot.slack_features import TASK_DISPLAY
+from flotilla.bot.views.plan_tasks import plan_chunks, signature
+from flotilla.storage.conversations import thread_messages, update_message
+from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 PLANS_KEPT = 1000  # plans whose display is remembered in memory (the rest are looked up)

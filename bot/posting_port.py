@@ -11,11 +11,11 @@ from typing import Any, Protocol
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.reconciling.ports import StepTag
-from bot.identities import Identity, Poster
-from bot.slack_features import SlackFeatures
-from storage.db import Database
-from storage.records import ConversationRecord
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.bot.identities import Identity, Poster
+from flotilla.bot.slack_features import SlackFeatures
+from flotilla.storage.db import Database
+from flotilla.storage.records import ConversationRecord
 
 
 class PostingPort(Protocol):

@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bot.http import Serving, http_surface
-from bot.settings import ConfigurationError, DatabaseUnavailable, Settings
+from flotilla.bot.http import Serving, http_surface
+from flotilla.bot.settings import ConfigurationError, DatabaseUnavailable, Settings
 
 if TYPE_CHECKING:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot.check import Finding
-    from bot.service import Options, SlackService
-    from storage.db import Database
+    from flotilla.bot.check import Finding
+    from flotilla.bot.service import Options, SlackService
+    from flotilla.storage.db import Database
 
 log = logging.getLogger("flotilla.serve")
 # Slack's secrets are read once, by the settings; libraries must not read them again
@@ -40,11 +40,11 @@ log = logging.getLogger("flotilla.serve")
 SLACK_SECRETS = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET")
 # loaded in a thread while /healthz already answers
 HEAVY_MODULES = (
-    "bot.app",
-    "bot.service",
-    "bot.check",
-    "bot.housekeeping",
-    "storage.migrate",
+    "flotilla.bot.app",
+    "flotilla.bot.service",
+    "flotilla.bot.check",
+    "flotilla.bot.housekeeping",
+    "flotilla.storage.migrate",
     "slack_bolt.adapter.socket_mode.async_handler",
 )
 
@@ -53,8 +53,8 @@ __all__ = ["ConfigurationError", "options_from", "run"]
 
 def options_from(settings: Settings) -> Options:
     """The service's options from the settings (model keys handed over explicitly)."""
-    from agents.scheduling.admission_policy import SchedulerOptions
-    from bot.service import Options
+    from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+    from flotilla.bot.service import Options
 
     scheduler = SchedulerOptions(
         capacity=settings.scheduler_capacity,
@@ -89,7 +89,7 @@ def options_from(settings: Settings) -> Options:
 
 
 def _refuse(findings: list[Finding]) -> None:
-    from bot.check import render
+    from flotilla.bot.check import render
 
     if any(f.level == "error" for f in findings):
         raise ConfigurationError("cannot start:\n" + render(findings))
@@ -182,8 +182,8 @@ async def _checked_and_served(
     ready: asyncio.Event | None,
     stop: asyncio.Event,
 ) -> None:
-    from bot.check import check_slack, open_database
-    from bot.identities import make_client
+    from flotilla.bot.check import check_slack, open_database
+    from flotilla.bot.identities import make_client
 
     client = make_client(
         settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None,
@@ -201,7 +201,7 @@ async def _checked_and_served(
 
 
 async def _upgrade(settings: Settings, db: Database) -> None:
-    from storage import migrate
+    from flotilla.storage import migrate
 
     try:
         await migrate.upgrade(db)
@@ -213,7 +213,7 @@ async def _upgrade(settings: Settings, db: Database) -> None:
 
 
 async def _model_is_checked(settings: Settings) -> None:
-    from bot.check import check_model
+    from flotilla.bot.check import check_model
 
     for finding in await check_model(settings):
         if finding.level == "error":
@@ -234,11 +234,11 @@ async def _serve(
     ready: asyncio.Event | None,
     stop: asyncio.Event,
 ) -> None:
-    from bot.app import build_app
-    from bot.housekeeping import housekeeping_forever
-    from bot.metrics import meter
-    from bot.secrets import TokenCipher
-    from bot.service import SlackService
+    from flotilla.bot.app import build_app
+    from flotilla.bot.housekeeping import housekeeping_forever
+    from flotilla.bot.metrics import meter
+    from flotilla.bot.secrets import TokenCipher
+    from flotilla.bot.service import SlackService
 
     await _model_is_checked(settings)
     key = settings.encryption_key.get_secret_value() if settings.encryption_key else None
@@ -285,7 +285,7 @@ async def _socket_mode(settings: Settings, app: object) -> AsyncSocketModeHandle
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
     from slack_bolt.async_app import AsyncApp
 
-    from bot.identities import make_client
+    from flotilla.bot.identities import make_client
 
     assert settings.slack_app_token is not None and isinstance(app, AsyncApp)
     handler = AsyncSocketModeHandler(

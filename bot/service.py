@@ -23,30 +23,30 @@ from pydantic_ai.models import Model
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.core.clock import Clock, utcnow
-from agents.core.lru import LRUCache
-from agents.delivering.executor import Executor
-from agents.planning.plan import Plan
-from agents.planning.plan_store import plan_from_rows
-from agents.reconciling.reconciler import Reconciler
-from agents.running.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
-from agents.running.run_context import Context, ExecutorOptions
-from agents.scheduling.admission_policy import SchedulerOptions
-from agents.scheduling.roster import Roster
-from agents.tools.file_policy import FilePolicy
-from agents.tools.registry import seed_default_agents
-from bot.channel_pacing import ChannelPacer
-from bot.identities import Identity, Poster
-from bot.metrics import Metrics, meter
-from bot.secrets import TokenCipher
-from bot.slack_port import SlackPort
-from storage.agents import get_agent
-from storage.conversations import find_conversation
-from storage.db import Database
-from storage.locks import ConversationLocks
-from storage.plans import load_latest_plan
-from storage.records import AgentRecord, ConversationRecord
-from storage.workspaces import ensure_workspace
+from flotilla.agents.core.clock import Clock, utcnow
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.delivering.executor import Executor
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.running.models import NO_KEYS, ProviderKeys, choose_model, resolve_model
+from flotilla.agents.running.run_context import Context, ExecutorOptions
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.agents.scheduling.roster import Roster
+from flotilla.agents.tools.file_policy import FilePolicy
+from flotilla.agents.tools.registry import seed_default_agents
+from flotilla.bot.channel_pacing import ChannelPacer
+from flotilla.bot.identities import Identity, Poster
+from flotilla.bot.metrics import Metrics, meter
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.slack_port import SlackPort
+from flotilla.storage.agents import get_agent
+from flotilla.storage.conversations import find_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.locks import ConversationLocks
+from flotilla.storage.plans import load_latest_plan
+from flotilla.storage.records import AgentRecord, ConversationRecord
+from flotilla.storage.workspaces import ensure_workspace
 
 log = logging.getLogger(__name__)
 

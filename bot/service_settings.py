@@ -11,7 +11,7 @@ from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
 if TYPE_CHECKING:  # agents.running.models loads pydantic-ai: only when the keys are needed
-    from agents.running.models import ProviderKeys
+    from flotilla.agents.running.models import ProviderKeys
 
 SLACK_API_URL_DEFAULT = "https://slack.com/api/"
 DATABASE_URL_DEFAULT = "sqlite+aiosqlite:///flotilla.db"
@@ -170,7 +170,7 @@ class ServiceSettings(BaseModel):
 
     def provider_keys(self) -> ProviderKeys:
         """The model providers' keys and base URL, to hand to `agents.running.models` explicitly."""
-        from agents.running.models import ProviderKeys
+        from flotilla.agents.running.models import ProviderKeys
 
         return ProviderKeys(
             openai_api_key=_secret(self.openai_api_key),

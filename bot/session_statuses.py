@@ -16,10 +16,10 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.core.lru import LRUCache
-from agents.planning.session_status import SessionStatus
-from bot.slack_features import AGENT_SESSIONS, THREAD_STATUS, SlackFeatures
-from storage.records import ConversationRecord
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.session_status import SessionStatus
+from flotilla.bot.slack_features import AGENT_SESSIONS, THREAD_STATUS, SlackFeatures
+from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 

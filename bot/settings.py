@@ -13,11 +13,11 @@ from pathlib import Path
 from pydantic import AliasChoices, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.file_settings import FileSettings
-from bot.lease_settings import LeaseSettings
-from bot.live_thread_settings import LiveThreadSettings
-from bot.scheduler_settings import SchedulerSettings
-from bot.service_settings import ServiceSettings
+from flotilla.bot.file_settings import FileSettings
+from flotilla.bot.lease_settings import LeaseSettings
+from flotilla.bot.live_thread_settings import LiveThreadSettings
+from flotilla.bot.scheduler_settings import SchedulerSettings
+from flotilla.bot.service_settings import ServiceSettings
 
 
 class ConfigurationError(ValueError):

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from agents.core.errors import TransientError
-from agents.reconciling.ports import PostingRefused
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.reconciling.ports import PostingRefused
 
 # Slack errors worth another try (besides HTTP 429/5xx, which the client retries first)
 TRANSIENT_ERRORS = frozenset(

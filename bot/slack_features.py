@@ -15,8 +15,8 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.db import Database
-from storage.slack_fallbacks import fallbacks_of, record_fallback
+from flotilla.storage.db import Database
+from flotilla.storage.slack_fallbacks import fallbacks_of, record_fallback
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from urllib.parse import urlsplit
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.core.errors import TransientError
-from agents.reconciling.ports import FileRefused, PostingRefused
-from agents.tools.file_policy import human_size
-from bot.identities import Identity, Poster
-from bot.slack_errors import slack_call
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.reconciling.ports import FileRefused, PostingRefused
+from flotilla.agents.tools.file_policy import human_size
+from flotilla.bot.identities import Identity, Poster
+from flotilla.bot.slack_errors import slack_call
 
 if TYPE_CHECKING:
-    from storage.records import ConversationRecord
+    from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 CHUNK = 64 * 1024

@@ -18,34 +18,34 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.core.lru import LRUCache
-from agents.planning.effects import card_message_key
-from agents.planning.plan import Plan
-from agents.planning.session_status import SessionStatus, activity, session_status
-from agents.reconciling.ports import StepTag
-from agents.scheduling.roster import Roster
-from bot.answer_ratings import own_app_ratings
-from bot.answer_stream import STREAMING_MARK, SlackAnswerStream
-from bot.identities import COMMANDER_NAME, Identity, Poster, identity_of
-from bot.listeners.payloads import (
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.effects import card_message_key
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.planning.session_status import SessionStatus, activity, session_status
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.agents.scheduling.roster import Roster
+from flotilla.bot.answer_ratings import own_app_ratings
+from flotilla.bot.answer_stream import STREAMING_MARK, SlackAnswerStream
+from flotilla.bot.identities import COMMANDER_NAME, Identity, Poster, identity_of
+from flotilla.bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     NOTICE_EVENT,
     RESULT_EVENT,
     step_metadata,
 )
-from bot.plan_display import PlanDisplay
-from bot.secrets import TokenCipher
-from bot.session_statuses import SessionStatuses
-from bot.slack_errors import slack_call
-from bot.slack_features import SlackFeatures
-from bot.slack_files import FileTransfers
-from bot.step_messages import StepMessages, fit_text, payload_of
-from bot.views.plan_card import plan_card
-from storage.conversations import store_message, thread_messages, update_message
-from storage.db import Database
-from storage.plans import PlanCard, claim_plan_card, take_card_post, take_or_read_card
-from storage.plans import plan_card as plan_card_of
-from storage.records import ConversationRecord, MessageRecord
+from flotilla.bot.plan_display import PlanDisplay
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.session_statuses import SessionStatuses
+from flotilla.bot.slack_errors import slack_call
+from flotilla.bot.slack_features import SlackFeatures
+from flotilla.bot.slack_files import FileTransfers
+from flotilla.bot.step_messages import StepMessages, fit_text, payload_of
+from flotilla.bot.views.plan_card import plan_card
+from flotilla.storage.conversations import store_message, thread_messages, update_message
+from flotilla.storage.db import Database
+from flotilla.storage.plans import PlanCard, claim_plan_card, take_card_post, take_or_read_card
+from flotilla.storage.plans import plan_card as plan_card_of
+from flotilla.storage.records import ConversationRecord, MessageRecord
 
 CARD_CACHE_SIZE = 1000  # plans whose card message this process knows
 

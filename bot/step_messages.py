@@ -13,16 +13,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from agents.planning.effects import AskUser, FormAnswer, PostDispatch, ShowForm
-from agents.planning.plan import USER, Plan, Step
-from agents.reconciling.ports import PostingRefused, StepTag
-from bot.identities import Identity, Poster
-from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, step_metadata
-from bot.slack_errors import slack_call
-from bot.views.forms import FormKey, answered_form, closed_form_message, form_message
-from storage.conversations import thread_messages, update_message
-from storage.db import Database
-from storage.records import ConversationRecord, MessageRecord
+from flotilla.agents.planning.effects import AskUser, FormAnswer, PostDispatch, ShowForm
+from flotilla.agents.planning.plan import USER, Plan, Step
+from flotilla.agents.reconciling.ports import PostingRefused, StepTag
+from flotilla.bot.identities import Identity, Poster
+from flotilla.bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, step_metadata
+from flotilla.bot.slack_errors import slack_call
+from flotilla.bot.views.forms import FormKey, answered_form, closed_form_message, form_message
+from flotilla.storage.conversations import thread_messages, update_message
+from flotilla.storage.db import Database
+from flotilla.storage.records import ConversationRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import sys
 import webbrowser
 from collections.abc import Callable, Mapping, Sequence
 
-from bot.local import LocalStack, start_local_stack
-from bot.service import Options
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION
-from bot.views.plan_card import CANCEL_ACTION
-from local_slack import Driver, Message
-from local_slack.console import Console
-from local_slack.driver import Attachment
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.service import Options
+from flotilla.bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION
+from flotilla.bot.views.plan_card import CANCEL_ACTION
+from flotilla.local_slack import Driver, Message
+from flotilla.local_slack.console import Console
+from flotilla.local_slack.driver import Attachment
 
 DEMO_REQUEST = (
     "compare our pricing with the top three competitors and draft a note for the sales team"
@@ -273,11 +273,11 @@ async def screenshot(path: str, database_url: str, chromium: str = "/usr/bin/chr
         await stack.stop()
 
 
-if __name__ == "__main__":  # python -m bot.trial screenshot PATH [CHROMIUM]
+if __name__ == "__main__":  # python -m flotilla.bot.trial screenshot PATH [CHROMIUM]
     import tempfile
 
     if len(sys.argv) not in (3, 4) or sys.argv[1] != "screenshot":
-        sys.exit("usage: python -m bot.trial screenshot PATH.png [/path/to/chromium]")
+        sys.exit("usage: python -m flotilla.bot.trial screenshot PATH.png [/path/to/chromium]")
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite+aiosqlite:///{folder}/screenshot.db"
         asyncio.run(screenshot(sys.argv[2], url, *sys.argv[3:]))

@@ -13,7 +13,7 @@ Use it from Python::
     ...
     await ws.stop()
 
-or standalone: ``python -m local_slack --port 3333 --app Flotilla=http://…/slack/events``.
+or standalone: ``python -m flotilla.local_slack --port 3333 --app Flotilla=http://…/slack/events``.
 People can use it in a browser too: ``ws.page_url`` is a Slack-like page (see web_page.py).
 
 Web API: auth.test, chat.postMessage, chat.update, chat.delete, chat.postEphemeral,
@@ -26,8 +26,8 @@ Interactivity: block_actions (messages and views), view_submission (response_act
 update, push, clear), view_closed, slash commands, response_url.
 """
 
-from local_slack.driver import Driver
-from local_slack.records import InstalledApp, Message, Person, View
-from local_slack.workspace import LocalWorkspace
+from flotilla.local_slack.driver import Driver
+from flotilla.local_slack.records import InstalledApp, Message, Person, View
+from flotilla.local_slack.workspace import LocalWorkspace
 
 __all__ = ["Driver", "InstalledApp", "LocalWorkspace", "Message", "Person", "View"]

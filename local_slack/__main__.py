@@ -1,7 +1,7 @@
 """Run the local Slack-compatible workspace standalone.
 
-    python -m local_slack --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
-    python -m local_slack --manifest manifest.yml        # Socket Mode, as the manifest says
+    python -m flotilla.local_slack --port 3333 --app Flotilla=http://127.0.0.1:3000/slack/events
+    python -m flotilla.local_slack --manifest manifest.yml        # Socket Mode
 
 prints the Web API URL, the browser page's address (see web_page.py) and each app's tokens,
 then lets you type as a person (see console.py).
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from local_slack.console import Console
-from local_slack.driver import Driver
-from local_slack.workspace import LocalWorkspace
+from flotilla.local_slack.console import Console
+from flotilla.local_slack.driver import Driver
+from flotilla.local_slack.workspace import LocalWorkspace
 
 ALL_SCOPES = (
     "app_mentions:read",
@@ -39,7 +39,7 @@ ALL_SCOPES = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m local_slack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m flotilla.local_slack", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3333)
     parser.add_argument(

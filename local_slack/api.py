@@ -13,9 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from local_slack.host import Workspace
-from local_slack.records import Channel, InstalledApp, Json
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.records import Channel, InstalledApp, Json
+from flotilla.local_slack.state import WorkspaceState
 
 
 class ApiError(Exception):

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from local_slack.driver import Attachment, Driver
-from local_slack.records import Channel, InstalledApp, Message, Person, View
-from local_slack.transcript import render_message, render_view
-from local_slack.web_assistant import live_statuses
+from flotilla.local_slack.driver import Attachment, Driver
+from flotilla.local_slack.records import Channel, InstalledApp, Message, Person, View
+from flotilla.local_slack.transcript import render_message, render_view
+from flotilla.local_slack.web_assistant import live_statuses
 
 HELP = """You are @{person} in #{channel}. Type a message to post it there.
   @AppName text                   mention an installed app (its bot user)

@@ -7,12 +7,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from local_slack.events import Delivery
-from local_slack.host import Workspace
-from local_slack.interactivity import SubmissionOutcome, interactivity_of
-from local_slack.records import Ephemeral, InstalledApp, Json, Message, Person, View
-from local_slack.shapes import message_json, rich_text_block
-from local_slack.transcript import render_thread
+from flotilla.local_slack.events import Delivery
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.interactivity import SubmissionOutcome, interactivity_of
+from flotilla.local_slack.records import Ephemeral, InstalledApp, Json, Message, Person, View
+from flotilla.local_slack.shapes import message_json, rich_text_block
+from flotilla.local_slack.transcript import render_thread
 
 Who = Person | str
 Attachment = tuple[str, bytes, str | None]  # a file a person attaches: name, bytes, mimetype

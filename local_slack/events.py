@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from local_slack.records import InstalledApp, Json, Message, new_id
-from local_slack.shapes import message_json
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.records import InstalledApp, Json, Message, new_id
+from flotilla.local_slack.shapes import message_json
+from flotilla.local_slack.state import WorkspaceState
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 SLACK_RETRY_DELAYS = (0.0, 60.0, 300.0)  # "nearly immediately, 1 minute, 5 minutes"

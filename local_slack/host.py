@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from local_slack.events import EventDispatcher, SocketSender
-from local_slack.ratelimit import RateLimiter
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.events import EventDispatcher, SocketSender
+from flotilla.local_slack.ratelimit import RateLimiter
+from flotilla.local_slack.state import WorkspaceState
 
 
 class Workspace(Protocol):

@@ -12,11 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from local_slack.api import WORKSPACE
-from local_slack.blocks import check_blocks, check_view
-from local_slack.events import Delivery, signed_post
-from local_slack.host import Workspace
-from local_slack.records import (
+from flotilla.local_slack.api import WORKSPACE
+from flotilla.local_slack.blocks import check_blocks, check_view
+from flotilla.local_slack.events import Delivery, signed_post
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.records import (
     Ephemeral,
     InstalledApp,
     Json,
@@ -25,8 +25,8 @@ from local_slack.records import (
     View,
     message_state,
 )
-from local_slack.shapes import message_json
-from local_slack.web_views import assign_ids
+from flotilla.local_slack.shapes import message_json
+from flotilla.local_slack.web_views import assign_ids
 
 RESPONSE_URL_TTL_SECONDS = 30 * 60
 RESPONSE_URL_MAX_USES = 5
@@ -187,7 +187,7 @@ class Interactivity:
     def _apply_submission_answer(
         self, app: InstalledApp, view: View, delivery: Delivery
     ) -> SubmissionOutcome:
-        from local_slack.web_views import replace_view
+        from flotilla.local_slack.web_views import replace_view
 
         state = self.ws.state
         stack = state.modal_stacks.get((view.user_id, app.app_id), [])

@@ -11,20 +11,20 @@ from aiohttp import web
 
 # Importing the method modules registers their handlers in METHODS (the modules themselves,
 # not the package: the package's __init__ imports this module).
-import local_slack.web_agent_sessions  # noqa: F401
-import local_slack.web_assistant  # noqa: F401
-import local_slack.web_chat  # noqa: F401
-import local_slack.web_conversations  # noqa: F401
-import local_slack.web_files  # noqa: F401
-import local_slack.web_stream  # noqa: F401
-import local_slack.web_views  # noqa: F401
-from local_slack.api import METHODS, WORKSPACE, ApiError, Call
-from local_slack.host import Workspace
-from local_slack.interactivity import handle_response_url
-from local_slack.records import Json
-from local_slack.socket_mode import handle_socket
-from local_slack.web_files import add_file_routes
-from local_slack.web_page import add_page_routes
+import flotilla.local_slack.web_agent_sessions  # noqa: F401
+import flotilla.local_slack.web_assistant  # noqa: F401
+import flotilla.local_slack.web_chat  # noqa: F401
+import flotilla.local_slack.web_conversations  # noqa: F401
+import flotilla.local_slack.web_files  # noqa: F401
+import flotilla.local_slack.web_stream  # noqa: F401
+import flotilla.local_slack.web_views  # noqa: F401
+from flotilla.local_slack.api import METHODS, WORKSPACE, ApiError, Call
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.interactivity import handle_response_url
+from flotilla.local_slack.records import Json
+from flotilla.local_slack.socket_mode import handle_socket
+from flotilla.local_slack.web_files import add_file_routes
+from flotilla.local_slack.web_page import add_page_routes
 
 
 async def read_args(request: web.Request) -> dict[str, Any]:
@@ -93,7 +93,7 @@ async def handle_api(request: web.Request) -> web.Response:
 
 async def _app_token_call(ws: Workspace, name: str, token: str) -> web.Response:
     """App-level tokens may only open Socket Mode connections."""
-    from local_slack.socket_mode import open_connection
+    from flotilla.local_slack.socket_mode import open_connection
 
     app = ws.state.app_by_app_token(token)
     if app is None:

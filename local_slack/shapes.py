@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import secrets
 
-from local_slack.records import Json, Message
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.records import Json, Message
+from flotilla.local_slack.state import WorkspaceState
 
 
 def message_json(

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
 
-from local_slack.api import WORKSPACE, ApiError, Call, method
-from local_slack.events import Attempt
-from local_slack.host import Workspace
-from local_slack.records import InstalledApp, Json
+from flotilla.local_slack.api import WORKSPACE, ApiError, Call, method
+from flotilla.local_slack.events import Attempt
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.records import InstalledApp, Json
 
 
 @dataclass

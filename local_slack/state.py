@@ -12,8 +12,8 @@ import secrets
 import time
 from collections.abc import Callable
 
-from local_slack.files import FileStore
-from local_slack.records import (
+from flotilla.local_slack.files import FileStore
+from flotilla.local_slack.records import (
     AgentSession,
     Channel,
     Ephemeral,

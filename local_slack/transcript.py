@@ -7,8 +7,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from local_slack.records import Json, Message, View
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.records import Json, Message, View
+from flotilla.local_slack.state import WorkspaceState
 
 _USER_MENTION = re.compile(r"<@([UWB][A-Z0-9]+)(?:\|([^>]*))?>")
 _CHANNEL_MENTION = re.compile(r"<#([CG][A-Z0-9]+)(?:\|([^>]*))?>")

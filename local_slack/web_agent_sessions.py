@@ -3,9 +3,9 @@ suspended or closed – created on first use (title and initiator are taken then
 
 from __future__ import annotations
 
-from local_slack.api import ApiError, Call, method
-from local_slack.records import AgentSession, Json
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.api import ApiError, Call, method
+from flotilla.local_slack.records import AgentSession, Json
+from flotilla.local_slack.state import WorkspaceState
 
 STATUSES = ("active", "processing", "suspended", "closed")
 TITLE_MAX = 200

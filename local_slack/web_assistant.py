@@ -3,9 +3,9 @@ until the app replies there, the status is cleared, or two minutes pass."""
 
 from __future__ import annotations
 
-from local_slack.api import ApiError, Call, method
-from local_slack.records import Json, Message, ThreadStatus
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.api import ApiError, Call, method
+from flotilla.local_slack.records import Json, Message, ThreadStatus
+from flotilla.local_slack.state import WorkspaceState
 
 STATUS_TTL_SECONDS = 120.0
 LOADING_MESSAGES_MAX = 10

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import secrets
 
-from local_slack.api import ApiError, Call, method
-from local_slack.blocks import check_blocks
-from local_slack.records import Channel, Ephemeral, Json, Message
-from local_slack.shapes import message_json
+from flotilla.local_slack.api import ApiError, Call, method
+from flotilla.local_slack.blocks import check_blocks
+from flotilla.local_slack.records import Channel, Ephemeral, Json, Message
+from flotilla.local_slack.shapes import message_json
 
 TEXT_MAX = 40_000  # chat.postMessage truncates beyond this; update/postEphemeral refuse
 MARKDOWN_TEXT_MAX = 12_000

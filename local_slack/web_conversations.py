@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 
-from local_slack.api import ApiError, Call, method
-from local_slack.records import Channel, Json, Message, Person
-from local_slack.shapes import message_json
+from flotilla.local_slack.api import ApiError, Call, method
+from flotilla.local_slack.records import Channel, Json, Message, Person
+from flotilla.local_slack.shapes import message_json
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

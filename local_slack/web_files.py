@@ -7,11 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
-from local_slack.api import WORKSPACE, ApiError, Call, method
-from local_slack.files import LocalFile
-from local_slack.host import Workspace
-from local_slack.records import Channel, Json, Message
-from local_slack.web_chat import persona, writable_channel
+from flotilla.local_slack.api import WORKSPACE, ApiError, Call, method
+from flotilla.local_slack.files import LocalFile
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.records import Channel, Json, Message
+from flotilla.local_slack.web_chat import persona, writable_channel
 
 FILENAME_MAX = 255
 TITLE_MAX = 255

@@ -19,14 +19,14 @@ from typing import Any
 
 from aiohttp import web
 
-from local_slack.api import WORKSPACE
-from local_slack.console import mentions_to_slack
-from local_slack.driver import Driver, block_action, input_value
-from local_slack.host import Workspace
-from local_slack.interactivity import interactivity_of
-from local_slack.records import Json, Message, Person, View
-from local_slack.state import WorkspaceState
-from local_slack.web_snapshot import snapshot
+from flotilla.local_slack.api import WORKSPACE
+from flotilla.local_slack.console import mentions_to_slack
+from flotilla.local_slack.driver import Driver, block_action, input_value
+from flotilla.local_slack.host import Workspace
+from flotilla.local_slack.interactivity import interactivity_of
+from flotilla.local_slack.records import Json, Message, Person, View
+from flotilla.local_slack.state import WorkspaceState
+from flotilla.local_slack.web_snapshot import snapshot
 
 PAGE_PATH = "/client/"
 STATIC = Path(__file__).parent / "static"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from local_slack.records import Channel, InstalledApp, Json, Message, Person, View
-from local_slack.shapes import message_json
-from local_slack.state import WorkspaceState
-from local_slack.transcript import author
-from local_slack.web_assistant import live_statuses
+from flotilla.local_slack.records import Channel, InstalledApp, Json, Message, Person, View
+from flotilla.local_slack.shapes import message_json
+from flotilla.local_slack.state import WorkspaceState
+from flotilla.local_slack.transcript import author
+from flotilla.local_slack.web_assistant import live_statuses
 
 MESSAGES_PER_CHANNEL = 500  # the newest messages (with their threads) of each channel
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from local_slack.api import ApiError, Call, method
-from local_slack.records import Json, Message
-from local_slack.shapes import message_json
-from local_slack.web_chat import (
+from flotilla.local_slack.api import ApiError, Call, method
+from flotilla.local_slack.records import Json, Message
+from flotilla.local_slack.shapes import message_json
+from flotilla.local_slack.web_chat import (
     MARKDOWN_TEXT_MAX,
     markdown_block,
     parse_blocks,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import secrets
 
-from local_slack.api import ApiError, Call, method
-from local_slack.blocks import check_view
-from local_slack.records import Json, Trigger, View, new_view_hash
+from flotilla.local_slack.api import ApiError, Call, method
+from flotilla.local_slack.blocks import check_view
+from flotilla.local_slack.records import Json, Trigger, View, new_view_hash
 
 TRIGGER_TTL_SECONDS = 3.0
 MODAL_STACK_MAX = 3

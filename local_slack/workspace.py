@@ -12,13 +12,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from local_slack.events import SLACK_RETRY_DELAYS, EventDispatcher
-from local_slack.interactivity import Interactivity
-from local_slack.ratelimit import RateLimiter
-from local_slack.records import Channel, InstalledApp, Person, new_id
-from local_slack.server import build_app
-from local_slack.socket_mode import SocketHub
-from local_slack.state import WorkspaceState
+from flotilla.local_slack.events import SLACK_RETRY_DELAYS, EventDispatcher
+from flotilla.local_slack.interactivity import Interactivity
+from flotilla.local_slack.ratelimit import RateLimiter
+from flotilla.local_slack.records import Channel, InstalledApp, Person, new_id
+from flotilla.local_slack.server import build_app
+from flotilla.local_slack.socket_mode import SocketHub
+from flotilla.local_slack.state import WorkspaceState
 
 DEFAULT_SCOPES = (
     "app_mentions:read",

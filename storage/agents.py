@@ -12,14 +12,14 @@ from sqlalchemy import ColumnElement, Table, delete, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import (
+from flotilla.storage.records import (
     AgentRecord,
 )
-from storage.sql import DuplicateError, insert_ignoring_conflict
-from storage.tables import (
+from flotilla.storage.sql import DuplicateError, insert_ignoring_conflict
+from flotilla.storage.tables import (
     Agent,
 )
-from storage.workspaces import ensure_workspace
+from flotilla.storage.workspaces import ensure_workspace
 
 agents_t: Table = Agent.__table__  # type: ignore[assignment]
 

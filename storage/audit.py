@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import (
+from flotilla.storage.records import (
     AuditRecord,
 )
-from storage.service_tables import (
+from flotilla.storage.service_tables import (
     AuditEntry,
 )
 

@@ -12,16 +12,16 @@ from sqlalchemy import Table, Update, bindparam, select, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import (
+from flotilla.storage.records import (
     ConversationRecord,
     MessageRecord,
 )
-from storage.sql import insert_ignoring_conflict
-from storage.tables import (
+from flotilla.storage.sql import insert_ignoring_conflict
+from flotilla.storage.tables import (
     Conversation,
     ThreadMessage,
 )
-from storage.workspaces import ensure_workspace
+from flotilla.storage.workspaces import ensure_workspace
 
 conversations_t: Table = Conversation.__table__  # type: ignore[assignment]
 messages_t: Table = ThreadMessage.__table__  # type: ignore[assignment]

@@ -12,8 +12,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.prepared import Prepared
-from storage.tables import (
+from flotilla.storage.prepared import Prepared
+from flotilla.storage.tables import (
     ProcessedEvent,
 )
 

@@ -10,9 +10,9 @@ from datetime import datetime
 from sqlalchemy import Table, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import FeedbackTotal
-from storage.service_tables import Feedback
-from storage.sql import insert_ignoring_conflict
+from flotilla.storage.records import FeedbackTotal
+from flotilla.storage.service_tables import Feedback
+from flotilla.storage.sql import insert_ignoring_conflict
 
 feedback_t: Table = Feedback.__table__  # type: ignore[assignment]
 VERDICTS = ("good", "bad")

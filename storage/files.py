@@ -19,9 +19,9 @@ from sqlalchemy import Table, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import FileRecord
-from storage.service_tables import StoredFile
-from storage.sql import insert_ignoring_conflict
+from flotilla.storage.records import FileRecord
+from flotilla.storage.service_tables import StoredFile
+from flotilla.storage.sql import insert_ignoring_conflict
 
 files_t: Table = StoredFile.__table__  # type: ignore[assignment]
 _META = [c for c in files_t.c if c.name != "content"]

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import InboxRecord
-from storage.service_tables import InboxEntry
-from storage.sql import insert_ignoring_conflict
+from flotilla.storage.records import InboxRecord
+from flotilla.storage.service_tables import InboxEntry
+from flotilla.storage.sql import insert_ignoring_conflict
 
 inbox_t: Table = InboxEntry.__table__  # type: ignore[assignment]
 

@@ -39,8 +39,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from storage.conversations import bump_lock_version
-from storage.db import (
+from flotilla.storage.conversations import bump_lock_version
+from flotilla.storage.db import (
     PING_AFTER_IDLE_SECONDS,
     READ_ONLY,
     Database,
@@ -48,9 +48,9 @@ from storage.db import (
     prepare_sqlite_connection,
     sqlite_connect_args,
 )
-from storage.optimistic import VersionConflict
-from storage.prepared import DriverConnection
-from storage.worker_threads import on_worker
+from flotilla.storage.optimistic import VersionConflict
+from flotilla.storage.prepared import DriverConnection
+from flotilla.storage.worker_threads import on_worker
 
 T = TypeVar("T")
 # PostgreSQL connections kept for optimistic reconciles: a process runs up to 8 steps at once

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from storage.db import Database
+from flotilla.storage.db import Database
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

@@ -35,13 +35,13 @@ from sqlalchemy import Column, Table, bindparam, exists, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
-from storage.conversations import conversations_t
-from storage.events import events_t
-from storage.outbox import outbox_t
-from storage.plan_steps import MUTABLE_FIELDS, STEP_FIELDS, steps_t
-from storage.plans import LoadedPlan, loaded_plan, plan_query, plans_t
-from storage.prepared import DriverConnection, Prepared
-from storage.sql import ConcurrentPlanChange
+from flotilla.storage.conversations import conversations_t
+from flotilla.storage.events import events_t
+from flotilla.storage.outbox import outbox_t
+from flotilla.storage.plan_steps import MUTABLE_FIELDS, STEP_FIELDS, steps_t
+from flotilla.storage.plans import LoadedPlan, loaded_plan, plan_query, plans_t
+from flotilla.storage.prepared import DriverConnection, Prepared
+from flotilla.storage.sql import ConcurrentPlanChange
 
 
 class VersionConflict(RuntimeError):

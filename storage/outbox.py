@@ -13,14 +13,14 @@ from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.outbox_marks import mark_sent
-from storage.prepared import Prepared, prepared_insert
-from storage.records import (
+from flotilla.storage.outbox_marks import mark_sent
+from flotilla.storage.prepared import Prepared, prepared_insert
+from flotilla.storage.records import (
     OutboxRecord,
     StoredRow,
 )
-from storage.sql import insert_ignoring_conflict
-from storage.tables import (
+from flotilla.storage.sql import insert_ignoring_conflict
+from flotilla.storage.tables import (
     OutboxEntry,
 )
 

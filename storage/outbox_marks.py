@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import JSON, Table, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from storage.prepared import ROWS_A_STATEMENT, Prepared, run_sql
-from storage.tables import OutboxEntry
+from flotilla.storage.prepared import ROWS_A_STATEMENT, Prepared, run_sql
+from flotilla.storage.tables import OutboxEntry
 
 outbox_t: Table = OutboxEntry.__table__  # type: ignore[assignment]
 

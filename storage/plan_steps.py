@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Table, bindparam, func, insert, update
 from sqlalchemy.engine import Connection
 
-from storage.prepared import ROWS_A_STATEMENT, Prepared, prepared_insert, run_sql
-from storage.sql import ConcurrentPlanChange
-from storage.tables import PlanStep
+from flotilla.storage.prepared import ROWS_A_STATEMENT, Prepared, prepared_insert, run_sql
+from flotilla.storage.sql import ConcurrentPlanChange
+from flotilla.storage.tables import PlanStep
 
 steps_t: Table = PlanStep.__table__  # type: ignore[assignment]
 

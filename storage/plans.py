@@ -39,12 +39,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.conversations import conversations_t
-from storage.outbox import outbox_t
-from storage.plan_steps import STEP_FIELDS, steps_t
-from storage.prepared import Prepared
-from storage.sql import ConcurrentPlanChange
-from storage.tables import Plan
+from flotilla.storage.conversations import conversations_t
+from flotilla.storage.outbox import outbox_t
+from flotilla.storage.plan_steps import STEP_FIELDS, steps_t
+from flotilla.storage.prepared import Prepared
+from flotilla.storage.sql import ConcurrentPlanChange
+from flotilla.storage.tables import Plan
 
 plans_t: Table = Plan.__table__  # type: ignore[assignment]
 

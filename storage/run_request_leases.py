@@ -28,8 +28,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.run_requests import requests_t, requeue_request
-from storage.tables import Json
+from flotilla.storage.run_requests import requests_t, requeue_request
+from flotilla.storage.tables import Json
 
 _others = requests_t.alias("others")
 

@@ -29,9 +29,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import RunRequestRecord
-from storage.service_tables import RunRequestRow
-from storage.sql import insert_ignoring_conflict
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.service_tables import RunRequestRow
+from flotilla.storage.sql import insert_ignoring_conflict
 
 requests_t: Table = RunRequestRow.__table__  # type: ignore[assignment]
 ADMISSION_LOCK = 0x466C6F5363686564  # "FloSched": the one admission pass at a time

@@ -12,10 +12,10 @@ from sqlalchemy import ColumnElement, ScalarSelect, Table, delete, func, select,
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import (
+from flotilla.storage.records import (
     AgentRunRecord,
 )
-from storage.tables import (
+from flotilla.storage.tables import (
     AgentRun,
     RunLease,
 )

@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.tables import Base, Id, Json, Timestamp
+from flotilla.storage.tables import Base, Id, Json, Timestamp
 
 
 class InboxEntry(Base):

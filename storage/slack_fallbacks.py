@@ -10,8 +10,8 @@ from datetime import datetime
 from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.service_tables import SlackFallback
-from storage.sql import insert_ignoring_conflict
+from flotilla.storage.service_tables import SlackFallback
+from flotilla.storage.sql import insert_ignoring_conflict
 
 fallbacks_t: Table = SlackFallback.__table__  # type: ignore[assignment]
 

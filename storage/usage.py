@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import Table, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.records import (
+from flotilla.storage.records import (
     UsageTotal,
 )
-from storage.service_tables import (
+from flotilla.storage.service_tables import (
     UsageEntry,
 )
 

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, ScalarSelect, Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.sql import insert_ignoring_conflict
-from storage.tables import (
+from flotilla.storage.sql import insert_ignoring_conflict
+from flotilla.storage.tables import (
     Workspace,
 )
 

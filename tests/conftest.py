@@ -19,8 +19,8 @@ from pydantic_ai import models as pydantic_ai_models
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from storage.db import Database
-from storage.migrate import upgrade
+from flotilla.storage.db import Database
+from flotilla.storage.migrate import upgrade
 
 # No test may reach a real model provider.
 pydantic_ai_models.ALLOW_MODEL_REQUESTS = False

@@ -29,7 +29,7 @@ from pydantic_ai.exceptions import (
     UserError,
 )
 
-from agents.core.errors import PermanentError, RunError, StorageError, TransientError
+from flotilla.agents.core.errors import PermanentError, RunError, StorageError, TransientError
 
 # Sentences for a person in the thread: short, no status codes, no advice they cannot act on.
 PUBLIC_UNREACHABLE = "I can't reach my model right now; an admin has been told."

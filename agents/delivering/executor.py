@@ -25,10 +25,10 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from agents.core.clock import woken
-from agents.core.failures import is_storage_error
-from agents.delivering import form_answers, plan_notices, step_dispatch
-from agents.planning.effects import (
+from flotilla.agents.core.clock import woken
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.delivering import form_answers, plan_notices, step_dispatch
+from flotilla.agents.planning.effects import (
     AskUser,
     Effect,
     FormAnswer,
@@ -43,13 +43,13 @@ from agents.planning.effects import (
     UpdatePlanCard,
     from_row,
 )
-from agents.planning.plan import Plan
-from agents.reconciling.outbox import Claimed, OutboxSender
-from agents.reconciling.ports import RunObserver
-from agents.running import plan_reads, step_runs
-from agents.running.jobs import JobRunner
-from agents.running.run_context import Context, Job
-from agents.running.slot_requests import (
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.reconciling.outbox import Claimed, OutboxSender
+from flotilla.agents.reconciling.ports import RunObserver
+from flotilla.agents.running import plan_reads, step_runs
+from flotilla.agents.running.jobs import JobRunner
+from flotilla.agents.running.run_context import Context, Job
+from flotilla.agents.running.slot_requests import (
     SCHEDULED,
     claim_slot,
     fail_refused,
@@ -57,9 +57,9 @@ from agents.running.slot_requests import (
     let_go_unrun,
     slot_request,
 )
-from agents.scheduling.admission import AdmissionLoop
-from storage.outbox import next_effect_due
-from storage.records import ConversationRecord, MessageRecord, RunRequestRecord
+from flotilla.agents.scheduling.admission import AdmissionLoop
+from flotilla.storage.outbox import next_effect_due
+from flotilla.storage.records import ConversationRecord, MessageRecord, RunRequestRecord
 
 log = logging.getLogger(__name__)
 FINISH_BATCH_SECONDS = 5.0  # a stopping process still delivers the rows it claimed

@@ -31,15 +31,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from agents.planning.decisions import Decision
-from agents.planning.effects import FormAnswer, form_answer_key, from_row, to_row
-from agents.planning.plan import USER, Step, StepAnswered
-from agents.reconciling.ports import PostingRefused
-from agents.reconciling.reconciler import Reconciler
-from agents.running.run_context import Context
-from storage.db import Also, Database
-from storage.outbox import due_now, store_first, stored_row
-from storage.records import ConversationRecord, StoredRow
+from flotilla.agents.planning.decisions import Decision
+from flotilla.agents.planning.effects import FormAnswer, form_answer_key, from_row, to_row
+from flotilla.agents.planning.plan import USER, Step, StepAnswered
+from flotilla.agents.reconciling.ports import PostingRefused
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.running.run_context import Context
+from flotilla.storage.db import Also, Database
+from flotilla.storage.outbox import due_now, store_first, stored_row
+from flotilla.storage.records import ConversationRecord, StoredRow
 
 log = logging.getLogger(__name__)
 

@@ -15,18 +15,18 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agents.core.errors import PermanentError, RunError
-from agents.planning.effects import PlanFinished, StepFailureNotice, final_answer_key
-from agents.planning.plan import COMMANDER, USER, Plan, Step
-from agents.reconciling.final_texts import store_final_text
-from agents.reconciling.run_results import StepRunResult
-from agents.running.commander import commander_step_spec
-from agents.running.runtime import RunJob, run_step
-from storage.records import ConversationRecord
+from flotilla.agents.core.errors import PermanentError, RunError
+from flotilla.agents.planning.effects import PlanFinished, StepFailureNotice, final_answer_key
+from flotilla.agents.planning.plan import COMMANDER, USER, Plan, Step
+from flotilla.agents.reconciling.final_texts import store_final_text
+from flotilla.agents.reconciling.run_results import StepRunResult
+from flotilla.agents.running.commander import commander_step_spec
+from flotilla.agents.running.runtime import RunJob, run_step
+from flotilla.storage.records import ConversationRecord
 
 if TYPE_CHECKING:
-    from agents.reconciling.ports import AnswerStream
-    from agents.running.run_context import Context
+    from flotilla.agents.reconciling.ports import AnswerStream
+    from flotilla.agents.running.run_context import Context
 
 log = logging.getLogger(__name__)
 SUMMARY_CHARS = 300  # of one step's summary in the fallback sentence

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import logging
 
-from agents.delivering import plan_endings
-from agents.planning.effects import PlanFinished, PlanStopped, StepFailureNotice, final_answer_key
-from agents.running import plan_reads, step_runs
-from agents.running.jobs import JobRunner
-from agents.running.run_context import Context
-from storage.records import ConversationRecord
+from flotilla.agents.delivering import plan_endings
+from flotilla.agents.planning.effects import (
+    PlanFinished,
+    PlanStopped,
+    StepFailureNotice,
+    final_answer_key,
+)
+from flotilla.agents.running import plan_reads, step_runs
+from flotilla.agents.running.jobs import JobRunner
+from flotilla.agents.running.run_context import Context
+from flotilla.storage.records import ConversationRecord
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.delivering import plan_notices
-from agents.planning.effects import (
+from flotilla.agents.delivering import plan_notices
+from flotilla.agents.planning.effects import (
     AskCommander,
     AskUser,
     Effect,
@@ -22,15 +22,15 @@ from agents.planning.effects import (
     RunCommanderStep,
     ShowForm,
 )
-from agents.planning.plan import Plan
-from agents.running import commander_turns, plan_reads, step_runs
-from agents.running.run_context import Context
-from agents.running.slot_requests import agent_of
-from storage.db import Also
-from storage.records import ConversationRecord, MessageRecord
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.running import commander_turns, plan_reads, step_runs
+from flotilla.agents.running.run_context import Context
+from flotilla.agents.running.slot_requests import agent_of
+from flotilla.storage.db import Also
+from flotilla.storage.records import ConversationRecord, MessageRecord
 
 if TYPE_CHECKING:
-    from agents.scheduling.admission import AdmissionLoop
+    from flotilla.agents.scheduling.admission import AdmissionLoop
 
 log = logging.getLogger(__name__)
 Work = Callable[[], Awaitable[None]]

@@ -10,8 +10,8 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-from agents.core.errors import OperationRejected, PlanValidationError
-from agents.planning.plan import (
+from flotilla.agents.core.errors import OperationRejected, PlanValidationError
+from flotilla.agents.planning.plan import (
     MAX_COMMANDER_RETRIES,
     MAX_TITLE,
     TERMINAL_PLAN,
@@ -28,8 +28,13 @@ from agents.planning.plan import (
     dependencies,
     new_steps,
 )
-from agents.planning.plan_transitions import abort_plan, cancel_plan, replace_step, with_status
-from agents.planning.plan_validation import STEP_REF, TEMPLATE, input_problems, problems_of
+from flotilla.agents.planning.plan_transitions import (
+    abort_plan,
+    cancel_plan,
+    replace_step,
+    with_status,
+)
+from flotilla.agents.planning.plan_validation import STEP_REF, TEMPLATE, input_problems, problems_of
 
 
 def apply_operation(

@@ -15,8 +15,8 @@ from datetime import datetime
 from itertools import compress
 from operator import is_not
 
-from agents.planning.commander_operations import apply_operation
-from agents.planning.effects import (
+from flotilla.agents.planning.commander_operations import apply_operation
+from flotilla.agents.planning.effects import (
     AskCommander,
     Effect,
     PlanFinished,
@@ -28,7 +28,7 @@ from agents.planning.effects import (
     stalled_key,
     stopped_key,
 )
-from agents.planning.plan import (
+from flotilla.agents.planning.plan import (
     AbortPlan,
     CancelPlan,
     CommanderOperation,
@@ -37,7 +37,7 @@ from agents.planning.plan import (
     Step,
     changed,
 )
-from agents.planning.plan_transitions import (
+from flotilla.agents.planning.plan_transitions import (
     apply_outcome,
     dispatch,
     fail_step,

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agents.planning.plan import FormSpec, OnFailure
+from flotilla.agents.planning.plan import FormSpec, OnFailure
 
 # --- keys ---------------------------------------------------------------------------------
 

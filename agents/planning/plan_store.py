@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agents.planning.plan import FormSpec, Plan, Question, Step
+from flotilla.agents.planning.plan import FormSpec, Plan, Question, Step
 
 
 def step_row(step: Step, was: Step | None, now: datetime) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
-from agents.planning.plan import USER, Step
+from flotilla.agents.planning.plan import USER, Step
 
 _FINISHED = frozenset({"done", "skipped"})
 _IN_FLIGHT = frozenset({"in_progress", "blocked"})

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from agents.core.clock import backoff
-from agents.planning.effects import (
+from flotilla.agents.core.clock import backoff
+from flotilla.agents.planning.effects import (
     AskCommander,
     AskUser,
     Effect,
@@ -33,7 +33,7 @@ from agents.planning.effects import (
     retry_key,
     step_key,
 )
-from agents.planning.plan import (
+from flotilla.agents.planning.plan import (
     COMMANDER,
     SUCCESSFUL,
     USER,
@@ -49,8 +49,8 @@ from agents.planning.plan import (
     StepSucceeded,
     changed,
 )
-from agents.planning.plan_tally import replaced, tally
-from agents.planning.plan_validation import STEP_REF, TEMPLATE
+from flotilla.agents.planning.plan_tally import replaced, tally
+from flotilla.agents.planning.plan_validation import STEP_REF, TEMPLATE
 
 Result = tuple[Plan, list[Effect]]
 BACKOFF_BASE = timedelta(seconds=30)

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agents.core.errors import PlanValidationError
-from agents.planning.plan import (
+from flotilla.agents.core.errors import PlanValidationError
+from flotilla.agents.planning.plan import (
     COMMANDER,
     MAX_INPUT,
     MAX_STEPS,

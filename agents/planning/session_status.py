@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from agents.planning.plan import TERMINAL_PLAN, USER, Plan
+from flotilla.agents.planning.plan import TERMINAL_PLAN, USER, Plan
 
 SessionStatus = Literal["processing", "suspended", "closed"]
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from storage.conversations import update_message, update_message_in
-from storage.db import Database
+from flotilla.storage.conversations import update_message, update_message_in
+from flotilla.storage.db import Database
 
 # a job's settle in its reconcile's transaction: the keys of the outbox rows it settled,
 # marked sent with the rows the reconcile marks (one statement, `storage.outbox.mark_sent`)

@@ -25,20 +25,20 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.core.failures import is_storage_error
-from agents.planning.effects import MessageForCommander, step_key, to_row, turn_key
-from agents.planning.plan import Plan, StepSucceeded
-from agents.reconciling.outbox import OutboxSender
-from agents.reconciling.run_history import load_messages
-from agents.reconciling.run_results import result_from_history
-from storage.conversations import open_conversation, store_message
-from storage.db import Database
-from storage.events import record_event
-from storage.files import ReceivedFile, produced_files, record_received
-from storage.inbox import claim_unprocessed_inbox, finish_inbox, store_inbox
-from storage.outbox import enqueue_claimed_unless_present, enqueue_effects
-from storage.records import ConversationRecord, InboxRecord, MessageRecord, OutboxRecord
-from storage.runs import load_run
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.planning.effects import MessageForCommander, step_key, to_row, turn_key
+from flotilla.agents.planning.plan import Plan, StepSucceeded
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.agents.reconciling.run_history import load_messages
+from flotilla.agents.reconciling.run_results import result_from_history
+from flotilla.storage.conversations import open_conversation, store_message
+from flotilla.storage.db import Database
+from flotilla.storage.events import record_event
+from flotilla.storage.files import ReceivedFile, produced_files, record_received
+from flotilla.storage.inbox import claim_unprocessed_inbox, finish_inbox, store_inbox
+from flotilla.storage.outbox import enqueue_claimed_unless_present, enqueue_effects
+from flotilla.storage.records import ConversationRecord, InboxRecord, MessageRecord, OutboxRecord
+from flotilla.storage.runs import load_run
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

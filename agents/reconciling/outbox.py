@@ -25,21 +25,21 @@ from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
-from agents.core.clock import Clock, backoff
-from agents.core.errors import RunError
-from agents.core.failures import is_storage_error
-from agents.core.lru import LRUCache
-from agents.planning.effects import Effect, UpdatePlanCard, from_row
-from storage.db import Database
-from storage.locks import run_transaction
-from storage.outbox import (
+from flotilla.agents.core.clock import Clock, backoff
+from flotilla.agents.core.errors import RunError
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.effects import Effect, UpdatePlanCard, from_row
+from flotilla.storage.db import Database
+from flotilla.storage.locks import run_transaction
+from flotilla.storage.outbox import (
     extend_claim,
     give_up_effect,
     hold_effect,
     retry_effect_later,
     settle_and_claim,
 )
-from storage.records import OutboxRecord
+from flotilla.storage.records import OutboxRecord
 
 log = logging.getLogger(__name__)
 

@@ -15,17 +15,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
-from agents.core.errors import PermanentError
+from flotilla.agents.core.errors import PermanentError
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-    from agents.planning.effects import AskUser, FormAnswer, PostDispatch, ShowForm
-    from agents.planning.plan import Plan, Step
-    from agents.planning.session_status import SessionStatus
-    from agents.reconciling.final_texts import FinalText, FinishedAnswer
-    from storage.plans import PlanCard
-    from storage.records import ConversationRecord, MessageRecord
+    from flotilla.agents.planning.effects import AskUser, FormAnswer, PostDispatch, ShowForm
+    from flotilla.agents.planning.plan import Plan, Step
+    from flotilla.agents.planning.session_status import SessionStatus
+    from flotilla.agents.reconciling.final_texts import FinalText, FinishedAnswer
+    from flotilla.storage.plans import PlanCard
+    from flotilla.storage.records import ConversationRecord, MessageRecord
 
 
 class PostingRefused(PermanentError):

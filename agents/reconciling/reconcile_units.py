@@ -21,18 +21,18 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from agents.planning.decisions import Decision, decide
-from agents.planning.effects import to_row
-from agents.planning.plan import CommanderOperation, Outcome, Plan
-from agents.planning.plan_store import plan_from_rows, step_row
-from storage import plans as store
-from storage.events import record_event
-from storage.optimistic import PlanWrite, load_versioned, write_versioned
-from storage.outbox import claimed_record, enqueue_claimed, enqueue_effects
-from storage.outbox_marks import mark_sent
-from storage.plan_steps import insert_steps, update_steps
-from storage.prepared import DriverConnection
-from storage.records import OutboxRecord
+from flotilla.agents.planning.decisions import Decision, decide
+from flotilla.agents.planning.effects import to_row
+from flotilla.agents.planning.plan import CommanderOperation, Outcome, Plan
+from flotilla.agents.planning.plan_store import plan_from_rows, step_row
+from flotilla.storage import plans as store
+from flotilla.storage.events import record_event
+from flotilla.storage.optimistic import PlanWrite, load_versioned, write_versioned
+from flotilla.storage.outbox import claimed_record, enqueue_claimed, enqueue_effects
+from flotilla.storage.outbox_marks import mark_sent
+from flotilla.storage.plan_steps import insert_steps, update_steps
+from flotilla.storage.prepared import DriverConnection
+from flotilla.storage.records import OutboxRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,12 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from agents.core.clock import Clock, utcnow
-from agents.core.errors import OperationRejected
-from agents.core.lru import LRUCache
-from agents.planning.decisions import Decision, decide_agent_gone, start
-from agents.planning.effects import Effect
-from agents.planning.plan import (
+from flotilla.agents.core.clock import Clock, utcnow
+from flotilla.agents.core.errors import OperationRejected
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.decisions import Decision, decide_agent_gone, start
+from flotilla.agents.planning.effects import Effect
+from flotilla.agents.planning.plan import (
     DEFAULT_MAX_TRANSIENT_FAILURES,
     TERMINAL_PLAN,
     CommanderOperation,
@@ -32,11 +32,11 @@ from agents.planning.plan import (
     Step,
     new_steps,
 )
-from agents.planning.plan_store import plan_from_rows
-from agents.planning.plan_validation import validate_plan
-from agents.reconciling.final_texts import Settle
-from agents.reconciling.outbox import OutboxSender
-from agents.reconciling.reconcile_units import (
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.agents.planning.plan_validation import validate_plan
+from flotilla.agents.reconciling.final_texts import Settle
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.agents.reconciling.reconcile_units import (
     PreClaim,
     ReconcileCall,
     Stored,
@@ -45,12 +45,12 @@ from agents.reconciling.reconcile_units import (
     plan_write,
     store_write,
 )
-from storage import plans as store
-from storage.conversations import request_text
-from storage.db import Also, Database
-from storage.locks import ConversationLocks
-from storage.outbox import hold_effect
-from storage.plans import CARD_POSTING, PlanCard
+from flotilla.storage import plans as store
+from flotilla.storage.conversations import request_text
+from flotilla.storage.db import Also, Database
+from flotilla.storage.locks import ConversationLocks
+from flotilla.storage.outbox import hold_effect
+from flotilla.storage.plans import CARD_POSTING, PlanCard
 
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 

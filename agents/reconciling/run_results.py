@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 
-from agents.core.errors import PermanentError, RunError
-from agents.planning.plan import FormSpec, StepBlocked, StepFailed, StepSucceeded
-from agents.tools.builtin import ASK_USER
+from flotilla.agents.core.errors import PermanentError, RunError
+from flotilla.agents.planning.plan import FormSpec, StepBlocked, StepFailed, StepSucceeded
+from flotilla.agents.tools.builtin import ASK_USER
 
 SUMMARY_MAX_CHARS = 500
 FINAL_RESULT = "final_result"

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from agents.core.lru import LRUCache
+from flotilla.agents.core.lru import LRUCache
 
 A = TypeVar("A")
 MAX_BUILT_AGENTS = 256

@@ -27,9 +27,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolRetu
 from pydantic_ai.models import Model
 from pydantic_ai.tools import Tool
 
-from agents.core.clock import Clock, utcnow
-from agents.core.errors import PermanentError, PlanValidationError
-from agents.planning.plan import (
+from flotilla.agents.core.clock import Clock, utcnow
+from flotilla.agents.core.errors import PermanentError, PlanValidationError
+from flotilla.agents.planning.plan import (
     COMMANDER,
     AbortPlan,
     AddSteps,
@@ -41,24 +41,29 @@ from agents.planning.plan import (
     SkipStep,
     Step,
 )
-from agents.planning.plan_validation import parse_plan, validate_plan
-from agents.reconciling.run_history import load_messages
-from agents.running.built_agents import BUILT_AGENTS
-from agents.running.history_compaction import compact_history
-from agents.running.models import model_label
-from agents.running.runtime import RunJob, drive, load_session
-from agents.running.session import (
+from flotilla.agents.planning.plan_validation import parse_plan, validate_plan
+from flotilla.agents.reconciling.run_history import load_messages
+from flotilla.agents.running.built_agents import BUILT_AGENTS
+from flotilla.agents.running.history_compaction import compact_history
+from flotilla.agents.running.models import model_label
+from flotilla.agents.running.runtime import RunJob, drive, load_session
+from flotilla.agents.running.session import (
     DEFAULT_LIMITS,
     PendingClose,
     RunLimits,
     RunSession,
     unsaved_history,
 )
-from agents.running.step_reads import StepReads
-from agents.running.thread_window import Known, newest_plan_id, prompt_with_context, thread_window
-from agents.tools.journal import rerunnable_tool
-from agents.tools.registry import AgentSpec
-from storage.db import Database
+from flotilla.agents.running.step_reads import StepReads
+from flotilla.agents.running.thread_window import (
+    Known,
+    newest_plan_id,
+    prompt_with_context,
+    thread_window,
+)
+from flotilla.agents.tools.journal import rerunnable_tool
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.db import Database
 
 PLAN_NOT_WRITTEN = (
     "I could not put together a workable plan for this; please rephrase the request or "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.core.errors import (
+from flotilla.agents.core.errors import (
     OperationRejected,
     PermanentError,
     PlanValidationError,
@@ -26,11 +26,11 @@ from agents.core.errors import (
     StorageError,
     TransientError,
 )
-from agents.core.failures import is_storage_error
-from agents.planning.addressing import Addressee, addressed_agent, without_address
-from agents.planning.commander_operations import with_shown_inputs
-from agents.planning.decisions import Decision
-from agents.planning.effects import (
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.planning.addressing import Addressee, addressed_agent, without_address
+from flotilla.agents.planning.commander_operations import with_shown_inputs
+from flotilla.agents.planning.decisions import Decision
+from flotilla.agents.planning.effects import (
     AskCommander,
     MessageForCommander,
     PlanStalled,
@@ -38,21 +38,21 @@ from agents.planning.effects import (
     stalled_key,
     to_row,
 )
-from agents.planning.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
-from agents.planning.plan_store import plan_from_rows
-from agents.planning.plan_transitions import stalled
-from agents.planning.session_status import activity, session_status
-from agents.running.commander import CommanderTurn, CommanderWake, commander_turn
-from agents.running.job_settling import SETTLING
-from agents.running.runtime import RunJob
-from agents.running.step_runs import ClaimReads, ids
-from agents.tools.registry import spec_from_record
-from storage.outbox import enqueue_effects
-from storage.plans import load_latest_plan
-from storage.records import ConversationRecord
+from flotilla.agents.planning.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, AbortPlan, Plan
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.agents.planning.plan_transitions import stalled
+from flotilla.agents.planning.session_status import activity, session_status
+from flotilla.agents.running.commander import CommanderTurn, CommanderWake, commander_turn
+from flotilla.agents.running.job_settling import SETTLING
+from flotilla.agents.running.runtime import RunJob
+from flotilla.agents.running.step_runs import ClaimReads, ids
+from flotilla.agents.tools.registry import spec_from_record
+from flotilla.storage.outbox import enqueue_effects
+from flotilla.storage.plans import load_latest_plan
+from flotilla.storage.records import ConversationRecord
 
 if TYPE_CHECKING:
-    from agents.running.run_context import Context
+    from flotilla.agents.running.run_context import Context
 
 log = logging.getLogger(__name__)
 Woken = AskCommander | MessageForCommander | PlanStalled

@@ -17,10 +17,10 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from agents.core.errors import TransientError
-from agents.reconciling.ports import FileRefused
-from agents.tools.file_policy import refusal_note
-from storage.files import (
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.reconciling.ports import FileRefused
+from flotilla.agents.tools.file_policy import refusal_note
+from flotilla.storage.files import (
     begin_upload,
     keep_received_bytes,
     mark_shared,
@@ -29,10 +29,10 @@ from storage.files import (
     received_files,
     refuse_file,
 )
-from storage.records import ConversationRecord, FileRecord
+from flotilla.storage.records import ConversationRecord, FileRecord
 
 if TYPE_CHECKING:
-    from agents.running.run_context import Context
+    from flotilla.agents.running.run_context import Context
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ import contextlib
 import logging
 from datetime import timedelta
 
-from agents.core.errors import TransientError
-from agents.core.failures import PUBLIC_STORAGE, is_storage_error, storage_error
-from agents.core.lru import LRUCache
-from agents.planning.plan import StepFailed
-from agents.running import step_runs
-from agents.running.run_context import Context, Job
-from storage.outbox import fail_held_effect, give_up_held_effect
-from storage.run_requests import drop_request
-from storage.runs import release_run
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.core.failures import PUBLIC_STORAGE, is_storage_error, storage_error
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.plan import StepFailed
+from flotilla.agents.running import step_runs
+from flotilla.agents.running.run_context import Context, Job
+from flotilla.storage.outbox import fail_held_effect, give_up_held_effect
+from flotilla.storage.run_requests import drop_request
+from flotilla.storage.runs import release_run
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from storage.run_request_leases import finish_held_request
+from flotilla.storage.run_request_leases import finish_held_request
 
 
 @dataclass(slots=True)

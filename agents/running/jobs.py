@@ -20,22 +20,28 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from agents.core import telemetry
-from agents.core.errors import PermanentError, TransientError
-from agents.core.failures import is_storage_error
-from agents.planning.effects import Effect
-from agents.running import step_runs
-from agents.running.job_failures import JobFailures, unsettled
-from agents.running.job_settling import SETTLING, settling_of
-from agents.running.preemption import BOUNDARY, Preempted, turn_boundary
-from agents.running.run_context import Context, Job, Work
-from agents.running.slot_requests import SlotRequest, claim_slot
-from storage.db import Also
-from storage.outbox import finish_effect, hold_effect
-from storage.records import RunRequestRecord
-from storage.run_request_leases import finish_request, renew_request
-from storage.run_requests import requeue_request, requeue_requests_of
-from storage.runs import claim_run, release_run, release_runs_of, renew_run, run_lease_until
+from flotilla.agents.core import telemetry
+from flotilla.agents.core.errors import PermanentError, TransientError
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.planning.effects import Effect
+from flotilla.agents.running import step_runs
+from flotilla.agents.running.job_failures import JobFailures, unsettled
+from flotilla.agents.running.job_settling import SETTLING, settling_of
+from flotilla.agents.running.preemption import BOUNDARY, Preempted, turn_boundary
+from flotilla.agents.running.run_context import Context, Job, Work
+from flotilla.agents.running.slot_requests import SlotRequest, claim_slot
+from flotilla.storage.db import Also
+from flotilla.storage.outbox import finish_effect, hold_effect
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_request_leases import finish_request, renew_request
+from flotilla.storage.run_requests import requeue_request, requeue_requests_of
+from flotilla.storage.runs import (
+    claim_run,
+    release_run,
+    release_runs_of,
+    renew_run,
+    run_lease_until,
+)
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,7 @@ def resolve_model(spec: str, keys: ProviderKeys = NO_KEYS) -> Model:
     """
     spec = spec.strip()
     if spec == OFFLINE:
-        from agents.running.offline import offline_model
+        from flotilla.agents.running.offline import offline_model
 
         return offline_model()
     prefix, sep, rest = spec.partition(":")

@@ -61,10 +61,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running.offline_plans import chain, diamond
-from agents.running.step_files import ATTACHED_HEADER
-from agents.running.streamed_function import streamed
-from agents.tools.files import WRITE_FILE
+from flotilla.agents.running.offline_plans import chain, diamond
+from flotilla.agents.running.step_files import ATTACHED_HEADER
+from flotilla.agents.running.streamed_function import streamed
+from flotilla.agents.tools.files import WRITE_FILE
 
 PREFIX = "[offline model]"
 MODEL_NAME = "offline"

@@ -7,15 +7,21 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from agents.planning.effects import AskUser, PostDispatch, ResumeStep, RunCommanderStep, ShowForm
-from agents.planning.plan import TERMINAL_PLAN, Plan
-from agents.planning.plan_store import plan_from_rows
-from storage.db import Also
-from storage.plans import LoadedPlan, load_plan
-from storage.run_requests import wait_reasons
+from flotilla.agents.planning.effects import (
+    AskUser,
+    PostDispatch,
+    ResumeStep,
+    RunCommanderStep,
+    ShowForm,
+)
+from flotilla.agents.planning.plan import TERMINAL_PLAN, Plan
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.storage.db import Also
+from flotilla.storage.plans import LoadedPlan, load_plan
+from flotilla.storage.run_requests import wait_reasons
 
 if TYPE_CHECKING:
-    from agents.running.run_context import Context
+    from flotilla.agents.running.run_context import Context
 
 RunnableStep = PostDispatch | RunCommanderStep | ResumeStep
 

@@ -24,12 +24,12 @@ from typing import Any
 from sqlalchemy import ColumnElement
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.running.run_context import Context, Job
-from agents.scheduling.admission import PARK
-from agents.scheduling.scheduler import PREEMPTIBLE_FROM, URGENT
-from storage.outbox import hold_effect
-from storage.run_request_leases import give_way, urgent_waits, urgent_waits_asked
-from storage.run_requests import get_request
+from flotilla.agents.running.run_context import Context, Job
+from flotilla.agents.scheduling.admission import PARK
+from flotilla.agents.scheduling.scheduler import PREEMPTIBLE_FROM, URGENT
+from flotilla.storage.outbox import hold_effect
+from flotilla.storage.run_request_leases import give_way, urgent_waits, urgent_waits_asked
+from flotilla.storage.run_requests import get_request
 
 
 @dataclass(slots=True)

@@ -8,17 +8,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from agents.core.clock import Clock
-from agents.core.lru import LRUCache
-from agents.reconciling.ports import ChooseModel, RunObserver, SlackPort
-from agents.reconciling.reconciler import Reconciler
-from agents.scheduling.admission_policy import SchedulerOptions
-from agents.scheduling.roster import Roster
-from agents.scheduling.wait_marks import WaitMarks
-from agents.tools.file_policy import FilePolicy
-from storage.conversations import find_conversation, get_conversation
-from storage.db import Database
-from storage.records import ConversationRecord, RunRequestRecord
+from flotilla.agents.core.clock import Clock
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.reconciling.ports import ChooseModel, RunObserver, SlackPort
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.agents.scheduling.roster import Roster
+from flotilla.agents.scheduling.wait_marks import WaitMarks
+from flotilla.agents.tools.file_policy import FilePolicy
+from flotilla.storage.conversations import find_conversation, get_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.records import ConversationRecord, RunRequestRecord
 
 Work = Callable[[], Awaitable[None]]
 CONVERSATION_CACHE_SIZE = 1000  # conversation records kept in memory per process

@@ -28,12 +28,12 @@ from pydantic_ai.output import OutputSpec
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.toolsets import AbstractToolset
 
-from agents.core.clock import Clock, utcnow
-from agents.core.errors import PermanentError
-from agents.core.failures import classify_error, is_storage_error, storage_error
-from agents.planning.plan import Plan
-from agents.reconciling.run_history import load_messages
-from agents.reconciling.run_results import (
+from flotilla.agents.core.clock import Clock, utcnow
+from flotilla.agents.core.errors import PermanentError
+from flotilla.agents.core.failures import classify_error, is_storage_error, storage_error
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.reconciling.run_history import load_messages
+from flotilla.agents.reconciling.run_results import (
     SUMMARY_MAX_CHARS,
     StepQuestion,
     StepReport,
@@ -44,31 +44,36 @@ from agents.reconciling.run_results import (
     result_of,
     step_outcome,
 )
-from agents.running.answer_text import ShowText
-from agents.running.built_agents import BUILT_AGENTS
-from agents.running.history_compaction import compact_history
-from agents.running.models import model_label
-from agents.running.session import (
+from flotilla.agents.running.answer_text import ShowText
+from flotilla.agents.running.built_agents import BUILT_AGENTS
+from flotilla.agents.running.history_compaction import compact_history
+from flotilla.agents.running.models import model_label
+from flotilla.agents.running.session import (
     DEFAULT_LIMITS,
     AtClose,
     RunLimits,
     RunSession,
     unsaved_history,
 )
-from agents.running.step_files import PromptFiles, media_reader, prompt_files
-from agents.running.step_reads import StepReads, given, on_demand, read_step, read_step_in
-from agents.running.thread_window import Known, given_steps, prompt_with_context, thread_window
-from agents.tools.builtin import ASK_USER, ask_user, read_thread
-from agents.tools.context import RunDeps, RunJob
-from agents.tools.file_policy import FilePolicy
-from agents.tools.files import read_file, write_file
-from agents.tools.http_fetch import http_fetch
-from agents.tools.journal import rerunnable_tool
-from agents.tools.mcp import mcp_toolsets
-from agents.tools.net_guard import FetchPolicy
-from agents.tools.registry import AgentSpec
-from storage.db import Database
-from storage.records import AgentRunRecord
+from flotilla.agents.running.step_files import PromptFiles, media_reader, prompt_files
+from flotilla.agents.running.step_reads import StepReads, given, on_demand, read_step, read_step_in
+from flotilla.agents.running.thread_window import (
+    Known,
+    given_steps,
+    prompt_with_context,
+    thread_window,
+)
+from flotilla.agents.tools.builtin import ASK_USER, ask_user, read_thread
+from flotilla.agents.tools.context import RunDeps, RunJob
+from flotilla.agents.tools.file_policy import FilePolicy
+from flotilla.agents.tools.files import read_file, write_file
+from flotilla.agents.tools.http_fetch import http_fetch
+from flotilla.agents.tools.journal import rerunnable_tool
+from flotilla.agents.tools.mcp import mcp_toolsets
+from flotilla.agents.tools.net_guard import FetchPolicy
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.db import Database
+from flotilla.storage.records import AgentRunRecord
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -44,21 +44,21 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.core import telemetry
-from agents.core.clock import Clock
-from agents.core.failures import is_storage_error
-from agents.core.lru import LRUCache
-from agents.reconciling.run_history import dump_messages, resumable, text_answer
-from agents.running import preemption
-from agents.running.answer_text import ShowText, can_stream, relay
-from agents.running.models import resolve_model
-from agents.running.preemption import check_pause
-from agents.tools.context import RunJob
-from agents.tools.journal import ResponseStore, ToolJournal, split_journal, with_journal
-from storage.db import Also, Database
-from storage.records import AgentRunRecord
-from storage.runs import save_run_statement
-from storage.usage import usage_insert
+from flotilla.agents.core import telemetry
+from flotilla.agents.core.clock import Clock
+from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.reconciling.run_history import dump_messages, resumable, text_answer
+from flotilla.agents.running import preemption
+from flotilla.agents.running.answer_text import ShowText, can_stream, relay
+from flotilla.agents.running.models import resolve_model
+from flotilla.agents.running.preemption import check_pause
+from flotilla.agents.tools.context import RunJob
+from flotilla.agents.tools.journal import ResponseStore, ToolJournal, split_journal, with_journal
+from flotilla.storage.db import Also, Database
+from flotilla.storage.records import AgentRunRecord
+from flotilla.storage.runs import save_run_statement
+from flotilla.storage.usage import usage_insert
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.core import telemetry
-from agents.planning.effects import (
+from flotilla.agents.core import telemetry
+from flotilla.agents.planning.effects import (
     AskCommander,
     MessageForCommander,
     PlanStalled,
@@ -32,20 +32,20 @@ from agents.planning.effects import (
     step_key,
     to_row,
 )
-from agents.planning.plan import COMMANDER, USER, Plan, StepFailed
-from agents.running import step_runs
-from agents.scheduling.admission import PARK, SlotFacts
-from agents.scheduling.admission_policy import SchedulerOptions, marks_of, priority_of
-from storage.conversations import store_message
-from storage.db import Also, Database
-from storage.outbox import finish_effect, hold_effect
-from storage.records import ConversationRecord, MessageRecord, RunRequestRecord
-from storage.run_request_leases import finish_request, grant_at_once
-from storage.run_requests import enqueue_request, lock_admission
+from flotilla.agents.planning.plan import COMMANDER, USER, Plan, StepFailed
+from flotilla.agents.running import step_runs
+from flotilla.agents.scheduling.admission import PARK, SlotFacts
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions, marks_of, priority_of
+from flotilla.storage.conversations import store_message
+from flotilla.storage.db import Also, Database
+from flotilla.storage.outbox import finish_effect, hold_effect
+from flotilla.storage.records import ConversationRecord, MessageRecord, RunRequestRecord
+from flotilla.storage.run_request_leases import finish_request, grant_at_once
+from flotilla.storage.run_requests import enqueue_request, lock_admission
 
 if TYPE_CHECKING:
-    from agents.running.run_context import Context
-    from agents.scheduling.admission import AdmissionLoop
+    from flotilla.agents.running.run_context import Context
+    from flotilla.agents.scheduling.admission import AdmissionLoop
 
 # granted_here: a pass of this process granted it a moment ago and starts it
 Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]

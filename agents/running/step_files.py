@@ -17,11 +17,18 @@ from dataclasses import dataclass, field
 from pydantic_ai.messages import BinaryContent, UserContent
 from pydantic_ai.models import Model
 
-from agents.planning.plan import Plan
-from agents.running.step_reads import Connect, Upstream, output_refs, upstream_outputs
-from agents.tools.file_policy import FilePolicy, as_text, describe, fenced, is_text, rendered_output
-from storage.files import read_bytes, received_files
-from storage.records import FileRecord
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.running.step_reads import Connect, Upstream, output_refs, upstream_outputs
+from flotilla.agents.tools.file_policy import (
+    FilePolicy,
+    as_text,
+    describe,
+    fenced,
+    is_text,
+    rendered_output,
+)
+from flotilla.storage.files import read_bytes, received_files
+from flotilla.storage.records import FileRecord
 
 ATTACHED_HEADER = "Files attached to the request:"
 OUTPUTS_HEADER = "Files from earlier steps:"

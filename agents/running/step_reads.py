@@ -16,18 +16,18 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.planning.effects import step_key
-from agents.planning.plan import Plan
-from agents.planning.plan_store import plan_from_rows
-from agents.planning.plan_validation import STEP_REF, TEMPLATE
-from agents.tools.context import RunJob
-from agents.tools.file_policy import is_text
-from storage.conversations import thread_messages
-from storage.db import Database
-from storage.files import conversation_files, produced_files, read_bytes, received_files
-from storage.plans import load_plan
-from storage.records import AgentRunRecord, FileRecord, MessageRecord
-from storage.runs import load_run
+from flotilla.agents.planning.effects import step_key
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.agents.planning.plan_validation import STEP_REF, TEMPLATE
+from flotilla.agents.tools.context import RunJob
+from flotilla.agents.tools.file_policy import is_text
+from flotilla.storage.conversations import thread_messages
+from flotilla.storage.db import Database
+from flotilla.storage.files import conversation_files, produced_files, read_bytes, received_files
+from flotilla.storage.plans import load_plan
+from flotilla.storage.records import AgentRunRecord, FileRecord, MessageRecord
+from flotilla.storage.runs import load_run
 
 # a connection to read with, opened when first asked for (see `on_demand`)
 Connect = Callable[[], Awaitable[AsyncConnection]]

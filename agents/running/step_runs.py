@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from pydantic_ai.messages import ModelMessage
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.core.errors import PermanentError, RunError, StorageError, TransientError
-from agents.planning.effects import (
+from flotilla.agents.core.errors import PermanentError, RunError, StorageError, TransientError
+from flotilla.agents.planning.effects import (
     AskUser,
     Effect,
     PostDispatch,
@@ -30,7 +30,7 @@ from agents.planning.effects import (
     result_key,
     step_key,
 )
-from agents.planning.plan import (
+from flotilla.agents.planning.plan import (
     COMMANDER,
     TERMINAL_PLAN,
     Outcome,
@@ -38,24 +38,24 @@ from agents.planning.plan import (
     StepFailed,
     StepSucceeded,
 )
-from agents.planning.plan_store import plan_from_rows
-from agents.reconciling.final_texts import FinalText, store_final_text, with_final_text
-from agents.reconciling.run_results import StepQuestion
-from agents.running.commander import commander_step_spec
-from agents.running.file_transfer import fetch_attachments, share_produced
-from agents.running.job_settling import SETTLING
-from agents.running.plan_reads import RunnableStep, is_current, remembered
-from agents.running.runtime import RunJob, resume_step, run_step
-from agents.running.step_reads import Known, StepReads, read_step, read_step_in
-from agents.tools.files import called_write_file
-from agents.tools.registry import AgentSpec, spec_from_record
-from storage.db import Database
-from storage.files import produced_files
-from storage.plans import load_latest_plan
-from storage.records import ConversationRecord, FileRecord
+from flotilla.agents.planning.plan_store import plan_from_rows
+from flotilla.agents.reconciling.final_texts import FinalText, store_final_text, with_final_text
+from flotilla.agents.reconciling.run_results import StepQuestion
+from flotilla.agents.running.commander import commander_step_spec
+from flotilla.agents.running.file_transfer import fetch_attachments, share_produced
+from flotilla.agents.running.job_settling import SETTLING
+from flotilla.agents.running.plan_reads import RunnableStep, is_current, remembered
+from flotilla.agents.running.runtime import RunJob, resume_step, run_step
+from flotilla.agents.running.step_reads import Known, StepReads, read_step, read_step_in
+from flotilla.agents.tools.files import called_write_file
+from flotilla.agents.tools.registry import AgentSpec, spec_from_record
+from flotilla.storage.db import Database
+from flotilla.storage.files import produced_files
+from flotilla.storage.plans import load_latest_plan
+from flotilla.storage.records import ConversationRecord, FileRecord
 
 if TYPE_CHECKING:
-    from agents.running.run_context import Context, Job
+    from flotilla.agents.running.run_context import Context, Job
 
 log = logging.getLogger(__name__)
 STEP_KINDS = (PostDispatch, RunCommanderStep, ResumeStep, ShowForm, AskUser)

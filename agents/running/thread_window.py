@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.planning.plan import Plan
-from agents.planning.plan_validation import STEP_REF, TEMPLATE
-from agents.tools.builtin import format_thread_line
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.planning.plan_validation import STEP_REF, TEMPLATE
+from flotilla.agents.tools.builtin import format_thread_line
 
 # Message metadata event types Flotilla writes (bot/listeners/payloads.py writes the same
 # strings, and bot/answer_stream.py the streaming mark; agents/ does not import bot/).

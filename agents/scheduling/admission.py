@@ -31,10 +31,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.core import telemetry
-from agents.core.clock import Clock, woken
-from agents.core.failures import is_storage_error, storage_error
-from agents.scheduling.admission_policy import (
+from flotilla.agents.core import telemetry
+from flotilla.agents.core.clock import Clock, woken
+from flotilla.agents.core.failures import is_storage_error, storage_error
+from flotilla.agents.scheduling.admission_policy import (
     SchedulerOptions,
     budgets_now,
     limits_of,
@@ -42,15 +42,15 @@ from agents.scheduling.admission_policy import (
     weights_by_tenant,
     with_overrides,
 )
-from agents.scheduling.roster import Roster
-from agents.scheduling.run_request_views import running_of, waiting_of
-from agents.scheduling.scheduler import Admission, Limits, Running, RunRequest, admit
-from agents.scheduling.wait_marks import WaitMarks
-from storage.agents import get_agent
-from storage.db import Database
-from storage.outbox import finish_effect, hold_effect
-from storage.records import RunRequestRecord
-from storage.run_requests import (
+from flotilla.agents.scheduling.roster import Roster
+from flotilla.agents.scheduling.run_request_views import running_of, waiting_of
+from flotilla.agents.scheduling.scheduler import Admission, Limits, Running, RunRequest, admit
+from flotilla.agents.scheduling.wait_marks import WaitMarks
+from flotilla.storage.agents import get_agent
+from flotilla.storage.db import Database
+from flotilla.storage.outbox import finish_effect, hold_effect
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_requests import (
     drop_request,
     enqueue_request,
     expire_grants,
@@ -61,8 +61,8 @@ from storage.run_requests import (
     served_since,
     set_wait_reasons,
 )
-from storage.runs import typical_run_tokens_of
-from storage.workspaces import workspace_settings, workspace_settings_and
+from flotilla.storage.runs import typical_run_tokens_of
+from flotilla.storage.workspaces import workspace_settings, workspace_settings_and
 
 log = logging.getLogger(__name__)
 PARK = timedelta(hours=1)  # a waiting run's outbox row looks again this late at the latest

@@ -16,8 +16,16 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.scheduling.scheduler import BATCH, INTERACTIVE, LONG, NORMAL, URGENT, Budget, Limits
-from storage.usage import tokens_spent
+from flotilla.agents.scheduling.scheduler import (
+    BATCH,
+    INTERACTIVE,
+    LONG,
+    NORMAL,
+    URGENT,
+    Budget,
+    Limits,
+)
+from flotilla.storage.usage import tokens_spent
 
 BudgetPolicy = Literal["wait", "fail"]
 BUDGET_KEYS = ("workspace_day", "workspace_month", "channel_day", "channel_month")

@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from storage.agents import list_agents_with
-from storage.db import Database
-from storage.records import AgentRecord
-from storage.workspaces import default_model_of
+from flotilla.storage.agents import list_agents_with
+from flotilla.storage.db import Database
+from flotilla.storage.records import AgentRecord
+from flotilla.storage.workspaces import default_model_of
 
 ROSTER_MAX_AGE_S = 2.0
 

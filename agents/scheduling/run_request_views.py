@@ -3,9 +3,9 @@ running (`Running`), its tenant the workspace and channel it came from."""
 
 from __future__ import annotations
 
-from agents.scheduling.admission_policy import tenant_of
-from agents.scheduling.scheduler import Running, RunRequest
-from storage.records import RunRequestRecord
+from flotilla.agents.scheduling.admission_policy import tenant_of
+from flotilla.agents.scheduling.scheduler import Running, RunRequest
+from flotilla.storage.records import RunRequestRecord
 
 
 def waiting_of(r: RunRequestRecord) -> RunRequest:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import CallDeferred, ModelRetry
 
-from agents.planning.plan import FormSpec
-from agents.tools.context import RunDeps
+from flotilla.agents.planning.plan import FormSpec
+from flotilla.agents.tools.context import RunDeps
 
 ASK_USER = "ask_user"
 READ_THREAD = "read_thread"

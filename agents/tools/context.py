@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 from pydantic_ai import RunContext
 
-from agents.tools.file_policy import FilePolicy
-from agents.tools.net_guard import FetchPolicy
-from storage.db import Database
-from storage.records import MessageRecord
+from flotilla.agents.tools.file_policy import FilePolicy
+from flotilla.agents.tools.net_guard import FetchPolicy
+from flotilla.storage.db import Database
+from flotilla.storage.records import MessageRecord
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # an MCP `_meta` key: prefixed, as the MCP spec asks of keys that are not its own

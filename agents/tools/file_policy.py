@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from storage.files import ByteStore
-from storage.records import FileRecord
+from flotilla.storage.files import ByteStore
+from flotilla.storage.records import FileRecord
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_TYPES: tuple[str, ...] = (

@@ -18,10 +18,17 @@ from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import BinaryContent, ModelMessage, ModelResponse, ToolCallPart
 
-from agents.tools.context import RunDeps, call_key
-from agents.tools.file_policy import as_text, clean_name, describe, fenced, human_size, is_text
-from agents.tools.journal import response_stored, store_response_in
-from storage.files import conversation_files, read_bytes, record_produced
+from flotilla.agents.tools.context import RunDeps, call_key
+from flotilla.agents.tools.file_policy import (
+    as_text,
+    clean_name,
+    describe,
+    fenced,
+    human_size,
+    is_text,
+)
+from flotilla.agents.tools.journal import response_stored, store_response_in
+from flotilla.storage.files import conversation_files, read_bytes, record_produced
 
 WRITE_FILE = "write_file"
 READ_FILE = "read_file"

@@ -20,9 +20,14 @@ import aiohttp
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
 
-from agents.tools.context import IDEMPOTENCY_HEADER, RunDeps, call_key
-from agents.tools.html_text import html_to_text
-from agents.tools.net_guard import AddressRefused, FetchPolicy, GuardedResolver, parse_address
+from flotilla.agents.tools.context import IDEMPOTENCY_HEADER, RunDeps, call_key
+from flotilla.agents.tools.html_text import html_to_text
+from flotilla.agents.tools.net_guard import (
+    AddressRefused,
+    FetchPolicy,
+    GuardedResolver,
+    parse_address,
+)
 
 REDIRECTS = (301, 302, 303, 307, 308)
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript")

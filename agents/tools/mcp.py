@@ -17,8 +17,8 @@ from pydantic_ai import RunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 
-from agents.tools.context import IDEMPOTENCY_META_KEY, RunDeps, call_key
-from agents.tools.registry import AgentSpec, McpServerSpec
+from flotilla.agents.tools.context import IDEMPOTENCY_META_KEY, RunDeps, call_key
+from flotilla.agents.tools.registry import AgentSpec, McpServerSpec
 
 if TYPE_CHECKING:  # the MCP client stack takes seconds to import: only when an agent uses it
     from pydantic_ai.mcp import CallToolFunc, MCPToolset, ToolResult

@@ -19,9 +19,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.agents import create_agent, get_agent, list_agents
-from storage.records import AgentRecord
-from storage.sql import DuplicateError
+from flotilla.storage.agents import create_agent, get_agent, list_agents
+from flotilla.storage.records import AgentRecord
+from flotilla.storage.sql import DuplicateError
 
 BUILTIN_TOOLS = ("ask_user", "read_thread", "http_fetch")
 HTTP_FETCH_PREFIX = "http_fetch:"

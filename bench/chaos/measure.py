@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.chaos.stack import CHANNEL, Mention, Stack
-from local_slack import Message
+from flotilla.local_slack import Message
 
 DISPATCH, RESULT, NOTICE = "flotilla_dispatch", "flotilla_result", "flotilla_notice"
 FINAL_STEP = 3  # the offline commander's research chain: research, write, the synthesis

@@ -20,12 +20,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot.manifest import commander_manifest
-from local_slack import Driver, InstalledApp, LocalWorkspace, Message
-from storage.agents import list_agents, update_agent
-from storage.db import Database
-from storage.run_request_leases import holders
-from storage.runs import leases_t
+from flotilla.bot.manifest import commander_manifest
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace, Message
+from flotilla.storage.agents import list_agents, update_agent
+from flotilla.storage.db import Database
+from flotilla.storage.run_request_leases import holders
+from flotilla.storage.runs import leases_t
 from tests.e2e.flotilla_process import FlotillaProcess
 from tests.fakes.openai_server import FakeOpenAI, text_message
 
@@ -133,7 +133,7 @@ class Stack:
         return process
 
     async def agents_use_the_fake(self) -> None:
-        from storage.tables import Workspace
+        from flotilla.storage.tables import Workspace
 
         async with self.db.read() as conn:
             team = str(await conn.scalar(select(Workspace.__table__.c.team_id)))

@@ -15,9 +15,9 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import admin, admin_reports, admin_scheduler
-from bot.listeners.guard import guarded
-from bot.listeners.inbound import (
+from flotilla.bot import admin, admin_reports, admin_scheduler
+from flotilla.bot.listeners.guard import guarded
+from flotilla.bot.listeners.inbound import (
     AgentMetadata,
     BlockActions,
     HomeOpened,
@@ -27,7 +27,7 @@ from bot.listeners.inbound import (
     metadata_of,
     parse,
 )
-from bot.views.admin import (
+from flotilla.bot.views.admin import (
     ADD_AGENT_ACTION,
     AGENT_CALLBACK,
     HELP,
@@ -41,7 +41,7 @@ from bot.views.admin import (
 )
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 log = logging.getLogger(__name__)
 AGENT_VERBS = ("add", "edit", "remove", "enable", "disable")

@@ -6,16 +6,16 @@ from typing import TYPE_CHECKING
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from bot import handlers
-from bot.listeners.guard import guarded
-from bot.listeners.inbound import BlockActions, Body, parse
-from bot.views.feedback import FEEDBACK_ACTIONS
+from flotilla.bot import handlers
+from flotilla.bot.listeners.guard import guarded
+from flotilla.bot.listeners.inbound import BlockActions, Body, parse
+from flotilla.bot.views.feedback import FEEDBACK_ACTIONS
 
 THANKS = "Thanks – your feedback on this answer is noted."
 NOT_KEPT = "Sorry, I could not tell which answer this feedback was for; nothing was noted."
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 
 def register_feedback(app: AsyncApp, service: SlackService) -> None:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import form_answers
-from bot.listeners.guard import INBOX_DONE, answer, guarded
-from bot.listeners.inbound import (
+from flotilla.bot import form_answers
+from flotilla.bot.listeners.guard import INBOX_DONE, answer, guarded
+from flotilla.bot.listeners.inbound import (
     BlockActions,
     Body,
     FormMetadata,
@@ -30,8 +30,8 @@ from bot.listeners.inbound import (
     metadata_of,
     parse,
 )
-from bot.listeners.rewrite import through_response_url
-from bot.views.forms import (
+from flotilla.bot.listeners.rewrite import through_response_url
+from flotilla.bot.views.forms import (
     INLINE_ACTION,
     MODAL_CALLBACK,
     OPEN_ACTION,
@@ -44,7 +44,7 @@ from bot.views.forms import (
 )
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 
 def register_forms(app: AsyncApp, service: SlackService) -> None:

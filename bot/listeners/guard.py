@@ -18,8 +18,8 @@ import aiohttp
 from pydantic import TypeAdapter, ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from agents.core.failures import PUBLIC_STORAGE, is_storage_error, storage_error
-from bot.listeners.inbound import InvalidPayload, Url
+from flotilla.agents.core.failures import PUBLIC_STORAGE, is_storage_error, storage_error
+from flotilla.bot.listeners.inbound import InvalidPayload, Url
 
 log = logging.getLogger(__name__)
 TRY_AGAIN = "Something went wrong on my side – please try again."

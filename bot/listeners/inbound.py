@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from bot.listeners.payloads import IGNORED_SUBTYPES, SlackFile, SlackMessage
-from bot.views.forms import FormKey
+from flotilla.bot.listeners.payloads import IGNORED_SUBTYPES, SlackFile, SlackMessage
+from flotilla.bot.views.forms import FormKey
 
 UserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,30}$")]
 ChannelId = Annotated[str, StringConstraints(pattern=r"^[CGD][A-Z0-9]{2,30}$")]

@@ -25,22 +25,22 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from agents.core.failures import is_storage_error, storage_error
-from agents.reconciling.inbox import InboxFinish, claim_cut_short, store_inbound
-from bot.listeners.guard import INBOX_DONE, TRY_AGAIN, sentence_view
-from bot.listeners.inbound import (
+from flotilla.agents.core.failures import is_storage_error, storage_error
+from flotilla.agents.reconciling.inbox import InboxFinish, claim_cut_short, store_inbound
+from flotilla.bot.listeners.guard import INBOX_DONE, TRY_AGAIN, sentence_view
+from flotilla.bot.listeners.inbound import (
     BlockActions,
     InvalidPayload,
     SlashCommand,
     ViewSubmission,
     parse,
 )
-from bot.views.admin import ADD_AGENT_ACTION, AGENT_CALLBACK
-from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
-from bot.views.plan_card import CANCEL_ACTION
+from flotilla.bot.views.admin import ADD_AGENT_ACTION, AGENT_CALLBACK
+from flotilla.bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
+from flotilla.bot.views.plan_card import CANCEL_ACTION
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 log = logging.getLogger(__name__)
 Body = dict[str, Any]

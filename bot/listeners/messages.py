@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 
-from agents.core.failures import is_storage_error, storage_error
-from agents.reconciling.inbox import retry_storage
-from bot import handlers
-from bot.listeners.inbound import RECORDED_EVENTS, InvalidPayload, check_event
+from flotilla.agents.core.failures import is_storage_error, storage_error
+from flotilla.agents.reconciling.inbox import retry_storage
+from flotilla.bot import handlers
+from flotilla.bot.listeners.inbound import RECORDED_EVENTS, InvalidPayload, check_event
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 log = logging.getLogger(__name__)
 Body = dict[str, Any]

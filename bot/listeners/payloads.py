@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents.reconciling.ports import StepTag
+from flotilla.agents.reconciling.ports import StepTag
 
 # Message metadata event types Flotilla writes (Slack: metadata.event_type / event_payload).
 DISPATCH_EVENT = "flotilla_dispatch"  # `@agent <input>` for a step

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from bot import handlers
-from bot.listeners.guard import guarded
-from bot.listeners.inbound import BlockActions, Body, parse, plan_number
-from bot.views.plan_card import CANCEL_ACTION
+from flotilla.bot import handlers
+from flotilla.bot.listeners.guard import guarded
+from flotilla.bot.listeners.inbound import BlockActions, Body, parse, plan_number
+from flotilla.bot.views.plan_card import CANCEL_ACTION
 
 if TYPE_CHECKING:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
 
 def register_plan_card(app: AsyncApp, service: SlackService) -> None:

@@ -21,9 +21,9 @@ import aiohttp
 from slack_bolt.async_app import AsyncBoltContext, AsyncRespond
 from slack_sdk.webhook import WebhookResponse
 
-from bot.form_answers import Rewrite
-from bot.listeners.inbound import BlockActions
-from bot.listeners.inbox import REPLAYED
+from flotilla.bot.form_answers import Rewrite
+from flotilla.bot.listeners.inbound import BlockActions
+from flotilla.bot.listeners.inbox import REPLAYED
 
 log = logging.getLogger(__name__)
 RESPOND_SECONDS = 10.0  # then chat.update instead (Bolt's own limit would be 30 s)

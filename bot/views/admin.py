@@ -30,11 +30,11 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from agents.tools.registry import HTTP_FETCH_PREFIX
-from bot.admin_reports import Reports
-from bot.agent_form import AgentDraft, Mode
-from bot.views.feedback import feedback_text
-from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
+from flotilla.agents.tools.registry import HTTP_FETCH_PREFIX
+from flotilla.bot.admin_reports import Reports
+from flotilla.bot.agent_form import AgentDraft, Mode
+from flotilla.bot.views.feedback import feedback_text
+from flotilla.storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
 
 AGENT_CALLBACK = "flotilla_agent_save"
 ADD_AGENT_ACTION = "flotilla_agent_add"

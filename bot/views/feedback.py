@@ -16,7 +16,7 @@ from slack_sdk.models.blocks import (
     MarkdownTextObject,
 )
 
-from storage.records import FeedbackTotal
+from flotilla.storage.records import FeedbackTotal
 
 FEEDBACK_ACTION = "answer_feedback"
 # the buttons rating another answer (an own-app agent's), under the commander's answer

@@ -31,7 +31,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from agents.planning.plan import USER, FormField, FormSpec, Step
+from flotilla.agents.planning.plan import USER, FormField, FormSpec, Step
 
 INLINE_ACTION = "flotilla_form_inline"
 SUBMIT_ACTION = "flotilla_form_submit_inline"  # the [Submit] of a form answered in its message

@@ -24,8 +24,8 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from agents.planning.plan import COMMANDER, TERMINAL_PLAN, USER, Plan, Step
-from agents.planning.session_status import activity
+from flotilla.agents.planning.plan import COMMANDER, TERMINAL_PLAN, USER, Plan, Step
+from flotilla.agents.planning.session_status import activity
 
 SECTION_TEXT_MAX = 3000
 REASON_MAX = 500  # a reason is a sentence; escaped it still fits a 3,000-character text

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agents.planning.plan import COMMANDER, USER, Plan, Step
+from flotilla.agents.planning.plan import COMMANDER, USER, Plan, Step
 
 TITLE_MAX = 150
 # the step's status -> the task's (pending, in_progress, complete, error)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from storage import service_tables  # noqa: F401  (its tables join Base.metadata)
-from storage.tables import Base
+from flotilla.storage import service_tables  # noqa: F401  (its tables join Base.metadata)
+from flotilla.storage.tables import Base
 
 target_metadata = Base.metadata
 

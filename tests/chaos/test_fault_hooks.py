@@ -8,7 +8,7 @@ import random
 
 import aiohttp
 
-from local_slack.ratelimit import RateLimiter
+from flotilla.local_slack.ratelimit import RateLimiter
 from tests.fakes.openai_server import CLIENT_GONE, HANG, FakeOpenAI
 
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}

@@ -12,7 +12,7 @@ from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
 
 # Retries "nearly immediately" instead of after 1 and 5 minutes, and a short ack window.
 TEST_RETRY_DELAYS = (0.0, 0.05, 0.05)

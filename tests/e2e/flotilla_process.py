@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from local_slack import InstalledApp, LocalWorkspace
+from flotilla.local_slack import InstalledApp, LocalWorkspace
 
 ROOT = Path(__file__).resolve().parents[2]
 Line = dict[str, Any]
@@ -27,7 +27,7 @@ def free_port() -> int:
 
 
 class FlotillaProcess:
-    """One `python -m bot.cli run` for `app` of `workspace` (Socket Mode if the app has an
+    """One `python -m flotilla.bot.cli run` for `app` of `workspace` (Socket Mode if the app has an
     app-level token, else HTTP)."""
 
     def __init__(
@@ -70,7 +70,7 @@ class FlotillaProcess:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "run",
+            sys.executable, "-m", "flotilla.bot.cli", "run",
             cwd=self.folder, env=self.env,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

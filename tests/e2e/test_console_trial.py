@@ -13,11 +13,11 @@ import pytest
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.local import LocalStack, start_local_stack
-from bot.service import Options
-from bot.trial import NO_WAKE_HINT, TrialConsole, can_open_browser, dev
-from local_slack import Driver, InstalledApp, LocalWorkspace
-from local_slack.console import Console
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.service import Options
+from flotilla.bot.trial import NO_WAKE_HINT, TrialConsole, can_open_browser, dev
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.local_slack.console import Console
 from tests.e2e.conftest import serve_bolt_app
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"

@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.manifest import commander_manifest
-from local_slack import Driver, InstalledApp, LocalWorkspace
-from storage.agents import update_agent
-from storage.db import Database
+from flotilla.bot.manifest import commander_manifest
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.storage.agents import update_agent
+from flotilla.storage.db import Database
 from tests.e2e.flotilla_process import FlotillaProcess
 from tests.fakes.openai_server import FakeOpenAI, text_message
 

@@ -21,13 +21,13 @@ import pytest
 from sqlalchemy import make_url, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bot.manifest import commander_manifest
-from local_slack import Driver, InstalledApp, LocalWorkspace
-from storage.agents import update_agent
-from storage.db import Database
-from storage.records import RunRequestRecord
-from storage.run_requests import get_request, queued_requests
-from storage.tables import Workspace
+from flotilla.bot.manifest import commander_manifest
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.storage.agents import update_agent
+from flotilla.storage.db import Database
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_requests import get_request, queued_requests
+from flotilla.storage.tables import Workspace
 from tests.conftest import BACKENDS, postgres_url
 from tests.e2e.flotilla_process import FlotillaProcess
 from tests.fakes.openai_server import CLIENT_GONE, FakeOpenAI, text_message

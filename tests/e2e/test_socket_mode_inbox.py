@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from bot.listeners.guard import TRY_AGAIN
-from bot.manifest import commander_manifest
-from local_slack.events import Delivery
+from flotilla.bot.listeners.guard import TRY_AGAIN
+from flotilla.bot.manifest import commander_manifest
+from flotilla.local_slack.events import Delivery
 from tests.e2e.test_run_process import World, world  # noqa: F401 (the fixture)
 
 REFUSE_INBOX = """

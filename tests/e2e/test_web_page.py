@@ -16,8 +16,8 @@ from playwright.async_api import Browser, Page, expect
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncSay
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import InstalledApp, LocalWorkspace
-from local_slack.records import Person
+from flotilla.local_slack import InstalledApp, LocalWorkspace
+from flotilla.local_slack.records import Person
 from tests.e2e.browser import assert_no_page_errors, browser, open_page, screenshot
 from tests.e2e.conftest import serve_bolt_app
 

@@ -14,8 +14,8 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import Driver, LocalWorkspace
-from local_slack.records import Channel, InstalledApp, Person
+from flotilla.local_slack import Driver, LocalWorkspace
+from flotilla.local_slack.records import Channel, InstalledApp, Person
 from tests.e2e.conftest import Receiver
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from bot.local import LocalStack, start_local_stack
-from bot.service import Options
-from bot.trial import screenshot as readme_screenshot
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.service import Options
+from flotilla.bot.trial import screenshot as readme_screenshot
 from tests.e2e.browser import (
     assert_no_page_errors,
     browser,

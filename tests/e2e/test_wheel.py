@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -23,6 +24,13 @@ def run(*command: str | Path, cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+def top_level_names(wheel: Path) -> set[str]:
+    """The names a wheel's files add at the top of site-packages (its .dist-info aside)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = {name.split("/")[0] for name in archive.namelist()}
+    return {name.removesuffix(".py") for name in names if not name.endswith(".dist-info")}
+
+
 def test_the_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOTILLA_", "SLACK_"))}
     env.pop("PYTHONPATH", None)
@@ -30,6 +38,7 @@ def test_the_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, ROOT,
         cwd=tmp_path, env=env)  # fmt: skip
     [wheel] = wheels.glob("flotilla-*.whl")
+    assert top_level_names(wheel) == {"flotilla"}
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path, env=env)
     run(venv / "bin/python", "-m", "pip", "install", "-q", wheel, cwd=tmp_path, env=env)
@@ -40,7 +49,7 @@ def test_the_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     manifest = yaml.safe_load(run(flotilla, "manifest", cwd=elsewhere, env=env))
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert "chat:write" in manifest["oauth_config"]["scopes"]["bot"]
-    located = run(venv / "bin/python", "-c", "import bot; print(bot.__file__)",
+    located = run(venv / "bin/python", "-c", "import flotilla.bot as b; print(b.__file__)",
                   cwd=elsewhere, env=env)  # fmt: skip
     assert str(venv) in located  # the installed package, not the checkout
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from local_slack import Driver, LocalWorkspace
-from local_slack.web_agent_sessions import session_of
+from flotilla.local_slack import Driver, LocalWorkspace
+from flotilla.local_slack.web_agent_sessions import session_of
 from tests.e2e.conftest import client_for
 from tests.e2e.spec_shapes import documented_errors
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from local_slack import LocalWorkspace
-from local_slack.blocks import check_view
+from flotilla.local_slack import LocalWorkspace
+from flotilla.local_slack.blocks import check_view
 from tests.e2e.conftest import client_for
 from tests.e2e.spec_shapes import SPECS
 

@@ -14,8 +14,8 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond, AsyncSay
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import Driver, InstalledApp, LocalWorkspace
-from local_slack.transcript import render_thread, render_view
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.local_slack.transcript import render_thread, render_view
 from tests.e2e.conftest import serve_bolt_app
 
 SCOPES = ["chat:write", "app_mentions:read", "channels:history", "commands", "users:read"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from local_slack import Driver, LocalWorkspace
-from local_slack.console import Console
+from flotilla.local_slack import Driver, LocalWorkspace
+from flotilla.local_slack.console import Console
 from tests.e2e.conftest import Receiver, client_for
 
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from local_slack import Driver, LocalWorkspace
+from flotilla.local_slack import Driver, LocalWorkspace
 from tests.e2e.conftest import Receiver, client_for
 from tests.e2e.spec_shapes import merged, recorded, unknown_keys
 

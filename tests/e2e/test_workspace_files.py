@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from local_slack import Driver, LocalWorkspace
+from flotilla.local_slack import Driver, LocalWorkspace
 from tests.e2e.conftest import Receiver, client_for
 from tests.e2e.spec_shapes import documented_errors, merged, recorded, unknown_keys
 
@@ -134,7 +134,7 @@ async def test_upload_methods_check_scopes_and_arguments(workspace: LocalWorkspa
 async def test_the_browser_page_gets_a_messages_files(
     workspace: LocalWorkspace, driver: Driver
 ) -> None:
-    from local_slack.web_snapshot import channel_messages
+    from flotilla.local_slack.web_snapshot import channel_messages
 
     alice = workspace.add_person("alice")
     channel = workspace.create_channel("general", [alice])

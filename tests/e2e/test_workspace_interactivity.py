@@ -14,8 +14,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import Driver, InstalledApp, LocalWorkspace, Message
-from local_slack.records import Person
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace, Message
+from flotilla.local_slack.records import Person
 from tests.e2e.conftest import Receiver, client_for
 from tests.e2e.spec_shapes import recorded, unknown_keys
 

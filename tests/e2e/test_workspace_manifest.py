@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from local_slack import LocalWorkspace
+from flotilla.local_slack import LocalWorkspace
 from tests.e2e.conftest import client_for
 from tests.e2e.spec_shapes import SPECS
 

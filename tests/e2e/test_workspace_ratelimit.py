@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from local_slack import LocalWorkspace
-from local_slack.ratelimit import TIER_PER_MINUTE, RateLimiter
+from flotilla.local_slack import LocalWorkspace
+from flotilla.local_slack.ratelimit import TIER_PER_MINUTE, RateLimiter
 from tests.e2e.conftest import client_for
 
 

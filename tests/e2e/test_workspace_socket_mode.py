@@ -10,7 +10,7 @@ from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
 from tests.e2e.conftest import client_for
 from tests.e2e.test_workspace_bolt_app import EVENTS, SCOPES, tiny_app
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from local_slack import Driver, LocalWorkspace
+from flotilla.local_slack import Driver, LocalWorkspace
 from tests.e2e.conftest import Receiver, client_for
 from tests.e2e.spec_shapes import documented_errors
 

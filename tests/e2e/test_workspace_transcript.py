@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from local_slack import Driver, LocalWorkspace
-from local_slack.transcript import render_view
+from flotilla.local_slack import Driver, LocalWorkspace
+from flotilla.local_slack.transcript import render_view
 from tests.e2e.conftest import client_for
 
 

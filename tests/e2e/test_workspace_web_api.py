@@ -9,8 +9,8 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from local_slack import Driver, InstalledApp, LocalWorkspace
-from local_slack.records import Channel, Person
+from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
+from flotilla.local_slack.records import Channel, Person
 from tests.e2e.conftest import client_for
 from tests.e2e.spec_shapes import documented_errors, merged, recorded, unknown_keys
 

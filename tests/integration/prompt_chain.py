@@ -17,15 +17,15 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.planning.effects import PostDispatch
-from agents.planning.plan import Step, StepSucceeded
-from agents.reconciling.reconciler import Reconciler
-from agents.running.runtime import RunJob, StepRunResult, run_step
-from agents.tools.builtin import format_thread_line
-from agents.tools.registry import AgentSpec
-from storage.conversations import open_conversation, store_message, thread_messages
-from storage.db import Database
-from storage.records import MessageRecord
+from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.planning.plan import Step, StepSucceeded
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
+from flotilla.agents.tools.builtin import format_thread_line
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.conversations import open_conversation, store_message, thread_messages
+from flotilla.storage.db import Database
+from flotilla.storage.records import MessageRecord
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 REQUEST = (

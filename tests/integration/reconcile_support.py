@@ -27,13 +27,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from agents.planning.effects import Effect, RetryDue
-from agents.planning.plan import PlanProposal, StepProposal, StepSucceeded
-from agents.reconciling.outbox import Claimed, OutboxSender
-from agents.reconciling.reconciler import Reconciler
-from storage.conversations import open_conversation
-from storage.db import Database
-from storage.outbox import outbox_t
+from flotilla.agents.planning.effects import Effect, RetryDue
+from flotilla.agents.planning.plan import PlanProposal, StepProposal, StepSucceeded
+from flotilla.agents.reconciling.outbox import Claimed, OutboxSender
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.conversations import open_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.outbox import outbox_t
 
 AGENTS = ("researcher", "writer")
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.scheduling.admission import AdmissionLoop
-from agents.scheduling.admission_policy import SchedulerOptions
-from agents.scheduling.scheduler import in_line
-from storage.conversations import open_conversation
-from storage.db import Database
-from storage.records import RunRequestRecord
-from storage.run_request_leases import finish_request
-from storage.run_requests import queued_requests
+from flotilla.agents.scheduling.admission import AdmissionLoop
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.agents.scheduling.scheduler import in_line
+from flotilla.storage.conversations import open_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_request_leases import finish_request
+from flotilla.storage.run_requests import queued_requests
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PLANS = 30  # one waiting step each, in one channel

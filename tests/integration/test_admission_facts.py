@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.scheduling.admission import AdmissionLoop, SlotFacts
-from agents.scheduling.admission_policy import SchedulerOptions
-from agents.scheduling.roster import Roster
-from storage.agents import create_agent, update_agent
-from storage.db import Database
-from storage.records import RunRequestRecord
-from storage.runs import save_run
-from storage.workspaces import ensure_workspace, set_workspace_settings
+from flotilla.agents.scheduling.admission import AdmissionLoop, SlotFacts
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.agents.scheduling.roster import Roster
+from flotilla.storage.agents import create_agent, update_agent
+from flotilla.storage.db import Database
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.runs import save_run
+from flotilla.storage.workspaces import ensure_workspace, set_workspace_settings
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 

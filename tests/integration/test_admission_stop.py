@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from agents.core.clock import utcnow
-from agents.scheduling.admission import AdmissionLoop
-from agents.scheduling.admission_policy import SchedulerOptions
-from storage.db import Database
-from storage.records import RunRequestRecord
-from storage.run_requests import get_request
+from flotilla.agents.core.clock import utcnow
+from flotilla.agents.scheduling.admission import AdmissionLoop
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.storage.db import Database
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_requests import get_request
 
 BOUND = 10.0  # seconds: a bound on a hung stop, never a sleep
 

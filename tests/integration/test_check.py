@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.check import check_slack, render
-from bot.cli import EXIT_OK, main
-from bot.manifest import commander_manifest
-from bot.settings import Settings
-from local_slack import LocalWorkspace
+from flotilla.bot.check import check_slack, render
+from flotilla.bot.cli import EXIT_OK, main
+from flotilla.bot.manifest import commander_manifest
+from flotilla.bot.settings import Settings
+from flotilla.local_slack import LocalWorkspace
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
-from storage.migrate import head_revision
+from flotilla.bot.cli import main
+from flotilla.storage.migrate import head_revision
 
 
 def test_db_upgrade_current_downgrade(

@@ -8,12 +8,12 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.reconciling.inbox import Incoming, record_request
-from agents.reconciling.reconciler import Reconciler
-from agents.running.run_context import Context, ExecutorOptions
-from storage.conversations import bump_lock_version, conversations_t, get_conversation
-from storage.db import Database
-from storage.records import ConversationRecord
+from flotilla.agents.reconciling.inbox import Incoming, record_request
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.running.run_context import Context, ExecutorOptions
+from flotilla.storage.conversations import bump_lock_version, conversations_t, get_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.records import ConversationRecord
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 # the columns of a conversation's row written after it is created (storage/conversations.py

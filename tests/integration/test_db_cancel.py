@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-from storage.db import Database
+from flotilla.storage.db import Database
 
 # a statement the driver's thread is busy with for a while (counted, not timed)
 SLOW = (

@@ -19,17 +19,17 @@ from typing import Any, cast
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agents.planning.effects import step_key
-from agents.running import offline
-from agents.running.slot_requests import FastPath, SlotRequest, claim_slot
-from bot.identities import Poster
-from bot.listeners.payloads import DISPATCH_EVENT
-from bot.local import start_local_stack
-from bot.service import Options
-from local_slack import Driver
-from storage.conversations import open_conversation, store_message, thread_messages
-from storage.db import Database
-from storage.records import ConversationRecord, MessageRecord
+from flotilla.agents.planning.effects import step_key
+from flotilla.agents.running import offline
+from flotilla.agents.running.slot_requests import FastPath, SlotRequest, claim_slot
+from flotilla.bot.identities import Poster
+from flotilla.bot.listeners.payloads import DISPATCH_EVENT
+from flotilla.bot.local import start_local_stack
+from flotilla.bot.service import Options
+from flotilla.local_slack import Driver
+from flotilla.storage.conversations import open_conversation, store_message, thread_messages
+from flotilla.storage.db import Database
+from flotilla.storage.records import ConversationRecord, MessageRecord
 from tests.integration.test_executor_leases import (
     LEASE,
     REQUEST,
@@ -196,7 +196,7 @@ async def test_a_claim_whose_facts_read_fails_leaves_nothing_and_is_claimed_agai
 
     from sqlalchemy.exc import OperationalError
 
-    from storage.run_requests import get_request
+    from flotilla.storage.run_requests import get_request
 
     conversation, key, dispatch = await a_posted_dispatch(db)
     values = slot_values(conversation.id, key)

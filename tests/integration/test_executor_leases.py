@@ -36,23 +36,23 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
-from agents.core.errors import TransientError
-from agents.planning.effects import PostDispatch, step_key
-from agents.reconciling.ports import SlackPort
-from agents.running import offline
-from agents.running.offline import first_prompt
-from bot.local import LocalStack, start_local_stack
-from bot.metrics import Metrics
-from bot.serve import options_from
-from bot.service import MetricsObserver, Options, SlackService
-from bot.settings import Settings
-from local_slack import Driver, Message
-from storage.db import Database
-from storage.outbox import outbox_t
-from storage.records import ConversationRecord, MessageRecord
-from storage.run_request_leases import holders
-from storage.run_requests import get_request, requests_t
-from storage.runs import leases_t
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.planning.effects import PostDispatch, step_key
+from flotilla.agents.reconciling.ports import SlackPort
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.metrics import Metrics
+from flotilla.bot.serve import options_from
+from flotilla.bot.service import MetricsObserver, Options, SlackService
+from flotilla.bot.settings import Settings
+from flotilla.local_slack import Driver, Message
+from flotilla.storage.db import Database
+from flotilla.storage.outbox import outbox_t
+from flotilla.storage.records import ConversationRecord, MessageRecord
+from flotilla.storage.run_request_leases import holders
+from flotilla.storage.run_requests import get_request, requests_t
+from flotilla.storage.runs import leases_t
 from tests.e2e.slice.scripts import tools_of
 
 LEASE = timedelta(seconds=30)

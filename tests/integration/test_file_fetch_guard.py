@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agents.reconciling.ports import FileRefused
-from bot.identities import Poster
-from bot.secrets import TokenCipher
-from bot.slack_files import allowed_origin
-from bot.slack_port import SlackPort
+from flotilla.agents.reconciling.ports import FileRefused
+from flotilla.bot.identities import Poster
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.slack_files import allowed_origin
+from flotilla.bot.slack_port import SlackPort
 
 TOKEN = "xoxb-the-bot-token"
 CAP = 64 * 1024

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from storage.conversations import open_conversation
-from storage.db import Database
-from storage.files import (
+from flotilla.storage.conversations import open_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.files import (
     ByteStore,
     ReceivedFile,
     begin_upload,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agents.reconciling.inbox import claim_cut_short, finish_inbound, store_inbound
-from storage.db import Database
-from storage.inbox import count_unprocessed_inbox, forget_processed_inbox_before
+from flotilla.agents.reconciling.inbox import claim_cut_short, finish_inbound, store_inbound
+from flotilla.storage.db import Database
+from flotilla.storage.inbox import count_unprocessed_inbox, forget_processed_inbox_before
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 CLAIM = timedelta(seconds=60)

@@ -14,14 +14,14 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import text
 
-from agents.planning.effects import PostDispatch
-from agents.running.jobs import JobRunner
-from agents.running.run_context import Context, ExecutorOptions
-from storage.db import Database
-from storage.locks import run_transaction
-from storage.migrate import upgrade
-from storage.outbox import enqueue_effects
-from storage.runs import run_lease_until
+from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.running.jobs import JobRunner
+from flotilla.agents.running.run_context import Context, ExecutorOptions
+from flotilla.storage.db import Database
+from flotilla.storage.locks import run_transaction
+from flotilla.storage.migrate import upgrade
+from flotilla.storage.outbox import enqueue_effects
+from flotilla.storage.runs import run_lease_until
 
 NOW = datetime(2026, 12, 5, 12, tzinfo=UTC)
 OPTIONS = ExecutorOptions()

@@ -14,10 +14,10 @@ from mcp.server.mcpserver import MCPServer
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running.runtime import RunJob, StepRunResult, run_step
-from agents.tools.files import FILE_TOOLS
-from agents.tools.registry import AgentSpec, McpServerSpec
-from storage.db import Database
+from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
+from flotilla.agents.tools.files import FILE_TOOLS
+from flotilla.agents.tools.registry import AgentSpec, McpServerSpec
+from flotilla.storage.db import Database
 
 CALLS: list[str] = []
 

@@ -9,20 +9,20 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agents.core.lru import LRUCache
-from agents.planning.plan import Step
-from agents.reconciling.reconciler import Reconciler
-from agents.running.run_context import CONVERSATION_CACHE_SIZE, Context, ExecutorOptions
-from bot.identities import Identity, Poster, make_client
-from bot.manifest import commander_manifest
-from bot.secrets import TokenCipher
-from bot.service import Options, SlackService
-from bot.slack_port import CARD_CACHE_SIZE, SlackPort
-from local_slack import LocalWorkspace
-from storage.conversations import open_conversation
-from storage.db import Database
-from storage.plans import claim_plan_card
-from storage.records import ConversationRecord
+from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.planning.plan import Step
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.running.run_context import CONVERSATION_CACHE_SIZE, Context, ExecutorOptions
+from flotilla.bot.identities import Identity, Poster, make_client
+from flotilla.bot.manifest import commander_manifest
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.service import Options, SlackService
+from flotilla.bot.slack_port import CARD_CACHE_SIZE, SlackPort
+from flotilla.local_slack import LocalWorkspace
+from flotilla.storage.conversations import open_conversation
+from flotilla.storage.db import Database
+from flotilla.storage.plans import claim_plan_card
+from flotilla.storage.records import ConversationRecord
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

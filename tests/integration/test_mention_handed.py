@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from agents.planning.effects import MessageForCommander
-from agents.reconciling.inbox import Incoming, Recorded, record_reply, record_request
-from agents.reconciling.outbox import OutboxSender
-from storage.db import Database
-from storage.outbox import enqueue_claimed_unless_present, enqueue_effects, outbox_t
+from flotilla.agents.planning.effects import MessageForCommander
+from flotilla.agents.reconciling.inbox import Incoming, Recorded, record_reply, record_request
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.storage.db import Database
+from flotilla.storage.outbox import enqueue_claimed_unless_present, enqueue_effects, outbox_t
 from tests.integration.reconcile_support import Clock, RecordingPort, outbox_keys
 
 

@@ -7,10 +7,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-from storage import service_tables  # noqa: F401  (its tables join Base.metadata)
-from storage.db import Database
-from storage.migrate import current_revision, downgrade, head_revision, upgrade
-from storage.tables import Base
+from flotilla.storage import service_tables  # noqa: F401  (its tables join Base.metadata)
+from flotilla.storage.db import Database
+from flotilla.storage.migrate import current_revision, downgrade, head_revision, upgrade
+from flotilla.storage.tables import Base
 
 EXPECTED_TABLES = {
     "workspaces",

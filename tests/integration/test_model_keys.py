@@ -10,10 +10,10 @@ import pytest
 from pydantic_ai import models as pydantic_ai_models
 from pydantic_ai.models.anthropic import AnthropicModel
 
-from agents.running.models import resolve_model
-from bot.check import check_model
-from bot.serve import options_from
-from bot.settings import load_settings
+from flotilla.agents.running.models import resolve_model
+from flotilla.bot.check import check_model
+from flotilla.bot.serve import options_from
+from flotilla.bot.settings import load_settings
 from tests.fakes.openai_server import FakeOpenAI
 
 KEY = "sk-from-dotenv-0123456789"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from pydantic_ai import models as pydantic_ai_models
 
-from agents.core.errors import PermanentError, TransientError
-from agents.running.runtime import RunJob, StepRunResult, run_step
-from agents.tools.registry import AgentSpec
-from storage.db import Database
+from flotilla.agents.core.errors import PermanentError, TransientError
+from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.db import Database
 from tests.fakes.openai_server import (
     FakeOpenAI,
     function_call_item,
@@ -175,7 +175,7 @@ async def test_an_endpoint_can_be_chosen_by_base_url_in_the_model_string(
 async def test_the_commander_plans_over_the_wire(
     db: Database, server: FakeOpenAI, model: str, path: str
 ) -> None:
-    from agents.running.commander import commander_turn
+    from flotilla.agents.running.commander import commander_turn
 
     steps = [
         {"index": 1, "title": "Research", "assignee": "researcher", "input": "{{request}}"},

@@ -15,12 +15,12 @@ from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
-from bot.housekeeping import interval_for, prune_processed_events
-from bot.local import start_local_stack
-from bot.metrics import Metrics, SlackCallMeter, word
-from storage.db import Database
-from storage.events import record_event
-from storage.outbox import enqueue_effects
+from flotilla.bot.housekeeping import interval_for, prune_processed_events
+from flotilla.bot.local import start_local_stack
+from flotilla.bot.metrics import Metrics, SlackCallMeter, word
+from flotilla.storage.db import Database
+from flotilla.storage.events import record_event
+from flotilla.storage.outbox import enqueue_effects
 from tests.conftest import PostgresSchema, postgres_url
 
 
@@ -174,9 +174,9 @@ async def test_the_outbox_backlog_is_read_at_scrape_time(db: Database) -> None:
 
 
 async def test_housekeeping_deletes_expired_file_bytes(db: Database) -> None:
-    from bot.housekeeping import forget_expired_files
-    from storage.conversations import open_conversation
-    from storage.files import ByteStore, conversation_files, record_produced
+    from flotilla.bot.housekeeping import forget_expired_files
+    from flotilla.storage.conversations import open_conversation
+    from flotilla.storage.files import ByteStore, conversation_files, record_produced
 
     now = datetime.now(UTC)
     async with db.write() as conn:

@@ -15,20 +15,20 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import IntegrityError
 
-import storage.db
-import storage.locks
-from agents.planning.plan import StepSucceeded
-from agents.reconciling import reconcile_units
-from agents.reconciling.reconciler import Reconciler
-from storage.conversations import conversations_t
-from storage.db import Database
-from storage.events import events_t
-from storage.locks import ConversationLocks
-from storage.migrate import upgrade
-from storage.optimistic import PlanWrite, VersionConflict, load_versioned, write_versioned
-from storage.plan_steps import steps_t
-from storage.prepared import DriverConnection
-from storage.sql import ConcurrentPlanChange
+import flotilla.storage.db
+import flotilla.storage.locks
+from flotilla.agents.planning.plan import StepSucceeded
+from flotilla.agents.reconciling import reconcile_units
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.conversations import conversations_t
+from flotilla.storage.db import Database
+from flotilla.storage.events import events_t
+from flotilla.storage.locks import ConversationLocks
+from flotilla.storage.migrate import upgrade
+from flotilla.storage.optimistic import PlanWrite, VersionConflict, load_versioned, write_versioned
+from flotilla.storage.plan_steps import steps_t
+from flotilla.storage.prepared import DriverConnection
+from flotilla.storage.sql import ConcurrentPlanChange
 from tests.conftest import PostgresSchema, postgres_url
 from tests.integration.reconcile_support import (
     AGENTS,
@@ -211,7 +211,7 @@ async def test_a_held_connection_idle_too_long_is_pinged_before_its_next_reconci
     assert pings["ping"] == before
     # ten seconds later, as both modules see it (no sleep needed)
     later = SimpleNamespace(monotonic=lambda: time.monotonic() + 10.0)
-    monkeypatch.setattr(storage.locks, "time", later)
-    monkeypatch.setattr(storage.db, "time", later)
+    monkeypatch.setattr(flotilla.storage.locks, "time", later)
+    monkeypatch.setattr(flotilla.storage.db, "time", later)
     assert await locks.run_optimistic(pg, 1, work) == 1
     assert pings["ping"] == before + 1

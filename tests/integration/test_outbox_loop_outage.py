@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from agents.core.errors import StorageError
-from agents.delivering import executor as executor_module
-from agents.delivering.executor import Executor
-from agents.reconciling.reconciler import Reconciler
-from agents.running.run_context import Context, ExecutorOptions
-from storage.db import Database
-from storage.migrate import upgrade
-from storage.outbox import enqueue_effects
+from flotilla.agents.core.errors import StorageError
+from flotilla.agents.delivering import executor as executor_module
+from flotilla.agents.delivering.executor import Executor
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.agents.running.run_context import Context, ExecutorOptions
+from flotilla.storage.db import Database
+from flotilla.storage.migrate import upgrade
+from flotilla.storage.outbox import enqueue_effects
 
 NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bot.answer_stream import STREAMING_MARK, answer_metadata
-from bot.identities import Poster, make_client
-from bot.secrets import TokenCipher
-from bot.slack_port import SlackPort
-from storage.conversations import open_conversation, store_message, thread_messages
-from storage.db import Database
-from storage.records import MessageRecord
+from flotilla.bot.answer_stream import STREAMING_MARK, answer_metadata
+from flotilla.bot.identities import Poster, make_client
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.slack_port import SlackPort
+from flotilla.storage.conversations import open_conversation, store_message, thread_messages
+from flotilla.storage.db import Database
+from flotilla.storage.records import MessageRecord
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

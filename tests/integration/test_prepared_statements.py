@@ -14,18 +14,18 @@ import pytest
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from agents.planning.plan import Outcome, StepBlocked, StepFailed, StepSucceeded
-from agents.reconciling.outbox import OutboxSender
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
-from storage.locks import run_transaction
-from storage.migrate import upgrade
-from storage.outbox import enqueue_effects
-from storage.outbox_marks import mark_sent
-from storage.plan_steps import update_steps
-from storage.plans import load_latest_plan
-from storage.prepared import Prepared
-from storage.sql import ConcurrentPlanChange
+from flotilla.agents.planning.plan import Outcome, StepBlocked, StepFailed, StepSucceeded
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
+from flotilla.storage.locks import run_transaction
+from flotilla.storage.migrate import upgrade
+from flotilla.storage.outbox import enqueue_effects
+from flotilla.storage.outbox_marks import mark_sent
+from flotilla.storage.plan_steps import update_steps
+from flotilla.storage.plans import load_latest_plan
+from flotilla.storage.prepared import Prepared
+from flotilla.storage.sql import ConcurrentPlanChange
 from tests.db_counts import counting
 from tests.integration.reconcile_support import (
     AGENTS,

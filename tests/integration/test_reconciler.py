@@ -8,14 +8,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from agents.core.errors import (
+from flotilla.agents.core.errors import (
     OperationRejected,
     PermanentError,
     PlanValidationError,
     TransientError,
 )
-from agents.planning.effects import Effect, PostDispatch, ShowForm, UpdatePlanCard
-from agents.planning.plan import (
+from flotilla.agents.planning.effects import Effect, PostDispatch, ShowForm, UpdatePlanCard
+from flotilla.agents.planning.plan import (
     AddSteps,
     CommanderOperation,
     Question,
@@ -26,11 +26,11 @@ from agents.planning.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.reconciling.outbox import OutboxSender
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
-from storage.outbox import outbox_t
-from storage.plan_steps import steps_t
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
+from flotilla.storage.outbox import outbox_t
+from flotilla.storage.plan_steps import steps_t
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,

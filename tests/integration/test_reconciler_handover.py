@@ -13,11 +13,11 @@ from typing import Any
 
 from sqlalchemy import event, select
 
-from agents.reconciling.outbox import Claimed, OutboxSender
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
-from storage.locks import sqlite_engine
-from storage.outbox import outbox_t
+from flotilla.agents.reconciling.outbox import Claimed, OutboxSender
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
+from flotilla.storage.locks import sqlite_engine
+from flotilla.storage.outbox import outbox_t
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,

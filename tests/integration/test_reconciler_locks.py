@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from storage.db import Database
-from storage.events import events_t, record_event
-from storage.locks import ConversationLocks
+from flotilla.storage.db import Database
+from flotilla.storage.events import events_t, record_event
+from flotilla.storage.locks import ConversationLocks
 from tests.integration.reconcile_support import T0, new_conversation
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from agents.reconciling.outbox import OutboxSender
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
 from tests.integration.reconcile_support import (
     AGENTS,
     T0,

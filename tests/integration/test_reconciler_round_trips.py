@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agents.planning.plan import StepSucceeded
-from agents.reconciling.outbox import OutboxSender
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
-from storage.migrate import upgrade
+from flotilla.agents.planning.plan import StepSucceeded
+from flotilla.agents.reconciling.outbox import OutboxSender
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
+from flotilla.storage.migrate import upgrade
 from tests.conftest import PostgresSchema, postgres_url
 from tests.integration.reconcile_support import (
     AGENTS,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,

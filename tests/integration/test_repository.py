@@ -10,18 +10,18 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.agents import create_agent, get_agent, list_agents, remove_agent, update_agent
-from storage.audit import audit, audit_trail
-from storage.conversations import (
+from flotilla.storage.agents import create_agent, get_agent, list_agents, remove_agent, update_agent
+from flotilla.storage.audit import audit, audit_trail
+from flotilla.storage.conversations import (
     find_conversation,
     get_conversation,
     open_conversation,
     store_message,
     thread_messages,
 )
-from storage.db import Database
-from storage.events import forget_processed_events_before, record_event
-from storage.outbox import (
+from flotilla.storage.db import Database
+from flotilla.storage.events import forget_processed_events_before, record_event
+from flotilla.storage.outbox import (
     claim_effects,
     enqueue_effects,
     give_up_effect,
@@ -29,12 +29,12 @@ from storage.outbox import (
     pending_effect_count,
     retry_effect_later,
 )
-from storage.records import MessageRecord
-from storage.runs import claim_run, load_run, release_run, renew_run, save_run
-from storage.sql import DuplicateError
-from storage.tables import Agent
-from storage.usage import record_usage, usage_since
-from storage.workspaces import (
+from flotilla.storage.records import MessageRecord
+from flotilla.storage.runs import claim_run, load_run, release_run, renew_run, save_run
+from flotilla.storage.sql import DuplicateError
+from flotilla.storage.tables import Agent
+from flotilla.storage.usage import record_usage, usage_since
+from flotilla.storage.workspaces import (
     ensure_workspace,
     set_workspace_default_model,
     workspace_default_model,

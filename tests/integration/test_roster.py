@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agents.scheduling.roster import Roster
-from storage.agents import create_agent, update_agent
-from storage.db import Database
+from flotilla.agents.scheduling.roster import Roster
+from flotilla.storage.agents import create_agent, update_agent
+from flotilla.storage.db import Database
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from storage.db import Database
-from storage.run_request_leases import (
+from flotilla.storage.db import Database
+from flotilla.storage.run_request_leases import (
     finish_held_request,
     finish_request,
     grant_at_once,
@@ -17,7 +17,7 @@ from storage.run_request_leases import (
     renew_request,
     urgent_waits,
 )
-from storage.run_requests import (
+from flotilla.storage.run_requests import (
     enqueue_request,
     get_request,
     grant_request,

@@ -18,10 +18,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import Table, insert, select
 
-from agents.core.errors import PermanentError, RunError, StorageError, TransientError
-from agents.core.failures import PUBLIC_STORAGE
-from agents.reconciling.run_results import bounded_summary
-from agents.running.runtime import (
+from flotilla.agents.core.errors import PermanentError, RunError, StorageError, TransientError
+from flotilla.agents.core.failures import PUBLIC_STORAGE
+from flotilla.agents.reconciling.run_results import bounded_summary
+from flotilla.agents.running.runtime import (
     RunJob,
     RunLimits,
     StepQuestion,
@@ -29,15 +29,15 @@ from agents.running.runtime import (
     resume_step,
     run_step,
 )
-from agents.running.session import RunSession
-from agents.tools.registry import AgentSpec
-from storage.conversations import open_conversation, store_message
-from storage.db import Database
-from storage.files import produced_files
-from storage.records import MessageRecord
-from storage.runs import load_run
-from storage.tables import Plan
-from storage.usage import usage_t
+from flotilla.agents.running.session import RunSession
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.conversations import open_conversation, store_message
+from flotilla.storage.db import Database
+from flotilla.storage.files import produced_files
+from flotilla.storage.records import MessageRecord
+from flotilla.storage.runs import load_run
+from flotilla.storage.tables import Plan
+from flotilla.storage.usage import usage_t
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 plans_t: Table = Plan.__table__  # type: ignore[assignment]

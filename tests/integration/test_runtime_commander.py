@@ -17,13 +17,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.core.errors import PermanentError
-from agents.planning.plan import AbortPlan, RetryStep, SkipStep
-from agents.running.commander import CommanderWake, commander_turn
-from agents.running.runtime import RunJob
-from agents.tools.registry import AgentSpec
-from storage.db import Database
-from storage.runs import load_run
+from flotilla.agents.core.errors import PermanentError
+from flotilla.agents.planning.plan import AbortPlan, RetryStep, SkipStep
+from flotilla.agents.running.commander import CommanderWake, commander_turn
+from flotilla.agents.running.runtime import RunJob
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.db import Database
+from flotilla.storage.runs import load_run
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 AGENTS = [
@@ -241,7 +241,7 @@ async def test_runtime_fields_and_disabled_agents_are_explained_in_sentences(db:
 
 
 async def test_added_steps_are_checked_against_the_stored_plan(db: Database) -> None:
-    from agents.planning.plan import AddSteps, Step
+    from flotilla.agents.planning.plan import AddSteps, Step
 
     stored = [
         Step(index=1, title="a", assignee="researcher", status="done", output_summary="x"),

@@ -10,11 +10,11 @@ from aiohttp import web
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running.runtime import RunJob, StepRunResult, run_step
-from agents.tools.http_fetch import domain_allowed
-from agents.tools.net_guard import FetchPolicy
-from agents.tools.registry import AgentSpec
-from storage.db import Database
+from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
+from flotilla.agents.tools.http_fetch import domain_allowed
+from flotilla.agents.tools.net_guard import FetchPolicy
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.db import Database
 
 
 @pytest.fixture

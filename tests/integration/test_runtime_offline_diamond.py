@@ -13,15 +13,21 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents.core.errors import PermanentError, TransientError
-from agents.planning.plan import Plan, RetryStep, Step, new_steps
-from agents.planning.plan_transitions import render_input, replace_step
-from agents.running.commander import CommanderWake, commander_step_spec, commander_turn
-from agents.running.runtime import RunJob, StepQuestion, StepRunResult, resume_step, run_step
-from agents.tools.registry import enabled_agents, seed_default_agents
-from storage.conversations import open_conversation, store_message
-from storage.db import Database
-from storage.records import MessageRecord
+from flotilla.agents.core.errors import PermanentError, TransientError
+from flotilla.agents.planning.plan import Plan, RetryStep, Step, new_steps
+from flotilla.agents.planning.plan_transitions import render_input, replace_step
+from flotilla.agents.running.commander import CommanderWake, commander_step_spec, commander_turn
+from flotilla.agents.running.runtime import (
+    RunJob,
+    StepQuestion,
+    StepRunResult,
+    resume_step,
+    run_step,
+)
+from flotilla.agents.tools.registry import enabled_agents, seed_default_agents
+from flotilla.storage.conversations import open_conversation, store_message
+from flotilla.storage.db import Database
+from flotilla.storage.records import MessageRecord
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 REQUEST = "compare our pricing with the top three competitors and draft a note for sales [ask]"

@@ -3,7 +3,7 @@ already gets (a 20-step chain through the real reconciler and runtime; character
 
 from __future__ import annotations
 
-from storage.db import Database
+from flotilla.storage.db import Database
 from tests.integration.prompt_chain import INTERJECTION, REQUEST, run_chain
 
 

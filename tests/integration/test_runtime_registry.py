@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agents.tools.registry import (
+from flotilla.agents.tools.registry import (
     DEFAULT_AGENTS,
     enabled_agent_names,
     enabled_agents,
     get_agent_spec,
     seed_default_agents,
 )
-from storage.agents import create_agent, remove_agent
-from storage.db import Database
+from flotilla.storage.agents import create_agent, remove_agent
+from flotilla.storage.db import Database
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

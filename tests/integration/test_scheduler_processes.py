@@ -15,17 +15,17 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.planning.plan import Plan
-from agents.running import offline
-from agents.running.offline import first_prompt
-from agents.scheduling.admission_policy import SchedulerOptions
-from bot.local import LocalStack, start_local_stack
-from bot.service import Options, SlackService
-from local_slack import Driver, Message
-from storage.db import Database
-from storage.records import RunRequestRecord
-from storage.run_requests import queued_requests
-from storage.usage import record_usage
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.service import Options, SlackService
+from flotilla.local_slack import Driver, Message
+from flotilla.storage.db import Database
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_requests import queued_requests
+from flotilla.storage.usage import record_usage
 from tests.e2e.slice.scripts import tools_of
 
 WAIT = 60.0  # seconds: a bound on a hung run, never a sleep

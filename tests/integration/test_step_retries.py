@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from agents.core.errors import OperationRejected
-from agents.planning.plan import MAX_COMMANDER_RETRIES, RetryStep, StepFailed, StepSucceeded
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
+from flotilla.agents.core.errors import OperationRejected
+from flotilla.agents.planning.plan import (
+    MAX_COMMANDER_RETRIES,
+    RetryStep,
+    StepFailed,
+    StepSucceeded,
+)
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
 from tests.integration.reconcile_support import (
     AGENTS,
     Clock,

@@ -17,17 +17,17 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import text
 
-from agents.core.errors import StorageError
-from agents.core.failures import PUBLIC_STORAGE, classify_error, is_storage_error
-from agents.planning.effects import MessageForCommander, to_row
-from agents.reconciling.outbox import STORAGE_WAIT, Claimed, OutboxSender
-from agents.running.runtime import StepRunResult, run_step
-from bot.http import Serving, http_surface
-from bot.secrets import TokenCipher
-from bot.service import SlackService
-from storage import migrate
-from storage.db import Database
-from storage.outbox import enqueue_effects
+from flotilla.agents.core.errors import StorageError
+from flotilla.agents.core.failures import PUBLIC_STORAGE, classify_error, is_storage_error
+from flotilla.agents.planning.effects import MessageForCommander, to_row
+from flotilla.agents.reconciling.outbox import STORAGE_WAIT, Claimed, OutboxSender
+from flotilla.agents.running.runtime import StepRunResult, run_step
+from flotilla.bot.http import Serving, http_surface
+from flotilla.bot.secrets import TokenCipher
+from flotilla.bot.service import SlackService
+from flotilla.storage import migrate
+from flotilla.storage.db import Database
+from flotilla.storage.outbox import enqueue_effects
 from tests.integration.test_runtime import SPEC, clock, make_job, stored_run
 from tests.throwaway_postgres import ThrowawayPostgres
 

@@ -30,13 +30,13 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy import select
 
-from agents.running.runtime import RunJob, StepRunResult, run_step
-from agents.tools.context import IDEMPOTENCY_META_KEY, tool_call_key
-from agents.tools.net_guard import FetchPolicy
-from agents.tools.registry import AgentSpec, McpServerSpec
-from storage.db import Database
-from storage.runs import load_run
-from storage.usage import usage_t
+from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
+from flotilla.agents.tools.context import IDEMPOTENCY_META_KEY, tool_call_key
+from flotilla.agents.tools.net_guard import FetchPolicy
+from flotilla.agents.tools.registry import AgentSpec, McpServerSpec
+from flotilla.storage.db import Database
+from flotilla.storage.runs import load_run
+from flotilla.storage.usage import usage_t
 
 SPEC = AgentSpec("researcher", "Researcher", "", "You research.")
 

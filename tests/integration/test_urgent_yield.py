@@ -17,16 +17,21 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.planning.effects import PostDispatch
-from agents.running.jobs import JobRunner
-from agents.running.run_context import Context, ExecutorOptions
-from agents.running.session import RunLimits, RunSession
-from agents.scheduling.wait_marks import WaitMarks
-from agents.tools.context import RunJob
-from storage.db import Database
-from storage.records import RunRequestRecord
-from storage.run_request_leases import give_way, urgent_waits
-from storage.run_requests import enqueue_request, get_request, grant_request, set_wait_reasons
+from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.running.jobs import JobRunner
+from flotilla.agents.running.run_context import Context, ExecutorOptions
+from flotilla.agents.running.session import RunLimits, RunSession
+from flotilla.agents.scheduling.wait_marks import WaitMarks
+from flotilla.agents.tools.context import RunJob
+from flotilla.storage.db import Database
+from flotilla.storage.records import RunRequestRecord
+from flotilla.storage.run_request_leases import give_way, urgent_waits
+from flotilla.storage.run_requests import (
+    enqueue_request,
+    get_request,
+    grant_request,
+    set_wait_reasons,
+)
 
 WAIT = 30.0  # seconds: a bound on a hung run, never a sleep
 OPTIONS = ExecutorOptions(heartbeat=timedelta(hours=1))  # no beat: the boundary decides

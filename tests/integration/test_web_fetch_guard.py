@@ -16,11 +16,11 @@ from aiohttp import web
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running.runtime import RunJob, StepRunResult, run_step
-from agents.tools.context import tool_call_key
-from agents.tools.net_guard import FetchPolicy, Resolve, address_refusal
-from agents.tools.registry import AgentSpec
-from storage.db import Database
+from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
+from flotilla.agents.tools.context import tool_call_key
+from flotilla.agents.tools.net_guard import FetchPolicy, Resolve, address_refusal
+from flotilla.agents.tools.registry import AgentSpec
+from flotilla.storage.db import Database
 
 PAGE = """<!doctype html><html><head><title>Acme pricing</title>
 <script>document.write("not content")</script><style>p { color: red }</style></head>

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.planning.effects import Effect
-from agents.planning.plan import Plan, PlanProposal, StepProposal, StepSucceeded, new_steps
-from agents.planning.plan_transitions import dispatch
+from flotilla.agents.planning.effects import Effect
+from flotilla.agents.planning.plan import Plan, PlanProposal, StepProposal, StepSucceeded, new_steps
+from flotilla.agents.planning.plan_transitions import dispatch
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 AGENTS = ("researcher", "writer")

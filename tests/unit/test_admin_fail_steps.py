@@ -6,11 +6,11 @@ PostgreSQL (the `db` fixture).
 
 from __future__ import annotations
 
-from agents.planning.decisions import decide_agent_gone
-from agents.planning.effects import AskCommander
-from agents.reconciling.reconciler import Reconciler
-from storage.db import Database
-from storage.plans import conversations_waiting_on_agent
+from flotilla.agents.planning.decisions import decide_agent_gone
+from flotilla.agents.planning.effects import AskCommander
+from flotilla.agents.reconciling.reconciler import Reconciler
+from flotilla.storage.db import Database
+from flotilla.storage.plans import conversations_waiting_on_agent
 from tests.integration import reconcile_support as support
 from tests.unit.reconcile_helpers import T0, make_plan, started
 

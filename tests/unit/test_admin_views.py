@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.running.models import ProviderKeys
-from bot.admin_reports import Reports
-from bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
-from bot.listeners.admin import Command, parse_command
-from bot.views.admin import (
+from flotilla.agents.running.models import ProviderKeys
+from flotilla.bot.admin_reports import Reports
+from flotilla.bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
+from flotilla.bot.listeners.admin import Command, parse_command
+from flotilla.bot.views.admin import (
     HELP,
     agent_modal,
     agents_text,
@@ -24,9 +24,9 @@ from bot.views.admin import (
     submitted_draft,
     usage_text,
 )
-from local_slack.blocks import check_view
-from local_slack.records import initial_values
-from storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
+from flotilla.local_slack.blocks import check_view
+from flotilla.local_slack.records import initial_values
+from flotilla.storage.records import AgentRecord, AuditRecord, FeedbackTotal, UsageTotal
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DRAFT = AgentDraft(name="scout", description="Finds leads.", system_prompt="Find leads.")

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.planning.plan import Plan, Step
-from agents.scheduling.admission_policy import (
+from flotilla.agents.planning.plan import Plan, Step
+from flotilla.agents.scheduling.admission_policy import (
     SchedulerOptions,
     marks_of,
     period_starts,
     priority_of,
     with_overrides,
 )
-from agents.scheduling.scheduler import (
+from flotilla.agents.scheduling.scheduler import (
     BATCH,
     INTERACTIVE,
     LONG,
@@ -27,8 +27,8 @@ from agents.scheduling.scheduler import (
     RunRequest,
     admit,
 )
-from bot.admin_scheduler import parse_quota
-from bot.views.plan_card import step_note
+from flotilla.bot.admin_scheduler import parse_quota
+from flotilla.bot.views.plan_card import step_note
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.channel_pacing import ChannelBucket, ChannelPacer
+from flotilla.bot.channel_pacing import ChannelBucket, ChannelPacer
 
 arrivals = st.lists(st.floats(min_value=0, max_value=60, allow_nan=False), max_size=80).map(sorted)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot import cli
-from bot.cli import (
+from flotilla.bot import cli
+from flotilla.bot.cli import (
     EXIT_CHECK,
     EXIT_CONFIG,
     EXIT_DATABASE,
@@ -24,7 +24,7 @@ from bot.cli import (
     dev_database_url,
     main,
 )
-from bot.settings import load_settings
+from flotilla.bot.settings import load_settings
 
 SETTINGS = (
     "FLOTILLA_DATABASE_URL",

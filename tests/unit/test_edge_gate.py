@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from bot.edge import RateLimitedLog, Refused, RequestGate
+from flotilla.bot.edge import RateLimitedLog, Refused, RequestGate
 
 
 class Clock:
@@ -22,7 +22,7 @@ class Clock:
 def test_one_line_per_source_per_minute_then_the_count_of_the_rest(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bot.edge")
+    caplog.set_level(logging.WARNING, logger="flotilla.bot.edge")
     clock = Clock()
     limited = RateLimitedLog(60.0, clock=clock, keys=2)
     assert limited.warning("10.0.0.1", "refused a")

@@ -14,8 +14,8 @@ from pydantic_ai.exceptions import (
     UserError,
 )
 
-from agents.core.errors import PermanentError, RunError, TransientError
-from agents.core.failures import PUBLIC_RETRYING, PUBLIC_UNREACHABLE, classify_error
+from flotilla.agents.core.errors import PermanentError, RunError, TransientError
+from flotilla.agents.core.failures import PUBLIC_RETRYING, PUBLIC_UNREACHABLE, classify_error
 
 MODEL = "openai:gpt-4.1"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.views.feedback import (
+from flotilla.bot.views.feedback import (
     FEEDBACK_ACTION,
     FEEDBACK_ACTIONS,
     RATED_MAX,

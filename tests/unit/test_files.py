@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.tools.file_policy import (
+from flotilla.agents.tools.file_policy import (
     FilePolicy,
     clean_name,
     is_text,
@@ -17,7 +17,7 @@ from agents.tools.file_policy import (
     refusal_note,
     type_allowed,
 )
-from bot.listeners.inbound import InvalidPayload, check_event
+from flotilla.bot.listeners.inbound import InvalidPayload, check_event
 
 POLICY = FilePolicy(max_bytes=1000, allowed_types=("text/*", "application/pdf", "image/png"))
 
@@ -95,8 +95,8 @@ def test_media_goes_to_the_model_only_when_its_profile_reads_it() -> None:
     from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.profiles import ModelProfile
 
-    from agents.running.offline import respond
-    from agents.running.step_files import media_reader
+    from flotilla.agents.running.offline import respond
+    from flotilla.agents.running.step_files import media_reader
 
     reads_all = media_reader(FunctionModel(respond))
     assert reads_all("image/png") and reads_all("application/pdf")
@@ -117,8 +117,14 @@ def test_media_goes_to_the_model_only_when_its_profile_reads_it() -> None:
 
 
 def test_a_file_field_is_asked_in_a_modal_and_answered_with_the_files_names() -> None:
-    from agents.planning.plan import FormField, FormSpec
-    from bot.views.forms import FormKey, form_message, form_modal, modal_files, modal_values
+    from flotilla.agents.planning.plan import FormField, FormSpec
+    from flotilla.bot.views.forms import (
+        FormKey,
+        form_message,
+        form_modal,
+        modal_files,
+        modal_values,
+    )
 
     form = FormSpec(fields=[FormField(name="prices", label="The price list", kind="file")])
     key = FormKey(1, 2, 1, 1)

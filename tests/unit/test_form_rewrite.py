@@ -12,9 +12,9 @@ import pytest
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.webhook import WebhookResponse
 
-from bot.listeners.inbound import BlockActions
-from bot.listeners.inbox import REPLAYED
-from bot.listeners.rewrite import refusal_of, through_response_url
+from flotilla.bot.listeners.inbound import BlockActions
+from flotilla.bot.listeners.inbox import REPLAYED
+from flotilla.bot.listeners.rewrite import refusal_of, through_response_url
 
 URL = "https://hooks.slack.com/actions/T1/1/abc"
 CLICK = {
@@ -62,7 +62,7 @@ def test_what_a_response_url_refused() -> None:
 async def test_a_rewrite_says_whether_it_worked_and_never_raises(
     outcome: WebhookResponse | Exception, rewritten: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot")
+    caplog.set_level(logging.INFO, logger="flotilla.bot")
     respond = FakeRespond(outcome)
     rewrite = through_response_url(BlockActions.model_validate(CLICK), respond, AsyncBoltContext())  # type: ignore[arg-type]
     assert rewrite is not None

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from bot.identities import Identity, Poster, make_client
-from bot.secrets import SecretsError, TokenCipher
+from flotilla.bot.identities import Identity, Poster, make_client
+from flotilla.bot.secrets import SecretsError, TokenCipher
 
 
 def test_own_app_agents_are_mentioned_for_real_personas_by_name() -> None:
@@ -55,7 +55,7 @@ def test_cipher_round_trip_and_errors() -> None:
 
 
 def test_new_key_command_prints_a_usable_key(capsys: pytest.CaptureFixture[str]) -> None:
-    from bot.cli import main
+    from flotilla.bot.cli import main
 
     assert main(["secrets", "new-key"]) == 0
     key = capsys.readouterr().out.strip()

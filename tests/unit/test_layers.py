@@ -21,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("bot", "agents", "storage", "local_slack")
+NAMESPACE = "flotilla"  # every module is imported as flotilla.<package>…
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def imports(root: Path) -> list[Import]:
         base = name if path.name == "__init__.py" else name.rpartition(".")[0]
         at = path.relative_to(root).as_posix()
         for target, line, how in _imported(tree, base, ""):
-            target = _resolve(target, known)
+            target = _resolve(target.removeprefix(f"{NAMESPACE}."), known)
             edge = Import(name, target, f"{at}:{line}", how)
             if target.split(".")[0] in PACKAGES and target != name and edge not in found:
                 found.append(edge)
@@ -211,6 +212,26 @@ def test_imports_point_down_and_never_in_a_circle() -> None:
     problems = violations(ROOT)
     if problems:
         pytest.fail(f"{len(problems)} import problems:\n" + "\n".join(problems), pytrace=False)
+
+
+def test_every_import_goes_through_the_flotilla_namespace() -> None:
+    """`import agents…` would load a second copy of a module beside `flotilla.agents…`
+    (a checkout has both on the path; an installed wheel only the second)."""
+    bare = []
+    for name, path in modules(ROOT).items():
+        base = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for target, line, _ in _imported(tree, base, ""):
+            if target.split(".")[0] in PACKAGES and not _relative_at(tree, line):
+                bare.append(f"{path.relative_to(ROOT).as_posix()}:{line} imports {target}")
+    assert bare == []
+
+
+def _relative_at(tree: ast.AST, line: int) -> bool:
+    return any(
+        isinstance(node, ast.ImportFrom) and node.level and node.lineno == line
+        for node in ast.walk(tree)
+    )
 
 
 def test_every_module_of_agents_is_in_a_stage() -> None:

@@ -24,9 +24,9 @@ from typing import TypeVar
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agents.core.errors import OperationRejected, PlanValidationError
-from agents.planning.decisions import Decision, decide, start
-from agents.planning.effects import (
+from flotilla.agents.core.errors import OperationRejected, PlanValidationError
+from flotilla.agents.planning.decisions import Decision, decide, start
+from flotilla.agents.planning.effects import (
     AskCommander,
     AskUser,
     Effect,
@@ -40,7 +40,7 @@ from agents.planning.effects import (
     ShowForm,
     stalled_key,
 )
-from agents.planning.plan import (
+from flotilla.agents.planning.plan import (
     SUCCESSFUL,
     TERMINAL_PLAN,
     AbortPlan,
@@ -59,8 +59,8 @@ from agents.planning.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.planning.plan_transitions import stalled
-from agents.running.commander_turns import RETRY_AFTER, after_turn, gave_up, wanted
+from flotilla.agents.planning.plan_transitions import stalled
+from flotilla.agents.running.commander_turns import RETRY_AFTER, after_turn, gave_up, wanted
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 from tests.unit.test_plan_properties import SETTINGS, plans
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.logs import LIBRARY_LOGGERS, setup_logging
+from flotilla.bot.logs import LIBRARY_LOGGERS, setup_logging
 
 IDS = {"team": "T1", "channel": "C1", "thread_ts": "171.2", "plan": 4, "step": 2, "attempt": 1}
 PRINTED = {**{k: v for k, v in IDS.items() if k != "thread_ts"}, "thread": "171.2"}

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
-from bot.cli import main
-from bot.manifest import agent_manifest, commander_manifest, http_manifest
+from flotilla.bot.cli import main
+from flotilla.bot.manifest import agent_manifest, commander_manifest, http_manifest
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"  # vendored: see tests/specs/README.md
 SCHEMA = SPECS / "manifest-schema/schemas/manifest.schema.1.0.0.json"

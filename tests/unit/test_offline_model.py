@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from agents.core.errors import PermanentError, TransientError
-from agents.running.commander import (
+from flotilla.agents.core.errors import PermanentError, TransientError
+from flotilla.agents.running.commander import (
     CommanderDeps,
     CommanderWake,
     build_commander,
     commander_prompt,
     turn_from_history,
 )
-from agents.running.offline import offline_model
-from agents.running.runtime import (
+from flotilla.agents.running.offline import offline_model
+from flotilla.agents.running.runtime import (
     RunDeps,
     RunJob,
     StepReport,
@@ -24,7 +24,7 @@ from agents.running.runtime import (
     classify_error,
     step_prompt,
 )
-from agents.tools.registry import AgentSpec
+from flotilla.agents.tools.registry import AgentSpec
 
 AGENTS = [
     AgentSpec("analyst", "Analyst", "Compares numbers.", "analyse"),

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
-from agents.planning.decisions import decide
-from agents.planning.plan import CancelPlan, Plan, Step, StepStatus
-from agents.planning.plan_transitions import abort_plan, cancel_plan, fail_step
-from bot.views.plan_card import CANCEL_ACTION, plan_card, progress
+from flotilla.agents.planning.decisions import decide
+from flotilla.agents.planning.plan import CancelPlan, Plan, Step, StepStatus
+from flotilla.agents.planning.plan_transitions import abort_plan, cancel_plan, fail_step
+from flotilla.bot.views.plan_card import CANCEL_ACTION, plan_card, progress
 
 STATUSES: list[StepStatus] = ["pending", "in_progress", "done", "failed", "skipped", "blocked"]
 LIVE = re.compile(r"<@U[A-Z0-9]+>")  # the only markup the card may carry unescaped

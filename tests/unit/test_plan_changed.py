@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.planning.plan import Plan, Step, changed
+from flotilla.agents.planning.plan import Plan, Step, changed
 
 STEP_CHANGES = st.fixed_dictionaries(
     {},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.delivering.plan_endings import (
+from flotilla.agents.delivering.plan_endings import (
     FINAL_ANSWER_TASK,
     closing_sentence,
     failure_sentence,
@@ -12,8 +12,8 @@ from agents.delivering.plan_endings import (
     needs_final_answer,
     summary_sentence,
 )
-from agents.planning.effects import StepFailureNotice
-from agents.planning.plan import Plan
+from flotilla.agents.planning.effects import StepFailureNotice
+from flotilla.agents.planning.plan import Plan
 from tests.unit.reconcile_helpers import make_plan
 
 

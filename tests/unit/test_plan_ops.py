@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agents.planning.effects import AskCommander, Effect, PostDispatch, ShowForm, StepFailureNotice
-from agents.planning.plan import (
+from flotilla.agents.planning.effects import (
+    AskCommander,
+    Effect,
+    PostDispatch,
+    ShowForm,
+    StepFailureNotice,
+)
+from flotilla.agents.planning.plan import (
     FormField,
     FormSpec,
     Plan,
@@ -15,7 +21,7 @@ from agents.planning.plan import (
     StepFailed,
     StepSucceeded,
 )
-from agents.planning.plan_transitions import (
+from flotilla.agents.planning.plan_transitions import (
     apply_outcome,
     dispatch,
     next_dispatches,
@@ -306,8 +312,8 @@ def test_an_answer_to_an_older_question_or_attempt_is_ignored() -> None:
 
 
 def test_abort_closes_an_open_form_and_skips_runs_in_flight() -> None:
-    from agents.planning.plan import Plan, Step
-    from agents.planning.plan_transitions import abort_plan
+    from flotilla.agents.planning.plan import Plan, Step
+    from flotilla.agents.planning.plan_transitions import abort_plan
 
     plan = Plan(
         id=1,

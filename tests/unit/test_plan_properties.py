@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.core.errors import OperationRejected, PlanValidationError
-from agents.planning.commander_operations import apply_operation
-from agents.planning.decisions import decide, start
-from agents.planning.effects import AskCommander, Effect, StepEffect
-from agents.planning.plan import (
+from flotilla.agents.core.errors import OperationRejected, PlanValidationError
+from flotilla.agents.planning.commander_operations import apply_operation
+from flotilla.agents.planning.decisions import decide, start
+from flotilla.agents.planning.effects import AskCommander, Effect, StepEffect
+from flotilla.agents.planning.plan import (
     TERMINAL_PLAN,
     AbortPlan,
     AddSteps,
@@ -30,7 +30,7 @@ from agents.planning.plan import (
     StepProposal,
     StepSucceeded,
 )
-from agents.planning.plan_transitions import in_flight
+from flotilla.agents.planning.plan_transitions import in_flight
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

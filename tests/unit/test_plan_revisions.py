@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.core.errors import OperationRejected, PlanValidationError
-from agents.planning.commander_operations import apply_operation, with_shown_inputs
-from agents.planning.decisions import decide
-from agents.planning.effects import PostDispatch
-from agents.planning.plan import (
+from flotilla.agents.core.errors import OperationRejected, PlanValidationError
+from flotilla.agents.planning.commander_operations import apply_operation, with_shown_inputs
+from flotilla.agents.planning.decisions import decide
+from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.planning.plan import (
     MAX_COMMANDER_RETRIES,
     AbortPlan,
     AddSteps,
@@ -21,8 +21,8 @@ from agents.planning.plan import (
     StepFailed,
     StepProposal,
 )
-from agents.planning.plan_transitions import apply_outcome, dispatch
-from agents.planning.plan_validation import parse_plan
+from flotilla.agents.planning.plan_transitions import apply_outcome, dispatch
+from flotilla.agents.planning.plan_validation import parse_plan
 from tests.unit.reconcile_helpers import AGENTS, T0, chain, diamond, in_progress, statuses
 
 

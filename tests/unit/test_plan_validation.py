@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from agents.core.errors import PlanValidationError
-from agents.planning.plan import PlanProposal, StepProposal, new_steps
-from agents.planning.plan_validation import parse_plan, validate_plan
+from flotilla.agents.core.errors import PlanValidationError
+from flotilla.agents.planning.plan import PlanProposal, StepProposal, new_steps
+from flotilla.agents.planning.plan_validation import parse_plan, validate_plan
 from tests.unit.reconcile_helpers import AGENTS, proposal
 
 

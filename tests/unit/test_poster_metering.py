@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from bot.identities import Identity, Poster, make_client
-from bot.metrics import Metrics, SlackCallMeter, meter
+from flotilla.bot.identities import Identity, Poster, make_client
+from flotilla.bot.metrics import Metrics, SlackCallMeter, meter
 
 
 def test_an_agent_apps_client_is_metered_like_the_commanders() -> None:

@@ -11,7 +11,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from agents.running.history_compaction import (
+from flotilla.agents.running.history_compaction import (
     COMPACT_ABOVE_CHARS,
     KEEP_RECENT_MESSAGES,
     compact_history,

@@ -19,8 +19,8 @@ from pydantic_ai.exceptions import (
     UsageLimitExceeded,
 )
 
-from agents.core.errors import PermanentError, TransientError
-from agents.running.runtime import SUMMARY_MAX_CHARS, bounded_summary, classify_error
+from flotilla.agents.core.errors import PermanentError, TransientError
+from flotilla.agents.running.runtime import SUMMARY_MAX_CHARS, bounded_summary, classify_error
 
 
 @pytest.mark.parametrize(
@@ -81,8 +81,14 @@ def test_summaries_are_bounded_and_deterministic(summary: str, message: str) -> 
 
 
 def test_run_ends_map_to_plan_outcomes() -> None:
-    from agents.planning.plan import FormField, FormSpec, StepBlocked, StepFailed, StepSucceeded
-    from agents.running.runtime import StepQuestion, StepRunResult, step_outcome
+    from flotilla.agents.planning.plan import (
+        FormField,
+        FormSpec,
+        StepBlocked,
+        StepFailed,
+        StepSucceeded,
+    )
+    from flotilla.agents.running.runtime import StepQuestion, StepRunResult, step_outcome
 
     done = step_outcome(StepRunResult("m", "s", ["F1"]), index=2, attempt=1, message_ts="1.2")
     assert done == StepSucceeded(index=2, attempt=1, summary="s", files=["F1"], message_ts="1.2")

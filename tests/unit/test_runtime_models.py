@@ -7,7 +7,7 @@ from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
-from agents.running.models import (
+from flotilla.agents.running.models import (
     ModelSpecError,
     choose_model,
     model_label,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.scheduling.scheduler import (
+from flotilla.agents.scheduling.scheduler import (
     BATCH,
     NORMAL,
     URGENT,

@@ -13,7 +13,7 @@ from datetime import datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.scheduling.scheduler import (
+from flotilla.agents.scheduling.scheduler import (
     Admission,
     Limits,
     Running,

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bot.service_settings import DATABASE_URL_DEFAULT, SLACK_API_URL_DEFAULT
-from bot.settings import Settings
+from flotilla.bot.service_settings import DATABASE_URL_DEFAULT, SLACK_API_URL_DEFAULT
+from flotilla.bot.settings import Settings
 
 ENV_NAMES = [
     "FLOTILLA_DATABASE_URL",
@@ -100,7 +100,7 @@ def test_the_cap_on_transient_failures_under_its_new_and_its_old_name(
 
 
 def test_file_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from bot.serve import options_from
+    from flotilla.bot.serve import options_from
 
     default = options_from(Settings())
     assert default.file_origins == ("https://files.slack.com",)

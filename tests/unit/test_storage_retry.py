@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from agents.reconciling.inbox import retry_storage
+from flotilla.agents.reconciling.inbox import retry_storage
 
 LOCKED = OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked"))
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.planning.plan import Plan, Step
-from agents.running.commander import CommanderWake, commander_prompt
-from agents.running.runtime import RunJob, step_prompt
-from agents.running.thread_window import Known, given_steps, thread_window
-from storage.records import MessageRecord
+from flotilla.agents.planning.plan import Plan, Step
+from flotilla.agents.running.commander import CommanderWake, commander_prompt
+from flotilla.agents.running.runtime import RunJob, step_prompt
+from flotilla.agents.running.thread_window import Known, given_steps, thread_window
+from flotilla.storage.records import MessageRecord
 
 REQUEST = "compare our pricing with the top three competitors and draft a note"
 

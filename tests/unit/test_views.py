@@ -7,8 +7,8 @@ import json
 import pytest
 from slack_sdk.models.blocks import Block
 
-from agents.planning.plan import FormField, FormSpec, Plan, Question, Step
-from bot.views.forms import (
+from flotilla.agents.planning.plan import FormField, FormSpec, Plan, Question, Step
+from flotilla.bot.views.forms import (
     INLINE_ACTION,
     MAX_INLINE_FIELDS,
     OPEN_ACTION,
@@ -20,7 +20,7 @@ from bot.views.forms import (
     missing_sentence,
     modal_values,
 )
-from bot.views.plan_card import CANCEL_ACTION, plan_card
+from flotilla.bot.views.plan_card import CANCEL_ACTION, plan_card
 
 
 def as_dicts(blocks: list[Block]) -> list[dict[str, object]]:

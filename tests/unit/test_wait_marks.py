@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.scheduling.wait_marks import WaitMarks
+from flotilla.agents.scheduling.wait_marks import WaitMarks
 
 
 def test_every_plan_may_wait_until_a_pass_has_looked() -> None:

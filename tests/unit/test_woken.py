@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agents.core.clock import woken
+from flotilla.agents.core.clock import woken
 
 BOUND = 10.0  # seconds: a bound on a hung loop, never a sleep
 

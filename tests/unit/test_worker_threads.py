@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from storage.worker_threads import WorkerThreads, on_worker
+from flotilla.storage.worker_threads import WorkerThreads, on_worker
 
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="none")
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running import offline
-from agents.running.streamed_function import streamed
-from agents.tools.files import WRITE_FILE
+from flotilla.agents.running import offline
+from flotilla.agents.running.streamed_function import streamed
+from flotilla.agents.tools.files import WRITE_FILE
 
 STATUS_CALLS = frozenset({"agents.sessions.setStatus", "assistant.threads.setStatus"})
 STREAM_REST = frozenset({"chat.appendStream", "chat.stopStream"})  # a stream counts at its start

@@ -13,13 +13,13 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.planning.plan import Plan
-from agents.running import offline
-from agents.running.streamed_function import streamed
-from bot.local import LocalStack, start_local_stack
-from bot.service import Options, SlackService
-from local_slack import Driver, Message
-from local_slack.api import METHODS, Call
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.running import offline
+from flotilla.agents.running.streamed_function import streamed
+from flotilla.bot.local import LocalStack, start_local_stack
+from flotilla.bot.service import Options, SlackService
+from flotilla.local_slack import Driver, Message
+from flotilla.local_slack.api import METHODS, Call
 from tests.e2e.slice.scripts import Script
 
 FAST_RETRIES = (0.0, 0.05, 0.05)

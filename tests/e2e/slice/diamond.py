@@ -3,9 +3,9 @@ form → writer → the synthesis): shared by `bench/slice.py` and the database 
 
 from __future__ import annotations
 
-from bot.service import SlackService
-from bot.views.forms import SUBMIT_ACTION
-from local_slack import Driver, InstalledApp
+from flotilla.bot.service import SlackService
+from flotilla.bot.views.forms import SUBMIT_ACTION
+from flotilla.local_slack import Driver, InstalledApp
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
 STEPS = 5

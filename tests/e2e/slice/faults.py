@@ -10,18 +10,18 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import select
 
-from agents.core.errors import TransientError
-from agents.planning.effects import AskUser, PostDispatch, ShowForm
-from agents.planning.plan import Plan
-from agents.reconciling.final_texts import FinishedAnswer
-from agents.reconciling.ports import StepTag
-from agents.running import offline
-from agents.running.offline import first_prompt
-from bot.identities import make_client
-from bot.slack_port import SlackPort
-from local_slack import Message
-from storage.outbox import outbox_t
-from storage.records import ConversationRecord, MessageRecord
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.planning.effects import AskUser, PostDispatch, ShowForm
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.reconciling.final_texts import FinishedAnswer
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.bot.identities import make_client
+from flotilla.bot.slack_port import SlackPort
+from flotilla.local_slack import Message
+from flotilla.storage.outbox import outbox_t
+from flotilla.storage.records import ConversationRecord, MessageRecord
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.scripts import Script, tools_of
 

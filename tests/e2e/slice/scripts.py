@@ -16,7 +16,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo
 
-from agents.running.offline import first_prompt
+from flotilla.agents.running.offline import first_prompt
 
 Script = Callable[[list[ModelMessage], AgentInfo], ModelResponse | None]
 

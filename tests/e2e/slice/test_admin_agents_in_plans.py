@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import SUBMIT_ACTION
-from storage.db import Database
-from storage.runs import load_run
+from flotilla.bot.views.forms import SUBMIT_ACTION
+from flotilla.storage.db import Database
+from flotilla.storage.runs import load_run
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import plans
 from tests.e2e.slice.test_admin_command import command, user_id

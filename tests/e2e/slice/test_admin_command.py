@@ -77,7 +77,7 @@ async def test_people_who_are_not_admins_are_refused(start: Callable[..., Any]) 
 
 
 async def admin_agents(run: Run) -> list[Any]:
-    from bot import admin_reports
+    from flotilla.bot import admin_reports
 
     return await admin_reports.agents(run.service)
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.admin import ADD_AGENT_ACTION
+from flotilla.bot.views.admin import ADD_AGENT_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.test_admin_command import command
 from tests.e2e.slice.test_admin_modal import GOOD

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from storage.agents import agents_t
-from storage.audit import audit_t
-from storage.db import Database
+from flotilla.storage.agents import agents_t
+from flotilla.storage.audit import audit_t
+from flotilla.storage.db import Database
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_admin_command import command, user_id
 

@@ -15,11 +15,11 @@ from pydantic_ai.exceptions import ModelHTTPError, ModelRequestRejectedError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.delivering.plan_endings import FINAL_ANSWER_TASK
-from agents.running import offline
-from agents.running.offline import first_prompt
-from local_slack import Message
-from storage.runs import load_run
+from flotilla.agents.delivering.plan_endings import FINAL_ANSWER_TASK
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.local_slack import Message
+from flotilla.storage.runs import load_run
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.faults import LostAnswer
 from tests.e2e.slice.scripts import Script, answered, call, combine, flaky, plans, steer, text

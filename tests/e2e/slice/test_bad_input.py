@@ -15,8 +15,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from slack_sdk.signature import SignatureVerifier
 
-from agents.running.offline import first_prompt
-from storage.conversations import find_conversation
+from flotilla.agents.running.offline import first_prompt
+from flotilla.storage.conversations import find_conversation
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import call, tools_of
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agents.running import commander, runtime
-from agents.running.built_agents import BuiltAgents
+from flotilla.agents.running import commander, runtime
+from flotilla.agents.running.built_agents import BuiltAgents
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import plans
 from tests.e2e.slice.test_admin_modal import open_modal, save

@@ -17,9 +17,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import SUBMIT_ACTION
-from local_slack import Message
-from storage.db import Database
+from flotilla.bot.views.forms import SUBMIT_ACTION
+from flotilla.local_slack import Message
+from flotilla.storage.db import Database
 from tests.e2e.slice.call_budget import counted_calls, per_step, walkthrough_model
 from tests.e2e.slice.conftest import REQUEST
 from tests.e2e.slice.faults import card_of

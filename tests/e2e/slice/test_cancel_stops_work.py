@@ -14,10 +14,10 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.planning.effects import stopped_key
-from agents.running import offline
-from bot.views.plan_card import CANCEL_ACTION
-from storage.db import Database
+from flotilla.agents.planning.effects import stopped_key
+from flotilla.agents.running import offline
+from flotilla.bot.views.plan_card import CANCEL_ACTION
+from flotilla.storage.db import Database
 from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.faults import (
     WAIT,
@@ -67,7 +67,7 @@ async def test_cancel_stops_the_step_in_flight(
 async def test_a_cancel_stops_the_step_running_in_another_process(
     start: Callable[..., Any],
 ) -> None:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
     writer = Gate("Write up the findings")
     async with start(model=gated(writer), heartbeat_seconds=0.05) as run:
@@ -276,9 +276,9 @@ async def test_a_step_cancelled_before_its_handed_dispatch_is_performed_is_not_d
     """Step 1's outcome is reconciled and step 2's dispatch handed to this process's sender
     (no claim); the plan is cancelled before the sender performs it. The dispatch takes no
     plan it remembers from before the cancel: nothing is posted and nothing runs."""
-    from agents.planning.effects import PostDispatch
-    from agents.reconciling.outbox import Claimed
-    from bot.handlers import cancel_plan
+    from flotilla.agents.planning.effects import PostDispatch
+    from flotilla.agents.reconciling.outbox import Claimed
+    from flotilla.bot.handlers import cancel_plan
 
     async with start(db=empty_db) as run:
         sender = run.service.executor.outbox

@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.plan_card import CANCEL_ACTION
-from local_slack import Message
+from flotilla.bot.views.plan_card import CANCEL_ACTION
+from flotilla.local_slack import Message
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import combine, flaky, plans
 

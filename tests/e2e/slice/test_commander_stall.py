@@ -13,11 +13,11 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 
-from agents.planning.plan import MAX_COMMANDER_RETRIES, Plan
-from agents.running.commander_turns import RETRY_AFTER
-from bot.views.forms import INLINE_ACTION
-from local_slack import Message
-from storage.tables import OutboxEntry
+from flotilla.agents.planning.plan import MAX_COMMANDER_RETRIES, Plan
+from flotilla.agents.running.commander_turns import RETRY_AFTER
+from flotilla.bot.views.forms import INLINE_ACTION
+from flotilla.local_slack import Message
+from flotilla.storage.tables import OutboxEntry
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import Script, answered, call, combine, plans, text, tools_of
 

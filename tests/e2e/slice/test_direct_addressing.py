@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agents.planning.addressing import Addressee, addressed_agent, without_address
-from storage.db import Database
+from flotilla.agents.planning.addressing import Addressee, addressed_agent, without_address
+from flotilla.storage.db import Database
 from tests.e2e.slice.faults import Gate, gated
 
 CHAIN = "research the history of our launch emails and write a short report"

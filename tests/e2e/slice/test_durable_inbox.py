@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from bot.listeners.guard import TRY_AGAIN
-from bot.views.plan_card import CANCEL_ACTION
-from local_slack import Message
+from flotilla.bot.listeners.guard import TRY_AGAIN
+from flotilla.bot.views.plan_card import CANCEL_ACTION
+from flotilla.local_slack import Message
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.slice.conftest import REQUEST, Run
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.views.forms import MODAL_CALLBACK
-from bot.views.plan_card import CANCEL_ACTION
-from local_slack.interactivity import interactivity_of
+from flotilla.bot.views.forms import MODAL_CALLBACK
+from flotilla.bot.views.plan_card import CANCEL_ACTION
+from flotilla.local_slack.interactivity import interactivity_of
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_bad_input import mention_body, post, signed
 from tests.e2e.slice.test_edge_validation import (

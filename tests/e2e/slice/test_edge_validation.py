@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from agents.core.failures import PUBLIC_STORAGE
-from bot.views.admin import AGENT_CALLBACK
-from bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
-from bot.views.plan_card import CANCEL_ACTION
+from flotilla.agents.core.failures import PUBLIC_STORAGE
+from flotilla.bot.views.admin import AGENT_CALLBACK
+from flotilla.bot.views.forms import INLINE_ACTION, MODAL_CALLBACK, OPEN_ACTION, SUBMIT_ACTION
+from flotilla.bot.views.plan_card import CANCEL_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import plans
 from tests.e2e.slice.test_bad_input import mention_body, post, signed
@@ -359,7 +359,7 @@ async def test_an_unknown_action_and_an_unreachable_response_url_get_no_404_and_
                    "response_url": closed, "trigger_id": "1.2.4"}  # fmt: skip
         body = urllib.parse.urlencode(command)
         warned = Heard("could not reach Slack")
-        guard_log = logging.getLogger("bot.listeners.guard")
+        guard_log = logging.getLogger("flotilla.bot.listeners.guard")
         guard_log.addHandler(warned)
         try:
             status, _ = await post(url, body, headers_for(run, body, FORM))

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from bot.listeners.feedback import NOT_KEPT, THANKS
-from bot.views.feedback import FEEDBACK_ACTION, RATING_ACTION_PREFIX
-from local_slack import Message
-from storage.audit import audit_trail
-from storage.feedback import feedback_of_plan
+from flotilla.bot.listeners.feedback import NOT_KEPT, THANKS
+from flotilla.bot.views.feedback import FEEDBACK_ACTION, RATING_ACTION_PREFIX
+from flotilla.local_slack import Message
+from flotilla.storage.audit import audit_trail
+from flotilla.storage.feedback import feedback_of_plan
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_admin_command import command
 

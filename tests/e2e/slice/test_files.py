@@ -26,12 +26,12 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running import offline
-from agents.running.offline import first_prompt
-from agents.tools.file_policy import FilePolicy
-from bot.views.forms import OPEN_ACTION, SUBMIT_ACTION
-from local_slack import Message
-from storage.files import conversation_files
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.agents.tools.file_policy import FilePolicy
+from flotilla.bot.views.forms import OPEN_ACTION, SUBMIT_ACTION
+from flotilla.local_slack import Message
+from flotilla.storage.files import conversation_files
 from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.scripts import Script, answered, call, combine, plans, tools_of
 from tests.e2e.slice.test_bad_input import post
@@ -321,7 +321,7 @@ async def test_files_attached_in_the_thread_are_fetched_and_readable_refused_one
         received = [(f.name, f.state) for f in files_now if f.direction == "received"]
         assert received == [("notes.txt", "ready"), ("run.exe", "refused")]
         run_key = f"plan:{(await run.plan(root)).id}:step:4:attempt:1"
-        from storage.runs import load_run
+        from flotilla.storage.runs import load_run
 
         async with run.service.db.read() as conn:
             stored = await load_run(conn, run_key)
@@ -406,7 +406,7 @@ async def test_a_file_attached_to_a_form_answer_reaches_the_next_step(
         prompt = prompts.of("researcher")
         assert "- prices.csv (text/csv, 44 bytes)" in prompt.split("Files attached later")[1]
         run_key = f"plan:{plan.id}:step:2:attempt:1"
-        from storage.runs import load_run
+        from flotilla.storage.runs import load_run
 
         async with run.service.db.read() as conn:
             stored = await load_run(conn, run_key)

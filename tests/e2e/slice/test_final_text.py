@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from local_slack import Message
-from local_slack.api import METHODS, ApiError, Call
-from storage.conversations import thread_messages
-from storage.records import MessageRecord
+from flotilla.local_slack import Message
+from flotilla.local_slack.api import METHODS, ApiError, Call
+from flotilla.storage.conversations import thread_messages
+from flotilla.storage.records import MessageRecord
 from tests.db_counts import counting
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_form_answer_kept import on  # noqa: F401 (the fixture)

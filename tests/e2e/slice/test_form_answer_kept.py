@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import INLINE_ACTION, SUBMIT_ACTION
-from local_slack import Message
-from local_slack.interactivity import interactivity_of
+from flotilla.bot.views.forms import INLINE_ACTION, SUBMIT_ACTION
+from flotilla.local_slack import Message
+from flotilla.local_slack.interactivity import interactivity_of
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import plans

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
-from local_slack import Message
-from local_slack.interactivity import interactivity_of
+from flotilla.bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
+from flotilla.local_slack import Message
+from flotilla.local_slack.interactivity import interactivity_of
 from tests.e2e.slice.call_budget import counted_calls
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import plans

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from local_slack.events import Delivery
-from storage import migrate
-from storage.db import Database
+from flotilla.local_slack.events import Delivery
+from flotilla.storage import migrate
+from flotilla.storage.db import Database
 from tests.throwaway_postgres import ThrowawayPostgres
 
 REFUSE = """

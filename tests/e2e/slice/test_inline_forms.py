@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import SUBMIT_ACTION, FormKey
-from local_slack import Message
+from flotilla.bot.views.forms import SUBMIT_ACTION, FormKey
+from flotilla.local_slack import Message
 from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import plans
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from agents.core.errors import TransientError
-from agents.planning.plan import Plan
-from agents.reconciling.final_texts import FinishedAnswer
-from agents.reconciling.ports import StepTag
-from bot.channel_pacing import ChannelBucket
-from local_slack import Message
-from storage.records import ConversationRecord, MessageRecord
-from storage.slack_fallbacks import fallbacks_of
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.planning.plan import Plan
+from flotilla.agents.reconciling.final_texts import FinishedAnswer
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.bot.channel_pacing import ChannelBucket
+from flotilla.local_slack import Message
+from flotilla.storage.records import ConversationRecord, MessageRecord
+from flotilla.storage.slack_fallbacks import fallbacks_of
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import FaultyPort
 

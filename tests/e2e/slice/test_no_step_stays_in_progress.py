@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.planning.effects import step_key
+from flotilla.agents.planning.effects import step_key
 from tests.e2e.slice.faults import BrokenAnswers, Gate, gated, outbox_row, said
 from tests.e2e.slice.scripts import plans
 

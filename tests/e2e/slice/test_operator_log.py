@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import SUBMIT_ACTION
+from flotilla.bot.views.forms import SUBMIT_ACTION
 from tests.e2e.slice.conftest import REQUEST
 
 IDS = ("team", "channel", "thread_ts", "plan")

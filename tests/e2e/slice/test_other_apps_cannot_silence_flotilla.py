@@ -7,11 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from agents.planning.effects import finished_key, question_key, result_key, step_key
-from agents.running import offline
-from bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
-from bot.views.forms import INLINE_ACTION
-from storage.db import Database
+from flotilla.agents.planning.effects import finished_key, question_key, result_key, step_key
+from flotilla.agents.running import offline
+from flotilla.bot.listeners.payloads import DISPATCH_EVENT, FORM_EVENT, NOTICE_EVENT, RESULT_EVENT
+from flotilla.bot.views.forms import INLINE_ACTION
+from flotilla.storage.db import Database
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import WAIT, FirstPostsFail, Gate, gated, impersonate, posted, said
 

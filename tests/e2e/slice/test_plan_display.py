@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import SUBMIT_ACTION
-from local_slack import Message
-from storage.slack_fallbacks import fallbacks_of
+from flotilla.bot.views.forms import SUBMIT_ACTION
+from flotilla.local_slack import Message
+from flotilla.storage.slack_fallbacks import fallbacks_of
 from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.faults import card_of
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.views.forms import INLINE_ACTION, SUBMIT_ACTION
+from flotilla.bot.views.forms import INLINE_ACTION, SUBMIT_ACTION
 from tests.e2e.slice.conftest import REQUEST, Run
 
 

@@ -13,8 +13,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 
-from agents.running.offline import first_prompt
-from storage.outbox import outbox_t
+from flotilla.agents.running.offline import first_prompt
+from flotilla.storage.outbox import outbox_t
 from tests.e2e.slice.conftest import scripted
 from tests.e2e.slice.scripts import text, tools_of
 

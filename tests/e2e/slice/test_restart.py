@@ -9,9 +9,9 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running import offline
-from agents.running.offline import first_prompt
-from storage.agents import list_agents, remove_agent
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.storage.agents import list_agents, remove_agent
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.scripts import tools_of
 
@@ -66,7 +66,7 @@ async def test_default_agents_are_seeded_once(start: Callable[..., Any]) -> None
 async def test_a_second_replica_never_runs_a_step_another_is_running(
     start: Callable[..., Any],
 ) -> None:
-    from bot.service import SlackService
+    from flotilla.bot.service import SlackService
 
     started, release = asyncio.Event(), asyncio.Event()
 

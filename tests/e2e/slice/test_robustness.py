@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bot.views.forms import SUBMIT_ACTION
-from local_slack import Message
+from flotilla.bot.views.forms import SUBMIT_ACTION
+from flotilla.local_slack import Message
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.conftest import client_for
 from tests.e2e.slice.conftest import REQUEST, Run
@@ -138,8 +138,8 @@ async def test_metrics_count_what_happened(start: Callable[..., Any]) -> None:
 
 async def test_redelivery_check_reads_past_the_first_page(start: Callable[..., Any]) -> None:
     """`thread_has_key` (asked on redelivery) follows conversations.replies' cursor."""
-    from agents.planning.effects import PostDispatch
-    from bot.listeners.payloads import DISPATCH_EVENT, step_metadata
+    from flotilla.agents.planning.effects import PostDispatch
+    from flotilla.bot.listeners.payloads import DISPATCH_EVENT, step_metadata
 
     async with start() as run:
         root = run.ask("what time zone is the launch in?")

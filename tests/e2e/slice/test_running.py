@@ -12,13 +12,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.cli import main
-from bot.local import _manifest_scopes_and_events
-from bot.serve import run as serve
-from bot.service import Options
-from bot.settings import Settings
-from bot.trial import TrialConsole, demo
-from local_slack import Driver, LocalWorkspace
+from flotilla.bot.cli import main
+from flotilla.bot.local import _manifest_scopes_and_events
+from flotilla.bot.serve import run as serve
+from flotilla.bot.service import Options
+from flotilla.bot.settings import Settings
+from flotilla.bot.trial import TrialConsole, demo
+from flotilla.local_slack import Driver, LocalWorkspace
 from tests.e2e.slice.conftest import FAST_RETRIES, REQUEST
 
 

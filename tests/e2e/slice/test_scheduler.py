@@ -16,15 +16,15 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.core import telemetry
-from agents.running import offline
-from agents.running.offline import first_prompt
-from agents.scheduling.admission_policy import SchedulerOptions
-from agents.scheduling.scheduler import URGENT as URGENT_PRIORITY
-from local_slack import Message
-from storage.audit import audit_trail
-from storage.run_requests import queued_requests
-from storage.usage import record_usage
+from flotilla.agents.core import telemetry
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.agents.scheduling.admission_policy import SchedulerOptions
+from flotilla.agents.scheduling.scheduler import URGENT as URGENT_PRIORITY
+from flotilla.local_slack import Message
+from flotilla.storage.audit import audit_trail
+from flotilla.storage.run_requests import queued_requests
+from flotilla.storage.usage import record_usage
 from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import Gate
 from tests.e2e.slice.scripts import Script, answered, call, combine, plans, tools_of

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agents.core.errors import TransientError
-from agents.reconciling.ports import StepTag
-from agents.running.job_failures import MAX_TRANSIENT_TRIES, RETRY_AFTER
-from storage.records import ConversationRecord
+from flotilla.agents.core.errors import TransientError
+from flotilla.agents.reconciling.ports import StepTag
+from flotilla.agents.running.job_failures import MAX_TRANSIENT_TRIES, RETRY_AFTER
+from flotilla.storage.records import ConversationRecord
 from tests.e2e.slice.faults import FaultyPort, Gate, gated, outbox_row
 
 CHAIN = "research the history of our launch emails and write a short report"

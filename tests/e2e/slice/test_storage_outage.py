@@ -13,11 +13,11 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.core.failures import PUBLIC_STORAGE
-from agents.running import offline
-from agents.running.offline import first_prompt
-from agents.running.streamed_function import streamed
-from storage.db import Database
+from flotilla.agents.core.failures import PUBLIC_STORAGE
+from flotilla.agents.running import offline
+from flotilla.agents.running.offline import first_prompt
+from flotilla.agents.running.streamed_function import streamed
+from flotilla.storage.db import Database
 from tests.e2e.slice.scripts import tools_of
 from tests.e2e.slice.test_inbox import mentions
 from tests.throwaway_postgres import ThrowawayPostgres

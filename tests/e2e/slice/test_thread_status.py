@@ -12,12 +12,12 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.running import offline
-from bot.views.forms import SUBMIT_ACTION
-from local_slack import Message
-from local_slack.web_agent_sessions import session_of
-from local_slack.web_assistant import live_statuses
-from storage.slack_fallbacks import fallbacks_of
+from flotilla.agents.running import offline
+from flotilla.bot.views.forms import SUBMIT_ACTION
+from flotilla.local_slack import Message
+from flotilla.local_slack.web_agent_sessions import session_of
+from flotilla.local_slack.web_assistant import live_statuses
+from flotilla.storage.slack_fallbacks import fallbacks_of
 from tests.e2e.slice.conftest import REQUEST, Run
 from tests.e2e.slice.faults import WAIT, card_of
 from tests.e2e.slice.scripts import tools_of

@@ -59,9 +59,10 @@ def ack_first_app(stack: LocalStack) -> AsyncApp:
     service = stack.service
     app = build_app(service, signing_secret=stack.commander.signing_secret)
     app._async_middleware_list = [  # the two pre-ack stores go
-        m for m in app._async_middleware_list
+        m
+        for m in app._async_middleware_list
         if getattr(getattr(m, "func", None), "__name__", "") not in PRE_ACK
-    ]  # fmt: skip
+    ]
 
     @app.middleware
     async def store_after_ack(body: dict[str, Any], next: Callable[[], Awaitable[None]]) -> None:
@@ -72,8 +73,14 @@ def ack_first_app(stack: LocalStack) -> AsyncApp:
             kind, key = found
 
             async def store() -> None:  # stored as handled: the baseline replays nothing
-                stored = await store_inbound(service.db, service.clock(), key=key, kind=kind,
-                                             body=body, claim=timedelta(seconds=60))  # fmt: skip
+                stored = await store_inbound(
+                    service.db,
+                    service.clock(),
+                    key=key,
+                    kind=kind,
+                    body=body,
+                    claim=timedelta(seconds=60),
+                )
                 if stored is not None:
                     await finish_inbound(service.db, stored, service.clock())
 
@@ -93,8 +100,11 @@ async def serve(app: AsyncApp, stack: LocalStack) -> tuple[web.AppRunner, str]:
 def signed(secret: str, body: str, content_type: str) -> dict[str, str]:
     ts = str(int(time.time()))
     digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}",
-            "Content-Type": content_type}  # fmt: skip
+    return {
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": f"v0={digest}",
+        "Content-Type": content_type,
+    }
 
 
 class Requests:
@@ -123,23 +133,36 @@ class Requests:
             "channel": self.channel,
             "text": f"<@{self.bot}> what time is it? ({ts})",
         }
-        body = {"type": "event_callback", "team_id": self.team,
-                "api_app_id": self.stack.commander.app_id, "event_id": f"Ev{uuid.uuid4().hex[:10]}",
-                "event_time": int(time.time()), "event": event}  # fmt: skip
+        body = {
+            "type": "event_callback",
+            "team_id": self.team,
+            "api_app_id": self.stack.commander.app_id,
+            "event_id": f"Ev{uuid.uuid4().hex[:10]}",
+            "event_time": int(time.time()),
+            "event": event,
+        }
         return json.dumps(body), "application/json"
 
     def click(self) -> tuple[str, str]:
         ts = self.ts()
         ws, app = self.stack.workspace, self.stack.commander
         payload = {
-            "type": "block_actions", "user": {"id": self.maya}, "team": {"id": self.team},
-            "api_app_id": app.app_id, "trigger_id": f"{ts}.{uuid.uuid4().hex[:8]}",
+            "type": "block_actions",
+            "user": {"id": self.maya},
+            "team": {"id": self.team},
+            "api_app_id": app.app_id,
+            "trigger_id": f"{ts}.{uuid.uuid4().hex[:8]}",
             "response_url": ws.interactivity.response_url(app, self.channel, self.maya),
-            "container": {"type": "message", "message_ts": ts, "channel_id": self.channel,
-                          "thread_ts": ts},
-            "actions": [{"type": "button", "action_id": CANCEL_ACTION, "value": "999999",
-                         "action_ts": ts}],
-        }  # fmt: skip
+            "container": {
+                "type": "message",
+                "message_ts": ts,
+                "channel_id": self.channel,
+                "thread_ts": ts,
+            },
+            "actions": [
+                {"type": "button", "action_id": CANCEL_ACTION, "value": "999999", "action_ts": ts}
+            ],
+        }
         return urllib.parse.urlencode({"payload": json.dumps(payload)}), (
             "application/x-www-form-urlencoded"
         )
@@ -187,8 +210,9 @@ def report(backend: str, times: dict[tuple[str, str], list[float]]) -> None:
         for arm in ("ack first", "inbox"):
             values = times[(kind, arm)]
             medians[arm] = statistics.median(values)
-            print(f"  {kind:<12} {arm:<10} {len(values):>4} {medians[arm]:>10.1f} "
-                  f"{p95(values):>8.1f}")  # fmt: skip
+            print(
+                f"  {kind:<12} {arm:<10} {len(values):>4} {medians[arm]:>10.1f} {p95(values):>8.1f}"
+            )
         added = medians["inbox"] - medians["ack first"]
         print(f"  {kind:<12} {'added':<10} {'':>4} {added:>+10.1f}")
 

@@ -24,9 +24,13 @@ def instructions(script: str, args: list[str], work: Path) -> int:
     """Instructions `python script *args` executed, under callgrind (its output in `work`)."""
     work.mkdir(parents=True, exist_ok=True)
     command = [
-        "valgrind", "--tool=callgrind", f"--callgrind-out-file={work / 'callgrind.out'}",
-        sys.executable, script, *args,
-    ]  # fmt: skip
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={work / 'callgrind.out'}",
+        sys.executable,
+        script,
+        *args,
+    ]
     env = os.environ | {"PYTHONHASHSEED": "0"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     found = COLLECTED.search(done.stderr)

@@ -56,12 +56,16 @@ STATUS_CALLS = {"agents.sessions.setStatus", "assistant.threads.setStatus"}
 STREAM_REST = {"chat.appendStream", "chat.stopStream"}  # a stream is counted at its start
 PRODUCTION = Options(native_plan_display=True, channel_posts_per_second=1.0, channel_post_burst=2)
 CHAIN = [
-    {"index": i, "title": f"Step {i}", "assignee": "analyst" if i % 2 else "writer",
-     "input": f"Part {i} of the report." + (f" After: {{{{step_{i - 1}.output_summary}}}}"
-                                            if i > 1 else ""),
-     **({"wait_for": [i - 1]} if i > 1 else {})}
+    {
+        "index": i,
+        "title": f"Step {i}",
+        "assignee": "analyst" if i % 2 else "writer",
+        "input": f"Part {i} of the report."
+        + (f" After: {{{{step_{i - 1}.output_summary}}}}" if i > 1 else ""),
+        **({"wait_for": [i - 1]} if i > 1 else {}),
+    }
     for i in range(1, CHAIN_STEPS + 1)
-]  # fmt: skip
+]
 
 
 def chain_model() -> FunctionModel:
@@ -170,18 +174,24 @@ async def main(runs: int) -> None:
             calls = await diamond(folder, model, name)
             total, counted = per_step(calls)
             print(f"1. walkthrough diamond ({DIAMOND_STEPS} steps), {label}, Web API calls:")
-            print(f"   {total} counted = {total / DIAMOND_STEPS:.1f} per step "
-                  f"(streams as one call, status calls left out)")  # fmt: skip
+            print(
+                f"   {total} counted = {total / DIAMOND_STEPS:.1f} per step "
+                f"(streams as one call, status calls left out)"
+            )
             for method, count in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
                 note = " (left out)" if method in STATUS_CALLS else ""
                 note = " (part of a stream)" if method in STREAM_REST else note
                 print(f"     {method:<28} {count:>3}{note}")
         signs = await first_sign(folder, runs)
-        print(f"2. mention -> first visible sign: median {statistics.median(signs) * 1000:.0f} ms, "
-              f"max {max(signs) * 1000:.0f} ms over {len(signs)} mentions")  # fmt: skip
+        print(
+            f"2. mention -> first visible sign: median {statistics.median(signs) * 1000:.0f} ms, "
+            f"max {max(signs) * 1000:.0f} ms over {len(signs)} mentions"
+        )
         posts, worst, elapsed = await chain(folder)
-        print(f"3. {CHAIN_STEPS}-step chain: {posts} chat.postMessage in one channel over "
-              f"{elapsed:.0f} s; most in any 10 s: {worst}")  # fmt: skip
+        print(
+            f"3. {CHAIN_STEPS}-step chain: {posts} chat.postMessage in one channel over "
+            f"{elapsed:.0f} s; most in any 10 s: {worst}"
+        )
 
 
 if __name__ == "__main__":

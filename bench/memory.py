@@ -59,9 +59,14 @@ async def measure(plans: int, folder: Path, *, before: bool = False) -> dict[str
     await upgrade(db)
     reconciler = Reconciler(db, clock=lambda: NOW)
     parts: dict[str, Any] = dict(
-        db=db, reconciler=reconciler, port=None, choose_model=None, clock=lambda: NOW,
-        options=ExecutorOptions(), observer=None,
-    )  # fmt: skip
+        db=db,
+        reconciler=reconciler,
+        port=None,
+        choose_model=None,
+        clock=lambda: NOW,
+        options=ExecutorOptions(),
+        observer=None,
+    )
     if before:  # the context's conversations as before this change: a dict, never emptied
         parts["conversations"] = LRUCache[int, Any](sys.maxsize)
     context = Context(**parts)
@@ -70,11 +75,19 @@ async def measure(plans: int, folder: Path, *, before: bool = False) -> dict[str
     for start in range(0, plans, 500):
         async with db.write() as conn:
             ids = [
-                (await open_conversation(conn, team_id="T1", channel_id="C1",
-                                         thread_ts=f"{i}.0", requested_by="U1",
-                                         request_text=f"request {i}", now=NOW)).id
+                (
+                    await open_conversation(
+                        conn,
+                        team_id="T1",
+                        channel_id="C1",
+                        thread_ts=f"{i}.0",
+                        requested_by="U1",
+                        request_text=f"request {i}",
+                        now=NOW,
+                    )
+                ).id
                 for i in range(start, min(start + 500, plans))
-            ]  # fmt: skip
+            ]
         for conversation_id in ids:
             decision = await reconciler.start_steps(conversation_id, paused_plan())
             assert decision.plan.steps[0].status != "pending"  # the form is out: paused
@@ -101,8 +114,10 @@ def main() -> None:
     print(f"RSS empty process:            {figures['empty'] / mib:8.1f} MiB")
     print(f"RSS after {args.plans:,} paused plans: {figures['after'] / mib:8.1f} MiB")
     print(f"ratio:                        {figures['after'] / figures['empty']:8.2f}x")
-    print(f"reconciler plans cached: {figures['plans cached']:,}; "
-          f"context conversations cached: {figures['conversations cached']:,}")  # fmt: skip
+    print(
+        f"reconciler plans cached: {figures['plans cached']:,}; "
+        f"context conversations cached: {figures['conversations cached']:,}"
+    )
 
 
 if __name__ == "__main__":

@@ -82,10 +82,13 @@ class Bench:
 
     async def start_process(self, lease: Lease) -> FlotillaProcess:
         process = FlotillaProcess(
-            self.workspace, self.app, self.database_url, self.folder,
+            self.workspace,
+            self.app,
+            self.database_url,
+            self.folder,
             FLOTILLA_RUN_LEASE_SECONDS=str(lease.lease),
             FLOTILLA_HEARTBEAT_SECONDS=str(lease.heartbeat),
-        )  # fmt: skip
+        )
         self.processes.append(process)
         await process.start()
         await process.started()
@@ -102,9 +105,12 @@ class Bench:
     async def researcher_uses_the_fake(self, team: str) -> None:
         async with self.db.write() as conn:
             await update_agent(
-                conn, team, "researcher", datetime.now(UTC),
+                conn,
+                team,
+                "researcher",
+                datetime.now(UTC),
                 model=f"openai-chat:gpt-test@{self.model.base_url}",
-            )  # fmt: skip
+            )
         self.researcher_on_fake = True
 
     async def step_owner(self, timeout: float, *, other_than: str = "") -> str:

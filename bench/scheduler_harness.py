@@ -122,15 +122,24 @@ class Harness:
 
     def add_process(self, owner: str) -> AdmissionLoop:
         options = SchedulerOptions(
-            capacity=self.capacity, process_capacity=self.process_capacity,
-            poll_seconds=self.poll_seconds, weights=dict(self.weights),
-        )  # fmt: skip
+            capacity=self.capacity,
+            process_capacity=self.process_capacity,
+            poll_seconds=self.poll_seconds,
+            weights=dict(self.weights),
+        )
         db = Database(self.url)
         loop = AdmissionLoop(
-            db, owner=owner, team_id=lambda: "T", clock=self.clock, options=options,
-            lease=self.lease, start=self._starter(db, owner), show_waits=_nothing,
-            refuse=_refused, decide=self.decide,  # type: ignore[arg-type]
-        )  # fmt: skip
+            db,
+            owner=owner,
+            team_id=lambda: "T",
+            clock=self.clock,
+            options=options,
+            lease=self.lease,
+            start=self._starter(db, owner),
+            show_waits=_nothing,
+            refuse=_refused,
+            decide=self.decide,  # type: ignore[arg-type]
+        )
         self.loops.append(loop)
         self.dbs.append(db)
         self.counters.append(Counted(db))
@@ -156,11 +165,21 @@ class Harness:
         self.enqueued[key] = time.perf_counter()
         alive = [loop for loop in self.loops if loop.owner not in self.dead]
         await alive[len(self.enqueued) % len(alive)].enqueue(
-            run_key=key, effect_key=f"outbox:{key}", effect_kind="post_dispatch", effect={},
-            conversation_id=None, team_id="T", channel_id=tenant, agent_name="researcher",
-            plan_id=None, step_index=None, attempt=None, priority=priority,
-            estimate_tokens=0, tools=[],
-        )  # fmt: skip
+            run_key=key,
+            effect_key=f"outbox:{key}",
+            effect_kind="post_dispatch",
+            effect={},
+            conversation_id=None,
+            team_id="T",
+            channel_id=tenant,
+            agent_name="researcher",
+            plan_id=None,
+            step_index=None,
+            attempt=None,
+            priority=priority,
+            estimate_tokens=0,
+            tools=[],
+        )
 
     def _starter(self, db: Database, owner: str):  # type: ignore[no-untyped-def]
         async def start(record: RunRequestRecord) -> None:

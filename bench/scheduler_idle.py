@@ -65,30 +65,52 @@ async def per_run_cost(
     now = datetime.now(UTC)
     async with db.write() as conn:
         conversation: ConversationRecord = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="1.0", requested_by="U1",
-            request_text="idle", now=now,
-        )  # fmt: skip
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="1.0",
+            requested_by="U1",
+            request_text="idle",
+            now=now,
+        )
     ctx = cast(
         Context,
         SimpleNamespace(
-            db=db, clock=lambda: datetime.now(UTC), options=options, observer=Observer(),
+            db=db,
+            clock=lambda: datetime.now(UTC),
+            options=options,
+            observer=Observer(),
             reconciler=Remembered(),
         ),
-    )  # fmt: skip
+    )
     admission = AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=ctx.clock, options=options.scheduler,
-        lease=options.lease, start=_nothing, show_waits=_nothing, refuse=_started_nowhere,
-    )  # fmt: skip
-    runner = JobRunner(ctx, owner="p1", on_slot_freed=lambda *_: admission.wake(),
-                       on_queued=admission.wake)  # fmt: skip
+        db,
+        owner="p1",
+        team_id=lambda: "T1",
+        clock=ctx.clock,
+        options=options.scheduler,
+        lease=options.lease,
+        start=_nothing,
+        show_waits=_nothing,
+        refuse=_started_nowhere,
+    )
+    runner = JobRunner(
+        ctx, owner="p1", on_slot_freed=lambda *_: admission.wake(), on_queued=admission.wake
+    )
     admission.start()
     counted = Counted(db)
     began = time.perf_counter()
     for i in range(1, n + 1):
         effect = PostDispatch(
-            key=f"plan:1:step:{i}:attempt:1", conversation_id=conversation.id, plan_id=1,
-            step=i, attempt=1, agent="researcher", title="s", text="go",
-        )  # fmt: skip
+            key=f"plan:1:step:{i}:attempt:1",
+            conversation_id=conversation.id,
+            plan_id=1,
+            step=i,
+            attempt=1,
+            agent="researcher",
+            title="s",
+            text="go",
+        )
         slot = None
         if scheduled:
             slot = await slot_request(ctx, admission, effect, conversation)

@@ -60,9 +60,15 @@ async def flotilla_run(env: dict[str, str], folder: Path) -> tuple[float, float]
     env = {**env, "FLOTILLA_HTTP_PORT": str(port)}
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "flotilla.bot.cli", "run", cwd=folder, env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "flotilla.bot.cli",
+        "run",
+        cwd=folder,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         await asyncio.wait_for(answers(f"http://127.0.0.1:{port}/healthz", process), 60)
         live = time.perf_counter() - started

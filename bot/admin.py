@@ -185,8 +185,11 @@ async def set_workspace_model(service: SlackService, user: str, spec: str) -> st
             now=service.clock(),
         )
     service.roster.forget()  # the next run reads the new model
-    log.info("workspace default model set to %s", chosen or "the server's default",
-             extra={"team": service.team_id})  # fmt: skip
+    log.info(
+        "workspace default model set to %s",
+        chosen or "the server's default",
+        extra={"team": service.team_id},
+    )
     return await workspace_model(service)
 
 

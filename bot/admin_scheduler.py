@@ -169,9 +169,13 @@ async def mark(
             channel_id=None if plan_id is not None else channel,
         )
         await audit(
-            conn, team_id=service.team_id, actor=user, action=f"priority.{level}",
-            target=target, now=service.clock(),
-        )  # fmt: skip
+            conn,
+            team_id=service.team_id,
+            actor=user,
+            action=f"priority.{level}",
+            target=target,
+            now=service.clock(),
+        )
     service.executor.admission.changed()
     what = f"Plan {plan_id}" if plan_id is not None else f"<#{channel}>"
     waiting = f" ({moved} waiting run{'s' if moved != 1 else ''} moved)" if moved else ""

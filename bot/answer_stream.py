@@ -136,9 +136,12 @@ class SlackAnswerStream:
         self.ts, self.sent = str(response["ts"]), text
         self.last_append = self.monotonic()
         await self.port.keep(
-            self.conversation, self.ts, text, self.identity,
+            self.conversation,
+            self.ts,
+            text,
+            self.identity,
             answer_metadata(self.tag, self.key, streaming=True),
-        )  # fmt: skip
+        )
 
     async def _append(self, text: str) -> None:
         if not text.startswith(self.sent) or len(text) > STREAM_TEXT_MAX:

@@ -103,8 +103,9 @@ class RequestGate:
         if len(raw) > MAX_BODY_BYTES:
             raise Refused(400, "the body is too large")
         if self.secret is not None:
-            self.check_signature(raw, headers.get("X-Slack-Request-Timestamp"),
-                                 headers.get("X-Slack-Signature"))  # fmt: skip
+            self.check_signature(
+                raw, headers.get("X-Slack-Request-Timestamp"), headers.get("X-Slack-Signature")
+            )
         content_type = (headers.get("Content-Type") or "").split(";")[0]  # as Bolt reads it
         parse_slack_body(raw, content_type or None)
 
@@ -184,9 +185,13 @@ class _Envelope(_Shape):
     a traceback otherwise); the fields Flotilla reads are checked by its listeners."""
 
     type: Literal[
-        "event_callback", "url_verification", "app_rate_limited",
-        "block_actions", "view_submission", "view_closed",
-    ]  # fmt: skip
+        "event_callback",
+        "url_verification",
+        "app_rate_limited",
+        "block_actions",
+        "view_submission",
+        "view_closed",
+    ]
     team_id: SlackName | None = None  # every event_callback carries it
     user: Ref = None
     team: Ref = None
@@ -201,8 +206,12 @@ class _Envelope(_Shape):
 
     @model_validator(mode="after")
     def _parts_of_its_type(self) -> _Envelope:
-        needed = {"block_actions": self.actions, "view_submission": self.view,
-                  "view_closed": self.view, "event_callback": self.event}  # fmt: skip
+        needed = {
+            "block_actions": self.actions,
+            "view_submission": self.view,
+            "view_closed": self.view,
+            "event_callback": self.event,
+        }
         if self.type in needed and needed[self.type] is None:
             raise ValueError(f"a {self.type} payload without its main part")
         if self.type == "event_callback" and not self.team_id:
@@ -253,6 +262,14 @@ def _probe(body: dict[str, Any]) -> None:
     """What Bolt extracts for every listener and middleware (raises where Bolt would)."""
     from slack_bolt.request import payload_utils as p
 
-    for extract in (p.to_options, p.to_shortcut, p.to_action, p.to_view, p.to_command,
-                    p.to_event, p.to_message, p.to_step):  # fmt: skip
+    for extract in (
+        p.to_options,
+        p.to_shortcut,
+        p.to_action,
+        p.to_view,
+        p.to_command,
+        p.to_event,
+        p.to_message,
+        p.to_step,
+    ):
         extract(body)

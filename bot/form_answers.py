@@ -139,9 +139,9 @@ async def answer_form(
         if recorded_now:
             log.info(
                 "form answered",
-                extra=ids(conversation) | {"plan": key.plan_id, "step": key.step_index,
-                                           "attempt": key.attempt},
-            )  # fmt: skip
+                extra=ids(conversation)
+                | {"plan": key.plan_id, "step": key.step_index, "attempt": key.attempt},
+            )
     if not form_answers.recorded(step, answer):
         if open_now and not same:  # the first answer is being recorded right now
             return _answered_by(answer.answered_by)

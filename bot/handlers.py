@@ -149,9 +149,13 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
     if author != "person":  # our own uploads and other apps' files are not attachments
         incoming = replace(incoming, files=())
     recorded = await record_reply(
-        service.db, service.clock(), conversation.id, incoming, for_commander=interjection,
+        service.db,
+        service.clock(),
+        conversation.id,
+        incoming,
+        for_commander=interjection,
         sender=service.reconciler.outbox,  # None once this process stops handing work over
-    )  # fmt: skip
+    )
     if recorded == "seen":
         return  # seen already (a retried delivery)
     refused = refused_note(incoming) if author == "person" else None
@@ -231,14 +235,25 @@ async def record_feedback(
     now = service.clock()
     async with service.db.write() as conn:
         changed = await store_feedback(
-            conn, team_id=service.team_id, channel_id=channel, message_ts=message_ts,
-            user_id=user, plan_id=plan.id, step_index=click.step, agent_name=click.agent,
-            verdict=click.verdict, now=now,
-        )  # fmt: skip
+            conn,
+            team_id=service.team_id,
+            channel_id=channel,
+            message_ts=message_ts,
+            user_id=user,
+            plan_id=plan.id,
+            step_index=click.step,
+            agent_name=click.agent,
+            verdict=click.verdict,
+            now=now,
+        )
         if changed:
             await audit(
-                conn, team_id=service.team_id, actor=user, action="gave feedback",
-                target=f"plan {plan.id}, step {click.step or 'final answer'}", now=now,
+                conn,
+                team_id=service.team_id,
+                actor=user,
+                action="gave feedback",
+                target=f"plan {plan.id}, step {click.step or 'final answer'}",
+                now=now,
                 details={"agent": click.agent, "verdict": click.verdict},
-            )  # fmt: skip
+            )
     return True

@@ -98,9 +98,11 @@ class PlanDisplay:
             sent.update({c["id"]: signature(c) for c in chunks})
         if ended:
             await client.chat_stopStream(
-                channel=channel, ts=shown[0], chunks=plan_chunks(plan, {}) or None,
+                channel=channel,
+                ts=shown[0],
+                chunks=plan_chunks(plan, {}) or None,
                 metadata=self._metadata(plan.id, False),
-            )  # fmt: skip
+            )
             async with self.port.db.write() as conn:
                 await update_message(
                     conn, channel, shown[0], text="", metadata=self._metadata(plan.id, False)

@@ -174,9 +174,12 @@ class SlackPort(StepMessages, FileTransfers):
         async with self.db.write() as conn:
             if not await store_message(conn, conversation.id, message, self.clock()):
                 await update_message(
-                    conn, message.channel_id, message.ts, text=message.text,
+                    conn,
+                    message.channel_id,
+                    message.ts,
+                    text=message.text,
                     metadata=message.metadata,
-                )  # fmt: skip
+                )
 
     async def open_answer(
         self,
@@ -210,9 +213,16 @@ class SlackPort(StepMessages, FileTransfers):
         # the commander's answer rates the own-app agents' answers it is built on
         rated = await own_app_ratings(self, plan_id, result_of, plan) if identity is None else []
         return SlackAnswerStream(
-            self, conversation, identity, result_of, key,
-            plan_id=plan_id, interval=self.stream_interval, left_ts=left, rated=rated,
-        )  # fmt: skip
+            self,
+            conversation,
+            identity,
+            result_of,
+            key,
+            plan_id=plan_id,
+            interval=self.stream_interval,
+            left_ts=left,
+            rated=rated,
+        )
 
     @contextmanager
     def slack_call(self, identity: Identity | None) -> Iterator[None]:
@@ -276,9 +286,12 @@ class SlackPort(StepMessages, FileTransfers):
             return False
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(
-            plan, mentions=mentions, requester=conversation.requested_by, now=now,
+            plan,
+            mentions=mentions,
+            requester=conversation.requested_by,
+            now=now,
             intro=card.intro,
-        )  # fmt: skip
+        )
         rendered = [b.to_dict() for b in blocks]
         if card_ts is not None:
             await self.update(conversation, card_ts, text, rendered)

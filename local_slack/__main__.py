@@ -78,13 +78,17 @@ async def main(argv: list[str] | None = None) -> None:
     for spec in args.app:
         name, _, url = spec.partition("=")
         commands: dict[str, str | None] = {c: None for c in args.command}
-        apps.append(ws.install_app(name, request_url=url or None, scopes=ALL_SCOPES,
-                                   commands=commands))  # fmt: skip
+        apps.append(
+            ws.install_app(name, request_url=url or None, scopes=ALL_SCOPES, commands=commands)
+        )
     for spec in args.manifest:
         path, _, url = spec.partition("=")
         manifest = yaml.safe_load(Path(path).read_text())
-        apps.append(ws.install_manifest(manifest, request_url=url or None,
-                                        socket_mode=False if url else None))  # fmt: skip
+        apps.append(
+            ws.install_manifest(
+                manifest, request_url=url or None, socket_mode=False if url else None
+            )
+        )
     channel = ws.create_channel(args.channel, [*people, *apps])
     print(f"Local Slack workspace {ws.state.team_name} ({ws.state.team_id})")
     print(f"  Web API base URL: {ws.api_url}")

@@ -37,20 +37,48 @@ PRIVATE_METADATA_MAX = 3000
 CALLBACK_ID_MAX = 255
 
 KNOWN_BLOCKS = {
-    "section", "header", "divider", "context", "actions", "image", "input",
-    "rich_text", "markdown", "video", "file", "context_actions", "table",
-}  # fmt: skip
+    "section",
+    "header",
+    "divider",
+    "context",
+    "actions",
+    "image",
+    "input",
+    "rich_text",
+    "markdown",
+    "video",
+    "file",
+    "context_actions",
+    "table",
+}
 INPUT_ONLY_ELEMENTS = {
-    "plain_text_input", "number_input", "email_text_input", "url_text_input",
-    "rich_text_input", "file_input",
-}  # fmt: skip
+    "plain_text_input",
+    "number_input",
+    "email_text_input",
+    "url_text_input",
+    "rich_text_input",
+    "file_input",
+}
 INTERACTIVE_ELEMENTS = {
-    "button", "static_select", "multi_static_select", "users_select", "multi_users_select",
-    "conversations_select", "multi_conversations_select", "channels_select",
-    "multi_channels_select", "external_select", "multi_external_select", "overflow",
-    "datepicker", "timepicker", "datetimepicker", "checkboxes", "radio_buttons",
+    "button",
+    "static_select",
+    "multi_static_select",
+    "users_select",
+    "multi_users_select",
+    "conversations_select",
+    "multi_conversations_select",
+    "channels_select",
+    "multi_channels_select",
+    "external_select",
+    "multi_external_select",
+    "overflow",
+    "datepicker",
+    "timepicker",
+    "datetimepicker",
+    "checkboxes",
+    "radio_buttons",
     *INPUT_ONLY_ELEMENTS,
-}  # fmt: skip
+}
 
 Errors = list[str]
 Json = dict[str, Any]
@@ -204,8 +232,9 @@ def _context_actions(block: Json, ptr: str) -> Errors:
             if not isinstance(button, dict) or "value" not in button:
                 errors.append(_err(f"missing required field: {side}", where))
                 continue
-            errors += _text(button.get("text"), f"{where}/{side}/text", BUTTON_TEXT_MAX,
-                            plain_only=True)  # fmt: skip
+            errors += _text(
+                button.get("text"), f"{where}/{side}/text", BUTTON_TEXT_MAX, plain_only=True
+            )
             errors += _max_len(button, "value", f"{where}/{side}", BUTTON_VALUE_MAX)
             errors += _max_len(button, "accessibility_label", f"{where}/{side}", FEEDBACK_LABEL_MAX)
     return errors

@@ -27,8 +27,13 @@ HELP = """You are @{person} in #{channel}. Type a message to post it there.
   :quit                           leave"""
 
 ATTACH_MAX_BYTES = 1 << 30  # Slack's upload limit
-MULTI_KINDS = ("checkboxes", "multi_static_select", "multi_users_select",
-               "multi_conversations_select", "multi_channels_select")  # fmt: skip
+MULTI_KINDS = (
+    "checkboxes",
+    "multi_static_select",
+    "multi_users_select",
+    "multi_conversations_select",
+    "multi_channels_select",
+)
 
 
 def mentions_to_slack(driver: Driver, text: str) -> str:
@@ -74,8 +79,11 @@ class Console:
         self._homes_wanted: dict[tuple[str, str], str | None] = {}  # (user, app) -> old hash
 
     def help_text(self) -> str:
-        others = [p.name for p in self.driver.state.people.values()
-                  if not p.is_bot and p.id != self.person.id]  # fmt: skip
+        others = [
+            p.name
+            for p in self.driver.state.people.values()
+            if not p.is_bot and p.id != self.person.id
+        ]
         return HELP.format(
             channel=self.channel.name, person=self.person.name, other=(others or ["NAME"])[0]
         )

@@ -188,8 +188,9 @@ def render_thread(
     entries = [(float(m.ts), render_message(state, m, indent="    ")) for m in thread[1:]]
     for eph in state.ephemerals:
         if viewer == eph.user and eph.channel == channel_id and eph.thread_ts == thread_ts:
-            as_message = Message(channel_id, eph.ts, eph.text, None, eph.blocks,
-                                 bot_id=eph.bot_id, app_id=eph.app_id)  # fmt: skip
+            as_message = Message(
+                channel_id, eph.ts, eph.text, None, eph.blocks, bot_id=eph.bot_id, app_id=eph.app_id
+            )
             text = render_message(state, as_message, indent="    ")
             entries.append((float(eph.ts), text + "\n      (only visible to you)"))
     out = [f"#{channel.name} thread {thread_ts}", render_message(state, thread[0])]

@@ -31,15 +31,19 @@ async def set_status(call: Call) -> Json:
         raise ApiError("thread_ts_required")
     parent = state.messages[channel.id].get(thread_ts)
     if parent is None:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] thread_ts is not a message in this channel"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={"messages": ["[ERROR] thread_ts is not a message in this channel"]},
+        )
     initiator = call.str_arg("initiator_user_id") or None
     if initiator is not None and initiator not in state.people:
         raise ApiError("user_not_found")
     title = call.str_arg("title") or ""
     if len(title) > TITLE_MAX:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] title must be at most 200 characters"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={"messages": ["[ERROR] title must be at most 200 characters"]},
+        )
     key = (channel.id, parent.thread_ts or parent.ts, call.app.app_id)
     session = state.agent_sessions.get(key)
     if session is None:

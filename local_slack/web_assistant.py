@@ -31,8 +31,10 @@ async def set_status(call: Call) -> Json:
     thread_ts = call.str_arg("thread_ts", required=True) or ""
     status = call.str_arg("status")
     if status is None:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] missing required field: status"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={"messages": ["[ERROR] missing required field: status"]},
+        )
     channel = state.channels.get(channel_id)
     if channel is None or (
         (channel.is_private or channel.is_im) and call.app.bot_user_id not in channel.members

@@ -182,8 +182,13 @@ async def _post(act: PageAct) -> Json:
         raise PageError("type a message first")
     thread_ts = act.text("thread_ts") or None
     slack_text = mentions_to_slack(act.driver, text)
-    msg = act.driver.post(act.person, act.text("channel"), slack_text, thread_ts=thread_ts,
-                          broadcast=bool(act.args.get("broadcast")))  # fmt: skip
+    msg = act.driver.post(
+        act.person,
+        act.text("channel"),
+        slack_text,
+        thread_ts=thread_ts,
+        broadcast=bool(act.args.get("broadcast")),
+    )
     return {"ts": msg.ts}
 
 

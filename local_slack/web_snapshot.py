@@ -108,12 +108,14 @@ def statuses_json(state: WorkspaceState, channels: list[Channel], now: float) ->
     for channel_id, thread_ts, status in live_statuses(state, now):
         app = state.apps.get(status.app_id)
         if channel_id in visible and app is not None:
-            out.append({
-                "channel": channel_id,
-                "thread_ts": thread_ts,
-                "text": f"{status.username or app.name} {status.status}",
-                "loading_messages": status.loading_messages,
-            })  # fmt: skip
+            out.append(
+                {
+                    "channel": channel_id,
+                    "thread_ts": thread_ts,
+                    "text": f"{status.username or app.name} {status.status}",
+                    "loading_messages": status.loading_messages,
+                }
+            )
     return out
 
 

@@ -91,8 +91,12 @@ async def start_stream(call: Call) -> Json:
     text = _streamed_text(call, required=False)
     mode = call.str_arg("task_display_mode")
     if mode is not None and mode not in DISPLAY_MODES:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] task_display_mode must be one of timeline, plan"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={
+                "messages": ["[ERROR] task_display_mode must be one of timeline, plan"]
+            },
+        )
     username, icons = persona(call)
     thread_ts = call.str_arg("thread_ts") or None
     parent = call.state.messages[channel.id].get(thread_ts or "")

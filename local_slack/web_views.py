@@ -16,8 +16,10 @@ MODAL_STACK_MAX = 3
 def _view_spec(call: Call, *, kind: str) -> Json:
     spec = call.json_arg("view", "invalid_arguments")
     if spec is None:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] missing required field: view"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={"messages": ["[ERROR] missing required field: view"]},
+        )
     errors = check_view(spec)
     if not errors and spec.get("type") != kind:
         errors = [f"must be {kind} [json-pointer:/view/type]"]
@@ -47,8 +49,10 @@ def assign_ids(spec: Json) -> Json:
 def _use_trigger(call: Call) -> Trigger:
     trigger_id = call.str_arg("trigger_id") or call.str_arg("interactivity_pointer")
     if not trigger_id:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] missing required field: trigger_id"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={"messages": ["[ERROR] missing required field: trigger_id"]},
+        )
     trigger = call.state.triggers.get(trigger_id)
     if trigger is None or trigger.app_id != call.app.app_id:
         raise ApiError("invalid_trigger_id")
@@ -97,8 +101,10 @@ def push_view(top: View, call: Call, spec: Json) -> View:
 def _find_view(call: Call) -> View:
     view_id, external_id = call.str_arg("view_id"), call.str_arg("external_id")
     if not view_id and not external_id:
-        raise ApiError("invalid_arguments", response_metadata={"messages": [
-            "[ERROR] either view_id or external_id is required"]})  # fmt: skip
+        raise ApiError(
+            "invalid_arguments",
+            response_metadata={"messages": ["[ERROR] either view_id or external_id is required"]},
+        )
     for view in call.state.views.values():
         same = view.id == view_id if view_id else view.spec.get("external_id") == external_id
         if same and view.app_id == call.app.app_id and not view.closed:

@@ -35,9 +35,16 @@ async def store_inbox(
     """Store one inbound request, claimed until `claimed_until`: its id, or None when a
     row with `key` exists already (a redelivery)."""
     stmt = insert_ignoring_conflict(
-        conn, inbox_t, key=key, kind=kind, body=body, received_at=now,
-        claimed_until=claimed_until, attempts=1, processed_at=None,
-    ).returning(inbox_t.c.id)  # fmt: skip
+        conn,
+        inbox_t,
+        key=key,
+        kind=kind,
+        body=body,
+        received_at=now,
+        claimed_until=claimed_until,
+        attempts=1,
+        processed_at=None,
+    ).returning(inbox_t.c.id)
     stored = (await conn.execute(stmt)).scalar_one_or_none()
     return None if stored is None else int(stored)
 

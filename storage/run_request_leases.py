@@ -42,11 +42,30 @@ def _waits(state: Any) -> Any:
 
 # a request's own columns, as `agents/running/slot_requests.py` fills them
 COLUMNS = (
-    "effect_key", "effect_kind", "effect", "conversation_id", "team_id", "channel_id",
-    "agent_name", "plan_id", "step_index", "attempt", "priority", "estimate_tokens", "tools",
-)  # fmt: skip
-_GRANTED = ("run_key", "state", "holder", "lease_until", "preempt", "grants", "enqueued_at",
-            "granted_at")  # fmt: skip
+    "effect_key",
+    "effect_kind",
+    "effect",
+    "conversation_id",
+    "team_id",
+    "channel_id",
+    "agent_name",
+    "plan_id",
+    "step_index",
+    "attempt",
+    "priority",
+    "estimate_tokens",
+    "tools",
+)
+_GRANTED = (
+    "run_key",
+    "state",
+    "holder",
+    "lease_until",
+    "preempt",
+    "grants",
+    "enqueued_at",
+    "granted_at",
+)
 
 
 async def grant_at_once(
@@ -69,9 +88,14 @@ async def grant_at_once(
     decides. Serialised with the passes by `lock_admission`. (Both statements are built
     once: a run's claim pays no statement construction.)"""
     params = {f"v_{name}": values[name] for name in COLUMNS} | dict(
-        b_run_key=run_key, b_owner=owner, b_now=now, b_until=until, b_capacity=capacity,
-        b_process_capacity=process_capacity, b_agent_cap=agent_cap,
-    )  # fmt: skip
+        b_run_key=run_key,
+        b_owner=owner,
+        b_now=now,
+        b_until=until,
+        b_capacity=capacity,
+        b_process_capacity=process_capacity,
+        b_agent_cap=agent_cap,
+    )
     insert, regrant = _STATEMENTS["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
     if (await conn.execute(insert, params)).rowcount:
         return True
@@ -112,17 +136,21 @@ def _statements(dialect: Any) -> tuple[Any, Any]:
     room = _room()
     now = bindparam("b_now", type_=c.enqueued_at.type)
     granted: tuple[Any, ...] = (
-        bindparam("b_run_key"), literal("granted"), bindparam("b_owner"),
-        bindparam("b_until", type_=c.lease_until.type), literal(False), literal(1), now, now,
-    )  # fmt: skip
+        bindparam("b_run_key"),
+        literal("granted"),
+        bindparam("b_owner"),
+        bindparam("b_until", type_=c.lease_until.type),
+        literal(False),
+        literal(1),
+        now,
+        now,
+    )
     chosen = select(*granted, *(_value(n) for n in COLUMNS)).where(room)
     insert = dialect.insert(requests_t).from_select([*_GRANTED, *COLUMNS], chosen)
     again = (c.state == "done") | ((c.state == "granted") & (c.lease_until <= now))
     regrant = (
         update(requests_t)
-        .where(
-            c.run_key == bindparam("b_run_key"), again | _waits(c.state), room
-        )
+        .where(c.run_key == bindparam("b_run_key"), again | _waits(c.state), room)
         .values(
             {
                 **{c[n]: _value(n) for n in COLUMNS},  # asked again: maybe new work
@@ -138,7 +166,7 @@ def _statements(dialect: Any) -> tuple[Any, Any]:
                 c.finished_at: None,
             }
         )
-    )  # fmt: skip
+    )
     return insert.on_conflict_do_nothing(), regrant
 
 
@@ -165,11 +193,14 @@ _FINISH = (  # built once: a run's settle pays no statement construction
     update(requests_t)
     .where(requests_t.c.run_key == bindparam("b_key", type_=String))
     .values(
-        state="done", holder=None, lease_until=None, preempt=False,
+        state="done",
+        holder=None,
+        lease_until=None,
+        preempt=False,
         finished_at=bindparam("b_now", type_=requests_t.c.finished_at.type),
     )
     .returning(exists().where(_waits(_others.c.state)))
-)  # fmt: skip
+)
 
 
 _FINISH_HELD = _FINISH.where(  # `_FINISH` while the owner still holds the grant
@@ -287,11 +318,17 @@ async def pass_slot(
         update(requests_t)
         .where(*conditions)
         .values(
-            state="granted", holder=owner, lease_until=until, granted_at=now,
-            grants=c.grants + 1, wait_reason=None, wait_kind=None, preempt=False,
+            state="granted",
+            holder=owner,
+            lease_until=until,
+            granted_at=now,
+            grants=c.grants + 1,
+            wait_reason=None,
+            wait_kind=None,
+            preempt=False,
         )
         .returning(c.run_key)
-    )  # fmt: skip
+    )
     return None if key is None else str(key)
 
 

@@ -76,9 +76,17 @@ class ThrowawayPostgres:
             f"-c max_connections={self.max_connections}"
         )
         await asyncio.to_thread(
-            self._run, "pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l",
-            str(self.log), "start",
-        )  # fmt: skip
+            self._run,
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.log),
+            "start",
+        )
         self.running = True
 
     async def stop(self, mode: str = "fast") -> None:
@@ -87,7 +95,17 @@ class ThrowawayPostgres:
 
     def remove(self) -> None:
         subprocess.run(
-            [*self.as_user, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-             "stop"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
+            [
+                *self.as_user,
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-m",
+                "immediate",
+                "stop",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         shutil.rmtree(self.root, ignore_errors=True)

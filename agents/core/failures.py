@@ -173,11 +173,20 @@ def _first_line(exc: BaseException) -> str:
 
 
 # asyncpg's errors of a lost or refused connection (by name: asyncpg need not be imported)
-_ASYNCPG_CONNECTION = frozenset({
-    "PostgresConnectionError", "ConnectionDoesNotExistError", "ConnectionFailureError",
-    "ConnectionRejectionError", "ClientCannotConnectError", "CannotConnectNowError",
-    "AdminShutdownError", "CrashShutdownError", "TooManyConnectionsError", "InterfaceError",
-})  # fmt: skip
+_ASYNCPG_CONNECTION = frozenset(
+    {
+        "PostgresConnectionError",
+        "ConnectionDoesNotExistError",
+        "ConnectionFailureError",
+        "ConnectionRejectionError",
+        "ClientCannotConnectError",
+        "CannotConnectNowError",
+        "AdminShutdownError",
+        "CrashShutdownError",
+        "TooManyConnectionsError",
+        "InterfaceError",
+    }
+)
 _DRIVERS = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3")
 
 

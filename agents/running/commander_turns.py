@@ -375,8 +375,9 @@ async def _turn(
     except ValueError as exc:  # a configured model string that cannot be used
         log.error("commander model cannot be used: %s", exc, extra=ids(conversation, effect))
         if isinstance(effect, MessageForCommander):
-            await ctx.port.say(conversation, "⚠️ I can't reach my model right now; an admin "
-                               "has been told.")  # fmt: skip
+            await ctx.port.say(
+                conversation, "⚠️ I can't reach my model right now; an admin has been told."
+            )
         return Turn(errored=True)
     result = "plan" if turn.plan else "operations" if turn.operations else "reply"
     ctx.observer.commander_turn(result)
@@ -390,9 +391,10 @@ async def _turn(
         if turn.operations:
             shown = wake.steps if wake is not None else ()  # the plan the turn was shown
             decision = await ctx.reconciler.reconcile(
-                conversation.id, operations=with_shown_inputs(turn.operations, shown),
+                conversation.id,
+                operations=with_shown_inputs(turn.operations, shown),
                 assignees=names,
-            )  # fmt: skip
+            )
             if decision is not None and decision.changed:
                 changed = decision
     except (PlanValidationError, OperationRejected) as exc:

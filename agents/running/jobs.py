@@ -219,9 +219,14 @@ class JobRunner:
             until, hold_row = min(until, job.row_until), False
         if slot is not None:
             return await claim_slot(
-                self.context.db, slot, self.owner, now=now, until=until, also=at_claim,
+                self.context.db,
+                slot,
+                self.owner,
+                now=now,
+                until=until,
+                also=at_claim,
                 hold_row=hold_row,
-            )  # fmt: skip
+            )
         async with self.context.db.write() as conn:
             mine = await claim_run(conn, lease_key, self.owner, now=now, until=until)
             if not mine:
@@ -252,8 +257,9 @@ class JobRunner:
                 wanted = kept and await step_runs.job_still_wanted(ctx, job)
             except Exception as exc:  # a database hiccup: the lease outlives a few missed beats
                 outage = is_storage_error(exc)  # an outage: one line, not a traceback a beat
-                log.warning("could not renew the lease on %s: %s", lease_key, exc,
-                            exc_info=not outage)  # fmt: skip
+                log.warning(
+                    "could not renew the lease on %s: %s", lease_key, exc, exc_info=not outage
+                )
                 continue
             if wanted:
                 continue

@@ -249,9 +249,12 @@ def _steer_turn(messages: list[ModelMessage]) -> ModelResponse:
     if addressed:  # a person addressed an agent: its request becomes that agent's step
         last = max((int(i) for i in re.findall(r"^- step (\d+) ", prompt, re.M)), default=0)
         step: dict[str, Any] = {
-            "index": last + 1, "title": "As asked in the thread", "wait_for": [],
-            "assignee": addressed.group(1), "input": addressed.group(2).strip(),
-        }  # fmt: skip
+            "index": last + 1,
+            "title": "As asked in the thread",
+            "wait_for": [],
+            "assignee": addressed.group(1),
+            "input": addressed.group(2).strip(),
+        }
         return _call("add_steps", {"steps": [step]})
     if _wants(happened.lower(), "cancel", "stop"):
         return _call("cancel_plan", {"reason": f"{PREFIX} cancelled as asked in the thread"})
@@ -307,8 +310,9 @@ def _step_turn(messages: list[ModelMessage], info: AgentInfo, tools: set[str]) -
         return _final_answer(task)
     agent = _agent_name(info)
     if _writes_note(agent, own, tools, messages):
-        return _call(WRITE_FILE, {"name": NOTE_NAME, "content_type": "text/markdown",
-                                  "text": _note(task)})  # fmt: skip
+        return _call(
+            WRITE_FILE, {"name": NOTE_NAME, "content_type": "text/markdown", "text": _note(task)}
+        )
     read = _attachments(first_prompt(messages)) if "research" in agent else []
     return _final(info, agent, task, answer.content if answer else None, read)
 

@@ -269,10 +269,21 @@ async def run_step(
     prompt = None if history else attached.prompt(step_prompt(job, thread, plan))
     previous = stored if stored and history else None
     return await _drive_step(
-        db, job, spec, agent, model, deps, limits, now,
-        prompt=prompt, history=history, deferred=None, previous=previous, show=show,
+        db,
+        job,
+        spec,
+        agent,
+        model,
+        deps,
+        limits,
+        now,
+        prompt=prompt,
+        history=history,
+        deferred=None,
+        previous=previous,
+        show=show,
         at_close=at_close,
-    )  # fmt: skip
+    )
 
 
 async def resume_step(
@@ -307,10 +318,21 @@ async def resume_step(
     deps = run_deps(job, thread, spec, fetch_policy, db=db, files=files, model=model, now=now)
     agent = step_agent(spec, toolsets)
     return await _drive_step(
-        db, job, spec, agent, model, deps, limits, now,
-        prompt=None, history=history, deferred=deferred, previous=stored, show=show,
+        db,
+        job,
+        spec,
+        agent,
+        model,
+        deps,
+        limits,
+        now,
+        prompt=None,
+        history=history,
+        deferred=deferred,
+        previous=stored,
+        show=show,
         at_close=at_close,
-    )  # fmt: skip
+    )
 
 
 async def _drive_step(
@@ -332,9 +354,16 @@ async def _drive_step(
 ) -> StepRunResult | StepQuestion:
     session = RunSession(db, job, spec.name, model_label(model), now, previous)
     output, messages = await drive(
-        session, agent, model, deps, limits,
-        prompt=prompt, history=history, deferred=deferred, show=show,
-    )  # fmt: skip
+        session,
+        agent,
+        model,
+        deps,
+        limits,
+        prompt=prompt,
+        history=history,
+        deferred=deferred,
+        show=show,
+    )
     if isinstance(output, DeferredToolRequests):
         question = pending_question(messages)
         if question is None:
@@ -378,8 +407,14 @@ async def drive(
     """`session.drive`, with every failure turned into `TransientError` or `PermanentError`."""
     try:
         return await session.drive(
-            agent, model, deps, limits,
-            prompt=prompt, history=history, deferred=deferred, show=show,
-        )  # fmt: skip
+            agent,
+            model,
+            deps,
+            limits,
+            prompt=prompt,
+            history=history,
+            deferred=deferred,
+            show=show,
+        )
     except Exception as exc:
         raise classify_error(exc, model_label(model)) from exc

@@ -263,16 +263,29 @@ async def _execute(
         # the runtime builds the agent's own MCP toolsets from `spec`
         if isinstance(effect, ResumeStep):
             result = await resume_step(
-                ctx.db, job, spec, effect.answer, model=model, files=files, show=answer.show,
-                reads=reads, at_close=after.read,
-            )  # fmt: skip
+                ctx.db,
+                job,
+                spec,
+                effect.answer,
+                model=model,
+                files=files,
+                show=answer.show,
+                reads=reads,
+                at_close=after.read,
+            )
         else:
             # its prompt carries them; a fetch changed its files (maybe the thread): read anew
             fetched = await fetch_attachments(ctx, conversation, reads.received)
             result = await run_step(
-                ctx.db, job, spec, model=model, files=files, show=answer.show,
-                reads=None if fetched else reads, at_close=after.read,
-            )  # fmt: skip
+                ctx.db,
+                job,
+                spec,
+                model=model,
+                files=files,
+                show=answer.show,
+                reads=None if fetched else reads,
+                at_close=after.read,
+            )
     except StorageError:
         with contextlib.suppress(Exception):  # Slack may still hear it; the database not
             await answer.discard()

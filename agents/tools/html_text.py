@@ -13,11 +13,32 @@ from html.parser import HTMLParser
 _SKIPPED = frozenset({"script", "style", "noscript", "template", "svg", "head", "iframe", "object"})
 _BLOCKS = frozenset(
     {
-        "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "table",
-        "tr", "ul", "ol", "dl", "dt", "dd", "blockquote", "figure", "figcaption", "form", "hr",
-        "address", "details", "summary",
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "nav",
+        "aside",
+        "table",
+        "tr",
+        "ul",
+        "ol",
+        "dl",
+        "dt",
+        "dd",
+        "blockquote",
+        "figure",
+        "figcaption",
+        "form",
+        "hr",
+        "address",
+        "details",
+        "summary",
     }
-)  # fmt: skip
+)
 _HEADINGS = {f"h{n}": "#" * n for n in range(1, 7)}
 _SPACES = re.compile(r"[ \t\r\f\v]+")
 _BLANK_LINES = re.compile(r"\n{3,}")

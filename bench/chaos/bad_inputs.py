@@ -27,10 +27,18 @@ from bench.chaos.payloads import BadRequest, Ids, bad_requests
 from bench.chaos.stack import CHANNEL, Stack
 
 STORED_TABLES = ("conversations", "plans", "thread_messages", "outbox", "processed_events")
-SLACK_WRITES = frozenset({
-    "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete", "views.open",
-    "views.publish", "views.update", "views.push",
-})  # fmt: skip
+SLACK_WRITES = frozenset(
+    {
+        "chat.postMessage",
+        "chat.postEphemeral",
+        "chat.update",
+        "chat.delete",
+        "views.open",
+        "views.publish",
+        "views.update",
+        "views.push",
+    }
+)
 
 
 def generate(ids: Ids, count: int, random_seed: int) -> list[BadRequest]:
@@ -38,9 +46,12 @@ def generate(ids: Ids, count: int, random_seed: int) -> list[BadRequest]:
     found: list[BadRequest] = []
 
     @settings(
-        max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    )
     @seed(random_seed)
     @given(bad_requests(ids))
     def collect(request: BadRequest) -> None:
@@ -113,10 +124,13 @@ async def bad_inputs(folder: Path, seed: int, count: int) -> Figures:
         state = stack.workspace.state
         maya = state.person_named("maya")
         ids = Ids(
-            team=state.team_id, app=stack.app.app_id, bot_user=stack.app.bot_user_id,
-            user=maya.id, channel=state.channel_named(CHANNEL).id,
+            team=state.team_id,
+            app=stack.app.app_id,
+            bot_user=stack.app.bot_user_id,
+            user=maya.id,
+            channel=state.channel_named(CHANNEL).id,
             verification_token=stack.app.verification_token,
-        )  # fmt: skip
+        )
         requests = generate(ids, count, seed)
         kinds = Counter(r.kind for r in requests)
         url = f"{process.url}/slack/events"

@@ -61,8 +61,10 @@ async def replicas(
 
         drained = await under_chaos(stack, window, rng, chaos)
         measured, _ = await _takeovers(takeovers)
-        figures = Figures("Experiment 1: three replicas on PostgreSQL, one killed every "
-                          f"{kill_every[0]:g}–{kill_every[1]:g} s")  # fmt: skip
+        figures = Figures(
+            "Experiment 1: three replicas on PostgreSQL, one killed every "
+            f"{kill_every[0]:g}–{kill_every[1]:g} s"
+        )
         figures.notes += [
             f"{window.plans} plans over {window.seconds:g} s, then up to {window.drain:g} s "
             f"to finish (took {drained:.0f} s); seed {seed}",

@@ -70,63 +70,147 @@ def templates(ids: Ids, unique: int) -> dict[str, tuple[dict[str, Any], list[str
 
     def envelope(event: dict[str, Any]) -> dict[str, Any]:
         return {
-            "token": ids.verification_token, "team_id": ids.team, "api_app_id": ids.app,
-            "type": "event_callback", "event_id": f"EvCHAOS{unique:08d}", "event_time": 1,
+            "token": ids.verification_token,
+            "team_id": ids.team,
+            "api_app_id": ids.app,
+            "type": "event_callback",
+            "event_id": f"EvCHAOS{unique:08d}",
+            "event_time": 1,
             "event": event,
-        }  # fmt: skip
+        }
 
-    mention = envelope({
-        "type": "app_mention", "user": ids.user, "text": f"<@{ids.bot_user}> do it", "ts": ts,
-        "channel": ids.channel, "event_ts": ts,
-    })  # fmt: skip
-    message = envelope({
-        "type": "message", "user": ids.user, "text": "more", "ts": ts, "channel": ids.channel,
-        "thread_ts": "1700000000.000001", "channel_type": "channel", "event_ts": ts,
-    })  # fmt: skip
-    home = envelope({"type": "app_home_opened", "user": ids.user, "channel": "D0CHAOS",
-                     "tab": "home", "event_ts": ts})  # fmt: skip
+    mention = envelope(
+        {
+            "type": "app_mention",
+            "user": ids.user,
+            "text": f"<@{ids.bot_user}> do it",
+            "ts": ts,
+            "channel": ids.channel,
+            "event_ts": ts,
+        }
+    )
+    message = envelope(
+        {
+            "type": "message",
+            "user": ids.user,
+            "text": "more",
+            "ts": ts,
+            "channel": ids.channel,
+            "thread_ts": "1700000000.000001",
+            "channel_type": "channel",
+            "event_ts": ts,
+        }
+    )
+    home = envelope(
+        {
+            "type": "app_home_opened",
+            "user": ids.user,
+            "channel": "D0CHAOS",
+            "tab": "home",
+            "event_ts": ts,
+        }
+    )
     click = {
-        "type": "block_actions", "user": {"id": ids.user}, "team": {"id": ids.team},
-        "api_app_id": ids.app, "trigger_id": "1.2.3",
-        "container": {"type": "message", "message_ts": ts, "channel_id": ids.channel,
-                      "thread_ts": "1700000000.000001"},
+        "type": "block_actions",
+        "user": {"id": ids.user},
+        "team": {"id": ids.team},
+        "api_app_id": ids.app,
+        "trigger_id": "1.2.3",
+        "container": {
+            "type": "message",
+            "message_ts": ts,
+            "channel_id": ids.channel,
+            "thread_ts": "1700000000.000001",
+        },
         "response_url": "http://127.0.0.1:9/response",
-        "actions": [{"type": "button", "action_id": "flotilla_plan_cancel", "value": "1",
-                     "action_ts": "1.0"}],
-    }  # fmt: skip
+        "actions": [
+            {
+                "type": "button",
+                "action_id": "flotilla_plan_cancel",
+                "value": "1",
+                "action_ts": "1.0",
+            }
+        ],
+    }
     key = "form:1:1:1:1"
     submit = {  # a form's [Submit] in its message: the inputs travel in state.values
-        "type": "block_actions", "user": {"id": ids.user}, "team": {"id": ids.team},
-        "api_app_id": ids.app, "trigger_id": "1.2.4",
-        "container": {"type": "message", "message_ts": ts, "channel_id": ids.channel,
-                      "thread_ts": "1700000000.000001"},
+        "type": "block_actions",
+        "user": {"id": ids.user},
+        "team": {"id": ids.team},
+        "api_app_id": ids.app,
+        "trigger_id": "1.2.4",
+        "container": {
+            "type": "message",
+            "message_ts": ts,
+            "channel_id": ids.channel,
+            "thread_ts": "1700000000.000001",
+        },
         "response_url": "http://127.0.0.1:9/response",
-        "actions": [{"type": "button", "action_id": "flotilla_form_submit_inline",
-                     "block_id": key, "value": key, "action_ts": "1.0"}],
-        "state": {"values": {"field:tiers": {"value": {"type": "plain_text_input",
-                                                       "value": "Pro"}}}},
-    }  # fmt: skip
+        "actions": [
+            {
+                "type": "button",
+                "action_id": "flotilla_form_submit_inline",
+                "block_id": key,
+                "value": key,
+                "action_ts": "1.0",
+            }
+        ],
+        "state": {
+            "values": {"field:tiers": {"value": {"type": "plain_text_input", "value": "Pro"}}}
+        },
+    }
     private = {"key": key, "channel": ids.channel, "thread_ts": "1700000000.000001"}
     submission = {
-        "type": "view_submission", "user": {"id": ids.user}, "team": {"id": ids.team},
+        "type": "view_submission",
+        "user": {"id": ids.user},
+        "team": {"id": ids.team},
         "api_app_id": ids.app,
-        "view": {"id": "V1", "type": "modal", "callback_id": "flotilla_form_submit",
-                 "state": {"values": {}}, "private_metadata": json.dumps(private)},
-    }  # fmt: skip
+        "view": {
+            "id": "V1",
+            "type": "modal",
+            "callback_id": "flotilla_form_submit",
+            "state": {"values": {}},
+            "private_metadata": json.dumps(private),
+        },
+    }
     return {
-        "mention": (mention, ["event.user", "event.channel", "event.ts", "event.thread_ts",
-                              "event", "team_id"]),
+        "mention": (
+            mention,
+            ["event.user", "event.channel", "event.ts", "event.thread_ts", "event", "team_id"],
+        ),
         "message": (message, ["event.user", "event.channel", "event.ts", "event.thread_ts"]),
         "home": (home, ["event.user", "event.tab", "event"]),
-        "click": (click, ["user.id", "user", "container.channel_id", "container.message_ts",
-                          "actions.0.value", "actions", "actions.0", "actions.0.action_id"]),
-        "submit": (submit, ["state", "state.values", "state.values.field:tiers",
-                            "state.values.field:tiers.value",
-                            "state.values.field:tiers.value.value", "actions.0.value",
-                            "actions.0.block_id", "response_url"]),
-        "submission": (submission, ["user.id", "view.private_metadata", "view.state", "view",
-                                    "view.callback_id"]),
-    }  # fmt: skip
+        "click": (
+            click,
+            [
+                "user.id",
+                "user",
+                "container.channel_id",
+                "container.message_ts",
+                "actions.0.value",
+                "actions",
+                "actions.0",
+                "actions.0.action_id",
+            ],
+        ),
+        "submit": (
+            submit,
+            [
+                "state",
+                "state.values",
+                "state.values.field:tiers",
+                "state.values.field:tiers.value",
+                "state.values.field:tiers.value.value",
+                "actions.0.value",
+                "actions.0.block_id",
+                "response_url",
+            ],
+        ),
+        "submission": (
+            submission,
+            ["user.id", "view.private_metadata", "view.state", "view", "view.callback_id"],
+        ),
+    }
 
 
 def broken(payload: Any, path: str, value: Any) -> Any:
@@ -153,10 +237,23 @@ def _form(fields: dict[str, str]) -> bytes:
 def bad_requests(draw: st.DrawFn, ids: Ids) -> BadRequest:
     """One bad request: what kind, its body and content type, maybe an odd timestamp."""
     unique = draw(st.integers(1, 999_999))
-    kind = draw(st.sampled_from(
-        ["json", "form", "bytes", "nested", "command", "mention", "message", "home", "click",
-         "submit", "submission"]
-    ))  # fmt: skip
+    kind = draw(
+        st.sampled_from(
+            [
+                "json",
+                "form",
+                "bytes",
+                "nested",
+                "command",
+                "mention",
+                "message",
+                "home",
+                "click",
+                "submit",
+                "submission",
+            ]
+        )
+    )
     timestamp = draw(st.none() | st.none() | st.none() | ODD_TIMESTAMPS)
     body: bytes
     content_type = JSON_TYPE
@@ -166,9 +263,10 @@ def bad_requests(draw: st.DrawFn, ids: Ids) -> BadRequest:
         raw = draw(JSON_VALUES.map(json.dumps) | st.text(max_size=40))
         body, content_type = _form({"payload": raw}), FORM_TYPE
     elif kind == "bytes":
-        body = draw(st.binary(max_size=200) | st.sampled_from(
-            [b"{not json", b"[", b"\xff\xfe", b"payload=%7B", b"null", b"1e999"]
-        ))  # fmt: skip
+        body = draw(
+            st.binary(max_size=200)
+            | st.sampled_from([b"{not json", b"[", b"\xff\xfe", b"payload=%7B", b"null", b"1e999"])
+        )
         content_type = draw(st.sampled_from([JSON_TYPE, FORM_TYPE, "text/plain"]))
     elif kind == "nested":
         depth = draw(st.integers(50, 5000))
@@ -179,10 +277,15 @@ def bad_requests(draw: st.DrawFn, ids: Ids) -> BadRequest:
         )
     elif kind == "command":
         form = {
-            "command": "/flotilla", "text": "plans", "user_id": ids.user,
-            "channel_id": ids.channel, "team_id": ids.team, "api_app_id": ids.app,
-            "response_url": "http://127.0.0.1:9/response", "trigger_id": "1.2.3",
-        }  # fmt: skip
+            "command": "/flotilla",
+            "text": "plans",
+            "user_id": ids.user,
+            "channel_id": ids.channel,
+            "team_id": ids.team,
+            "api_app_id": ids.app,
+            "response_url": "http://127.0.0.1:9/response",
+            "trigger_id": "1.2.3",
+        }
         field = draw(st.sampled_from(["user_id", "channel_id", "team_id"]))
         value = draw(st.text(alphabet="abcxyz !?", max_size=30) | st.just("U" * 5000) | st.just(""))
         if draw(st.booleans()):

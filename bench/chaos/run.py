@@ -47,14 +47,21 @@ def main() -> None:
         prog="python -m bench.chaos", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--experiment", "-e", type=int, action="append", choices=range(1, 6),
+        "--experiment",
+        "-e",
+        type=int,
+        action="append",
+        choices=range(1, 6),
         help="run this experiment (repeat for more); default: all five",
-    )  # fmt: skip
+    )
     parser.add_argument("--quick", action="store_true", help="about 30-60 s of chaos each")
     parser.add_argument("--seed", type=int, default=15, help="the random seed")
     args = parser.parse_args()
-    print(f"chaos suite, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, seed {args.seed}"
-          f"{', quick' if args.quick else ''}", flush=True)  # fmt: skip
+    print(
+        f"chaos suite, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, seed {args.seed}"
+        f"{', quick' if args.quick else ''}",
+        flush=True,
+    )
     for number in args.experiment or range(1, 6):
         figures = asyncio.run(experiment(number, args.quick, args.seed))
         print()

@@ -117,9 +117,13 @@ class Stack:
     async def spawn(self, *, wait: bool = True, **settings: str) -> FlotillaProcess:
         """Start one more `flotilla run` (and, the first time, point the agents at the fake)."""
         process = FlotillaProcess(
-            self.workspace, self.app, self.database_url, self.folder,
-            OPENAI_API_KEY=self.model_key, **{**self.settings, **settings},
-        )  # fmt: skip
+            self.workspace,
+            self.app,
+            self.database_url,
+            self.folder,
+            OPENAI_API_KEY=self.model_key,
+            **{**self.settings, **settings},
+        )
         if self.request_url is not None:
             self.workspace.set_request_url(self.app, f"{self.request_url}/slack/events")
         self.processes.append(process)
@@ -141,9 +145,12 @@ class Stack:
         async with self.db.write() as conn:
             for agent in agents:
                 await update_agent(
-                    conn, team, agent.name, datetime.now(UTC),
+                    conn,
+                    team,
+                    agent.name,
+                    datetime.now(UTC),
                     model=f"openai-chat:gpt-test@{self.model.base_url}",
-                )  # fmt: skip
+                )
         self.agents_on_fake = True
 
     def mention(self, number: int | None = None) -> Mention:

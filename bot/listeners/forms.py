@@ -119,8 +119,13 @@ def register_forms(app: AsyncApp, service: SlackService) -> None:
             raise InvalidPayload("an Answer click", "trigger_id: missing")
         thread = await form_answers.form_thread(service, where.channel, where.thread_ts)
         title, question, form = thread.form(key)
-        view = form_modal(key, title=title, question=question, form=form,
-                          metadata=where.model_dump(exclude={"user"}))  # fmt: skip
+        view = form_modal(
+            key,
+            title=title,
+            question=question,
+            form=form,
+            metadata=where.model_dump(exclude={"user"}),
+        )
         await client.views_open(trigger_id=click.trigger_id, view=view)
 
     @app.view(MODAL_CALLBACK)

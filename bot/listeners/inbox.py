@@ -109,17 +109,23 @@ def register_inbox(app: AsyncApp, service: SlackService) -> None:
             kind, key = found
             try:
                 stored = await store_inbound(
-                    service.db, service.clock(), key=key, kind=kind, body=body,
+                    service.db,
+                    service.clock(),
+                    key=key,
+                    kind=kind,
+                    body=body,
                     claim=timedelta(seconds=service.options.inbox_claim_seconds),
-                )  # fmt: skip
+                )
             except Exception as exc:
                 if not is_storage_error(exc):
                     log.exception("could not store a %s before its ack (%s)", kind, key)
                 else:  # an outage: one line, not a traceback per delivery
                     log.warning(
-                        "could not store a %s before its ack (%s): %s", kind, key,
+                        "could not store a %s before its ack (%s): %s",
+                        kind,
+                        key,
                         storage_error(exc),
-                    )  # fmt: skip
+                    )
                 return _not_stored(service, kind, context)
             if stored is None:
                 log.info("a %s was delivered again (%s); it is handled once", kind, key)

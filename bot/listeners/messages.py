@@ -59,8 +59,9 @@ def register_messages(app: AsyncApp, service: SlackService) -> None:
                 else:  # an outage: one line, not a traceback per delivery
                     log.warning(
                         "could not record a %s event; Slack will send it again: %s",
-                        event["type"], storage_error(exc),
-                    )  # fmt: skip
+                        event["type"],
+                        storage_error(exc),
+                    )
                 return BoltResponse(status=500, body={"error": "not stored, please retry"})
         await next()
         return None

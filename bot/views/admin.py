@@ -123,49 +123,98 @@ def agent_modal(agent: AgentRecord | None, *, name: str = "", channel: str = "")
     if agent is None:
         blocks.append(
             _text_input(
-                "name", "Name (how the commander and people address it)", name,
-                hint="Lowercase letters, digits, - or _; e.g. researcher", max_length=40,
+                "name",
+                "Name (how the commander and people address it)",
+                name,
+                hint="Lowercase letters, digits, - or _; e.g. researcher",
+                max_length=40,
             )
-        )  # fmt: skip
+        )
     else:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=f"Agent *{agent.name}*")))
     blocks += [
-        _text_input("display_name", "Display name", agent.display_name if agent else "",
-                    optional=True, max_length=80),
-        _text_input("icon", "Icon", agent.icon if agent else "", optional=True,
-                    hint="An emoji code like :mag: or an image URL", max_length=500),
-        _text_input("description", "What it does (the commander plans with this)",
-                    agent.description if agent else "", multiline=True),
-        _text_input("system_prompt", "Instructions (system prompt)",
-                    agent.system_prompt if agent else "", multiline=True),
-        _text_input("model", "Model", (agent.model or "") if agent else "", optional=True,
-                    hint="Empty = the workspace default. E.g. offline, openai:gpt-4o, "
-                    "anthropic:claude-sonnet-4-5, openai-chat:llama3.1@http://127.0.0.1:11434/v1",
-                    max_length=200),
-        InputBlock(
-            block_id="tools", label=PlainTextObject(text="Tools"), optional=True,
-            element=CheckboxesElement(action_id="value", options=_options(TOOL_OPTIONS),
-                                      initial_options=chosen or None),
+        _text_input(
+            "display_name",
+            "Display name",
+            agent.display_name if agent else "",
+            optional=True,
+            max_length=80,
         ),
-        _text_input("http_domains", "Web fetch: allowed domains", ", ".join(domains),
-                    optional=True, hint="Comma-separated, e.g. example.com, docs.python.org"),
-        _text_input("mcp_servers", "MCP servers", "\n".join(servers), optional=True,
-                    multiline=True, hint="One a line: the server URL, then the tools the agent "
-                    "may call (or *). E.g. http://127.0.0.1:8000/mcp search, fetch"),
+        _text_input(
+            "icon",
+            "Icon",
+            agent.icon if agent else "",
+            optional=True,
+            hint="An emoji code like :mag: or an image URL",
+            max_length=500,
+        ),
+        _text_input(
+            "description",
+            "What it does (the commander plans with this)",
+            agent.description if agent else "",
+            multiline=True,
+        ),
+        _text_input(
+            "system_prompt",
+            "Instructions (system prompt)",
+            agent.system_prompt if agent else "",
+            multiline=True,
+        ),
+        _text_input(
+            "model",
+            "Model",
+            (agent.model or "") if agent else "",
+            optional=True,
+            hint="Empty = the workspace default. E.g. offline, openai:gpt-4o, "
+            "anthropic:claude-sonnet-4-5, openai-chat:llama3.1@http://127.0.0.1:11434/v1",
+            max_length=200,
+        ),
         InputBlock(
-            block_id="identity", label=PlainTextObject(text="Identity"),
+            block_id="tools",
+            label=PlainTextObject(text="Tools"),
+            optional=True,
+            element=CheckboxesElement(
+                action_id="value", options=_options(TOOL_OPTIONS), initial_options=chosen or None
+            ),
+        ),
+        _text_input(
+            "http_domains",
+            "Web fetch: allowed domains",
+            ", ".join(domains),
+            optional=True,
+            hint="Comma-separated, e.g. example.com, docs.python.org",
+        ),
+        _text_input(
+            "mcp_servers",
+            "MCP servers",
+            "\n".join(servers),
+            optional=True,
+            multiline=True,
+            hint="One a line: the server URL, then the tools the agent "
+            "may call (or *). E.g. http://127.0.0.1:8000/mcp search, fetch",
+        ),
+        InputBlock(
+            block_id="identity",
+            label=PlainTextObject(text="Identity"),
             element=RadioButtonsElement(
-                action_id="value", options=_options(IDENTITY_OPTIONS),
+                action_id="value",
+                options=_options(IDENTITY_OPTIONS),
                 initial_option=next(o for o in _options(IDENTITY_OPTIONS) if o.value == identity),
             ),
         ),
         _text_input(
-            "bot_token", "Bot token of the agent's own app", optional=True, max_length=200,
-            hint=("A token is set – leave empty to keep it." if has_token
-                  else "Only for an own Slack app (`flotilla manifest --agent NAME` makes its "
-                  "manifest): xoxb-… (stored encrypted, never shown again)"),
+            "bot_token",
+            "Bot token of the agent's own app",
+            optional=True,
+            max_length=200,
+            hint=(
+                "A token is set – leave empty to keep it."
+                if has_token
+                else "Only for an own Slack app (`flotilla manifest --agent NAME` makes its "
+                "manifest): xoxb-… (stored encrypted, never shown again)"
+            ),
         ),
-    ]  # fmt: skip
+    ]
     metadata = {"mode": mode, "name": agent.name if agent else "", "channel": channel}
     return View(
         type="modal",

@@ -65,9 +65,10 @@ async def test_an_answer_nobody_waits_for_any_more_is_recorded_as_such() -> None
     try:
         async with aiohttp.ClientSession() as session:
             request = session.post(
-                f"{model.base_url}/chat/completions", json=BODY,
+                f"{model.base_url}/chat/completions",
+                json=BODY,
                 headers={"Authorization": "Bearer sk-test"},
-            )  # fmt: skip
+            )
             try:
                 async with asyncio.timeout(0.1):
                     await request

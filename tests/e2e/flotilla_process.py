@@ -31,9 +31,13 @@ class FlotillaProcess:
     app-level token, else HTTP)."""
 
     def __init__(
-        self, workspace: LocalWorkspace, app: InstalledApp, database_url: str, folder: Path,
+        self,
+        workspace: LocalWorkspace,
+        app: InstalledApp,
+        database_url: str,
+        folder: Path,
         **settings: str,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.port = free_port()
         self.folder = folder
         self.env = {
@@ -70,10 +74,15 @@ class FlotillaProcess:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "flotilla.bot.cli", "run",
-            cwd=self.folder, env=self.env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "flotilla.bot.cli",
+            "run",
+            cwd=self.folder,
+            env=self.env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
         self._reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:

@@ -30,17 +30,39 @@ def ticket_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
     @app.command("/ticket")
     async def on_command(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
         await ack()
-        view = {"type": "modal", "callback_id": "ticket", "private_metadata": body["channel_id"],
-                "title": {"type": PLAIN, "text": "Ticket"},
-                "submit": {"type": PLAIN, "text": "File"},
-                "blocks": [{"type": "input", "block_id": "title", "label": {"type": PLAIN,
-                            "text": "Title"}, "element": {"type": "plain_text_input",
-                            "action_id": "value", "initial_value": body["text"]}},
-                           {"type": "input", "block_id": "tags", "optional": True,
-                            "label": {"type": PLAIN, "text": "Tags"},
-                            "element": {"type": "checkboxes", "action_id": "value", "options": [
-                                {"text": {"type": PLAIN, "text": t}, "value": t}
-                                for t in ("urgent", "hardware")]}}]}  # fmt: skip
+        view = {
+            "type": "modal",
+            "callback_id": "ticket",
+            "private_metadata": body["channel_id"],
+            "title": {"type": PLAIN, "text": "Ticket"},
+            "submit": {"type": PLAIN, "text": "File"},
+            "blocks": [
+                {
+                    "type": "input",
+                    "block_id": "title",
+                    "label": {"type": PLAIN, "text": "Title"},
+                    "element": {
+                        "type": "plain_text_input",
+                        "action_id": "value",
+                        "initial_value": body["text"],
+                    },
+                },
+                {
+                    "type": "input",
+                    "block_id": "tags",
+                    "optional": True,
+                    "label": {"type": PLAIN, "text": "Tags"},
+                    "element": {
+                        "type": "checkboxes",
+                        "action_id": "value",
+                        "options": [
+                            {"text": {"type": PLAIN, "text": t}, "value": t}
+                            for t in ("urgent", "hardware")
+                        ],
+                    },
+                },
+            ],
+        }
         await client.views_open(trigger_id=body["trigger_id"], view=view)
 
     @app.view("ticket")

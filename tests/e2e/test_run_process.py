@@ -84,8 +84,11 @@ async def test_serves_a_plan_then_stops_cleanly_on_sigterm(world: World) -> None
 
     assert (await get(f"{flotilla.url}/healthz"))[0] == 200
     assert (await get(f"{flotilla.url}/readyz"))[0] == 200
-    for body, kind in ((b"{not json", "application/json"), (b"\xff\xfe", "text/plain"),
-                       (b"payload=%7B%7D", "application/x-www-form-urlencoded")):  # fmt: skip
+    for body, kind in (
+        (b"{not json", "application/json"),
+        (b"\xff\xfe", "text/plain"),
+        (b"payload=%7B%7D", "application/x-www-form-urlencoded"),
+    ):
         status = await post(f"{flotilla.url}/slack/events", body, kind)
         assert 400 <= status < 500, (body, status)  # refused (unsigned or unreadable), no 500
     root = world.driver.mention("maya", "launch", world.app, SUMMARY_REQUEST)
@@ -161,9 +164,12 @@ async def test_sigterm_hands_a_running_step_to_the_next_process_at_once(world: W
         db = Database(world.database_url)
         async with db.write() as conn:
             await update_agent(
-                conn, team, "researcher", datetime.now(UTC),
+                conn,
+                team,
+                "researcher",
+                datetime.now(UTC),
                 model=f"openai-chat:gpt-test@{model.base_url}",
-            )  # fmt: skip
+            )
         await db.dispose()
 
         root = world.driver.mention("maya", "launch", world.app, SUMMARY_REQUEST)

@@ -127,9 +127,12 @@ async def test_a_sigkilled_holder_run_is_taken_over_by_another_process_once(
         async with world.db.write() as conn:
             team = str(await conn.scalar(select(Workspace.__table__.c.team_id)))
             await update_agent(
-                conn, team, "researcher", datetime.now(UTC),
+                conn,
+                team,
+                "researcher",
+                datetime.now(UTC),
                 model=f"openai-chat:gpt-test@{model.base_url}",
-            )  # fmt: skip
+            )
         assert first.process is not None
 
         root = world.driver.mention("maya", "launch", world.app, REQUEST)

@@ -40,18 +40,35 @@ def card_blocks(person: str) -> list[dict[str, Any]]:
     )
     return [
         {"type": "header", "text": text(PLAIN, "Weekly report")},
-        {"type": "section", "text": text("mrkdwn", mrkdwn),
-         "fields": [text("mrkdwn", "*Owner*\nalice"), text("mrkdwn", "*Due*\nFriday")]},
+        {
+            "type": "section",
+            "text": text("mrkdwn", mrkdwn),
+            "fields": [text("mrkdwn", "*Owner*\nalice"), text("mrkdwn", "*Due*\nFriday")],
+        },
         {"type": "divider"},
         {"type": "context", "elements": [text("mrkdwn", "updated just now")]},
-        {"type": "actions", "elements": [
-            {"type": "button", "action_id": "open_form", "style": "primary",
-             "text": text(PLAIN, "Open form"), "value": "v1"},
-            {"type": "static_select", "action_id": "pick", "placeholder": text(PLAIN, "Pick"),
-             "options": [{"text": text(PLAIN, "Red"), "value": "red"},
-                         {"text": text(PLAIN, "Blue"), "value": "blue"}]},
-        ]},
-    ]  # fmt: skip
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": "open_form",
+                    "style": "primary",
+                    "text": text(PLAIN, "Open form"),
+                    "value": "v1",
+                },
+                {
+                    "type": "static_select",
+                    "action_id": "pick",
+                    "placeholder": text(PLAIN, "Pick"),
+                    "options": [
+                        {"text": text(PLAIN, "Red"), "value": "red"},
+                        {"text": text(PLAIN, "Blue"), "value": "blue"},
+                    ],
+                },
+            ],
+        },
+    ]
 
 
 TICKET_MODAL = {
@@ -61,16 +78,33 @@ TICKET_MODAL = {
     "submit": text(PLAIN, "Create"),
     "close": text(PLAIN, "Cancel"),
     "blocks": [
-        {"type": "input", "block_id": "title_block", "label": text(PLAIN, "Title"),
-         "element": {"type": "plain_text_input", "action_id": "title"}},
-        {"type": "input", "block_id": "size_block", "label": text(PLAIN, "Size"),
-         "element": {"type": "radio_buttons", "action_id": "size", "options": [
-             {"text": text(PLAIN, "Small"), "value": "s"},
-             {"text": text(PLAIN, "Large"), "value": "l"}]}},
-        {"type": "actions", "elements": [{"type": "button", "action_id": "more",
-                                          "text": text(PLAIN, "More options")}]},
+        {
+            "type": "input",
+            "block_id": "title_block",
+            "label": text(PLAIN, "Title"),
+            "element": {"type": "plain_text_input", "action_id": "title"},
+        },
+        {
+            "type": "input",
+            "block_id": "size_block",
+            "label": text(PLAIN, "Size"),
+            "element": {
+                "type": "radio_buttons",
+                "action_id": "size",
+                "options": [
+                    {"text": text(PLAIN, "Small"), "value": "s"},
+                    {"text": text(PLAIN, "Large"), "value": "l"},
+                ],
+            },
+        },
+        {
+            "type": "actions",
+            "elements": [
+                {"type": "button", "action_id": "more", "text": text(PLAIN, "More options")}
+            ],
+        },
     ],
-}  # fmt: skip
+}
 MORE_MODAL = {
     "type": "modal",
     "title": text(PLAIN, "More options"),
@@ -121,8 +155,11 @@ def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
         await ack()
         size = values["size_block"]["size"]["selected_option"]["value"]
         meta = json.loads(view["private_metadata"])
-        await client.chat_postMessage(channel=meta["channel"], thread_ts=meta["thread_ts"],
-                                      text=f"Created ticket *{title}* (size {size})")  # fmt: skip
+        await client.chat_postMessage(
+            channel=meta["channel"],
+            thread_ts=meta["thread_ts"],
+            text=f"Created ticket *{title}* (size {size})",
+        )
 
     @app.action("send_form")
     async def on_send_form(ack: AsyncAck, body: dict[str, Any], say: AsyncSay) -> None:
@@ -144,7 +181,7 @@ def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
         ]
         await client.views_publish(user_id=event["user"], view={"type": "home", "blocks": blocks})
 
-    return app  # fmt: skip
+    return app
 
 
 @dataclass
@@ -263,9 +300,11 @@ async def test_live_updates_edits_streaming_and_ephemeral_messages(
     await client.chat_appendStream(channel=channel, ts=stream["ts"], markdown_text=" – step 2")
     await expect(streamed).to_contain_text("Working on it – step 2")
     await client.assistant_threads_setStatus(
-        channel_id=channel, thread_ts=posted["ts"], status="is thinking…",
+        channel_id=channel,
+        thread_ts=posted["ts"],
+        status="is thinking…",
         loading_messages=["Reading the thread", "Checking the numbers"],
-    )  # fmt: skip
+    )
     status = page.locator("#thread-messages .thread-status")
     await expect(status.locator(".status-text")).to_have_text("TinyBot is thinking…")
     await expect(status.locator(".status-loading")).to_have_text("Checking the numbers")
@@ -297,15 +336,32 @@ async def test_live_updates_edits_streaming_and_ephemeral_messages(
 
 MESSAGE_FORM: list[dict[str, Any]] = [
     {"type": "section", "text": text("mrkdwn", "Fill me in")},
-    {"type": "input", "block_id": "name_block", "label": text(PLAIN, "Name"),
-     "element": {"type": "plain_text_input", "action_id": "name"}},
-    {"type": "input", "block_id": "size_block", "label": text(PLAIN, "Size"),
-     "element": {"type": "static_select", "action_id": "size", "placeholder": text(PLAIN, "Pick"),
-                 "options": [{"text": text(PLAIN, "Small"), "value": "s"},
-                             {"text": text(PLAIN, "Large"), "value": "l"}]}},
-    {"type": "actions", "block_id": "acts", "elements": [
-        {"type": "button", "action_id": "send_form", "text": text(PLAIN, "Submit")}]},
-]  # fmt: skip
+    {
+        "type": "input",
+        "block_id": "name_block",
+        "label": text(PLAIN, "Name"),
+        "element": {"type": "plain_text_input", "action_id": "name"},
+    },
+    {
+        "type": "input",
+        "block_id": "size_block",
+        "label": text(PLAIN, "Size"),
+        "element": {
+            "type": "static_select",
+            "action_id": "size",
+            "placeholder": text(PLAIN, "Pick"),
+            "options": [
+                {"text": text(PLAIN, "Small"), "value": "s"},
+                {"text": text(PLAIN, "Large"), "value": "l"},
+            ],
+        },
+    },
+    {
+        "type": "actions",
+        "block_id": "acts",
+        "elements": [{"type": "button", "action_id": "send_form", "text": text(PLAIN, "Submit")}],
+    },
+]
 
 
 async def test_a_form_in_a_message_keeps_what_was_typed_across_a_redraw_and_sends_it(
@@ -320,8 +376,9 @@ async def test_a_form_in_a_message_keeps_what_was_typed_across_a_redraw_and_send
     message = running.workspace.state.message(channel, posted["ts"])
     assert message is not None and message.typed == {}  # typing sends nothing
     redrawn = [{**MESSAGE_FORM[0], "text": text("mrkdwn", "Fill me in, please")}]
-    await client.chat_update(channel=channel, ts=posted["ts"], text="form",
-                             blocks=redrawn + MESSAGE_FORM[1:])  # fmt: skip
+    await client.chat_update(
+        channel=channel, ts=posted["ts"], text="form", blocks=redrawn + MESSAGE_FORM[1:]
+    )
     await expect(form).to_contain_text("please")  # the message was drawn again
     await expect(form.locator(".bk-input", has_text="Name").locator("input")).to_have_value("Ada")
     await expect(form.locator("select")).to_have_value("l")

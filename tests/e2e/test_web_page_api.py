@@ -74,8 +74,9 @@ async def test_actions_reach_the_workspace_or_are_refused_with_a_sentence(
     workspace: LocalWorkspace, receiver: Receiver, http: aiohttp.ClientSession
 ) -> None:
     alice, _, app, channel = populate(workspace, receiver.url)
-    posted = await act(http, workspace, type="post", user=alice.id, channel=channel.id,
-                       text="@TinyBot hello")  # fmt: skip
+    posted = await act(
+        http, workspace, type="post", user=alice.id, channel=channel.id, text="@TinyBot hello"
+    )
     assert posted["ok"] is True
     message = workspace.state.messages[channel.id][posted["ts"]]
     assert message.text == f"<@{app.bot_user_id}> hello" and message.user == alice.id
@@ -83,11 +84,19 @@ async def test_actions_reach_the_workspace_or_are_refused_with_a_sentence(
         "ok": False,
         "error": "Type a message first",
     }
-    refused = await act(http, workspace, type="command", user=alice.id, channel=channel.id,
-                        command="/nope", text="")  # fmt: skip
+    refused = await act(
+        http, workspace, type="command", user=alice.id, channel=channel.id, command="/nope", text=""
+    )
     assert refused == {"ok": False, "error": "/nope is not a valid command"}
-    ran = await act(http, workspace, type="command", user=alice.id, channel=channel.id,
-                    command="/tiny", text="go")  # fmt: skip
+    ran = await act(
+        http,
+        workspace,
+        type="command",
+        user=alice.id,
+        channel=channel.id,
+        command="/tiny",
+        text="go",
+    )
     assert ran == {"ok": True, "acked": True}
     form = dict(x.split("=", 1) for x in receiver.requests[-1][1].decode().split("&"))
     assert form["command"] == "%2Ftiny" and form["user_id"] == alice.id
@@ -105,20 +114,30 @@ async def test_a_required_field_left_empty_never_reaches_the_app(
     workspace: LocalWorkspace, receiver: Receiver, http: aiohttp.ClientSession
 ) -> None:
     alice, _, app, _ = populate(workspace, receiver.url)
-    spec = {"type": "modal", "title": {"type": "plain_text", "text": "T"},
-            "submit": {"type": "plain_text", "text": "Go"},
-            "blocks": [{"type": "input", "block_id": "b", "label": {"type": "plain_text",
-                        "text": "Name"}, "element": {"type": "plain_text_input",
-                        "action_id": "a"}}]}  # fmt: skip
+    spec = {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "T"},
+        "submit": {"type": "plain_text", "text": "Go"},
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": "b",
+                "label": {"type": "plain_text", "text": "Name"},
+                "element": {"type": "plain_text_input", "action_id": "a"},
+            }
+        ],
+    }
     view = workspace.state.new_view(app, alice.id, spec, None)
     workspace.state.modal_stacks[(alice.id, app.app_id)] = [view.id]
     seen = len(receiver.requests)
-    answer = await act(http, workspace, type="submit", user=alice.id, view_id=view.id,
-                       values={"b": {"a": ""}})  # fmt: skip
+    answer = await act(
+        http, workspace, type="submit", user=alice.id, view_id=view.id, values={"b": {"a": ""}}
+    )
     assert answer == {"ok": True, "errors": {"b": "Please complete this required field."}}
     assert len(receiver.requests) == seen and view.errors == answer["errors"]
-    sent = await act(http, workspace, type="submit", user=alice.id, view_id=view.id,
-                     values={"b": {"a": "Ada"}})  # fmt: skip
+    sent = await act(
+        http, workspace, type="submit", user=alice.id, view_id=view.id, values={"b": {"a": "Ada"}}
+    )
     assert sent["ok"] is True and len(receiver.requests) == seen + 1
     assert view.state_values["b"]["a"] == {"type": "plain_text_input", "value": "Ada"}
 
@@ -172,20 +191,29 @@ async def test_status_lines_under_threads_and_what_ends_them(
                 return shown
 
         await client.assistant_threads_setStatus(
-            channel_id=channel.id, thread_ts=root.ts, status="is thinking…",
-            loading_messages=["Reading"], username="Helper",
-        )  # fmt: skip
+            channel_id=channel.id,
+            thread_ts=root.ts,
+            status="is thinking…",
+            loading_messages=["Reading"],
+            username="Helper",
+        )
         assert await statuses() == [
-            {"channel": channel.id, "thread_ts": root.ts, "text": "Helper is thinking…",
-             "loading_messages": ["Reading"]}
-        ]  # fmt: skip
+            {
+                "channel": channel.id,
+                "thread_ts": root.ts,
+                "text": "Helper is thinking…",
+                "loading_messages": ["Reading"],
+            }
+        ]
         now[0] += 121  # two minutes without a reply
         assert await statuses() == []
-        await client.assistant_threads_setStatus(channel_id=channel.id, thread_ts=root.ts,
-                                                 status="is writing…")  # fmt: skip
+        await client.assistant_threads_setStatus(
+            channel_id=channel.id, thread_ts=root.ts, status="is writing…"
+        )
         assert [s["text"] for s in await statuses()] == ["TinyBot is writing…"]
-        await client.assistant_threads_setStatus(channel_id=channel.id, thread_ts=root.ts,
-                                                 status="")  # fmt: skip
+        await client.assistant_threads_setStatus(
+            channel_id=channel.id, thread_ts=root.ts, status=""
+        )
         assert await statuses() == []
 
         too_many = [str(i) for i in range(11)]

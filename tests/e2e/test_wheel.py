@@ -35,8 +35,19 @@ def test_the_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOTILLA_", "SLACK_"))}
     env.pop("PYTHONPATH", None)
     wheels = tmp_path / "wheels"
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, ROOT,
-        cwd=tmp_path, env=env)  # fmt: skip
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "-q",
+        "-w",
+        wheels,
+        ROOT,
+        cwd=tmp_path,
+        env=env,
+    )
     [wheel] = wheels.glob("flotilla-*.whl")
     assert top_level_names(wheel) == {"flotilla"}
     venv = tmp_path / "venv"
@@ -49,8 +60,13 @@ def test_the_wheel_installs_and_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     manifest = yaml.safe_load(run(flotilla, "manifest", cwd=elsewhere, env=env))
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert "chat:write" in manifest["oauth_config"]["scopes"]["bot"]
-    located = run(venv / "bin/python", "-c", "import flotilla.bot as b; print(b.__file__)",
-                  cwd=elsewhere, env=env)  # fmt: skip
+    located = run(
+        venv / "bin/python",
+        "-c",
+        "import flotilla.bot as b; print(b.__file__)",
+        cwd=elsewhere,
+        env=env,
+    )
     assert str(venv) in located  # the installed package, not the checkout
 
     thread = run(flotilla, "demo", cwd=elsewhere, env=env)

@@ -57,9 +57,8 @@ async def test_session_errors_are_the_documented_ones(
         (client, {"channel_id": channel.id, "status": "active"}, "thread_ts_required"),
         (client, {**base, "channel_id": "C000NONE", "status": "active"}, "channel_not_found"),
         (client, {**base, "status": "active", "initiator_user_id": "U000NONE"}, "user_not_found"),
-        (client_for(workspace, outsider.bot_token), {**base, "status": "active"},
-         "not_authorized"),
-    ]  # fmt: skip
+        (client_for(workspace, outsider.bot_token), {**base, "status": "active"}, "not_authorized"),
+    ]
     for who, arguments, expected in cases:
         with pytest.raises(SlackApiError) as info:
             await who.agents_sessions_setStatus(**arguments)

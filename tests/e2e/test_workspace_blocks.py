@@ -84,7 +84,7 @@ MESSAGE_LIMITS: dict[str, tuple[int, Callable[[int], list[dict[str, Any]]]]] = {
                     }
                 ],
             }
-        ],  # fmt: skip
+        ],
     ),
     "option_text_max": (
         LIMITS["element"]["option_text_max"]["value"],
@@ -99,7 +99,7 @@ MESSAGE_LIMITS: dict[str, tuple[int, Callable[[int], list[dict[str, Any]]]]] = {
                     }
                 ],
             }
-        ],  # fmt: skip
+        ],
     ),
     "markdown_block_text_max": (
         LIMITS["block"]["markdown_block_text_max"]["value"],
@@ -197,7 +197,14 @@ async def test_view_limit_on_views_open(name: str, workspace: LocalWorkspace) ->
 
 
 async def test_modal_with_input_needs_submit() -> None:
-    view = modal(blocks=[{"type": "input", "label": plain("Name"),
-                          "element": {"type": "plain_text_input", "action_id": "n"}}])  # fmt: skip
+    view = modal(
+        blocks=[
+            {
+                "type": "input",
+                "label": plain("Name"),
+                "element": {"type": "plain_text_input", "action_id": "n"},
+            }
+        ]
+    )
     assert any("submit" in e for e in check_view(view))
     assert check_view({**view, "submit": plain("Save")}) == []

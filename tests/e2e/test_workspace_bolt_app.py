@@ -30,9 +30,18 @@ def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
         thread_ts = event.get("thread_ts") or event["ts"]
         blocks: list[dict[str, Any]] = [
             {"type": "section", "text": {"type": "mrkdwn", "text": "Want a ticket?"}},
-            {"type": "actions", "elements": [{"type": "button", "action_id": "open_form",
-                "text": {"type": "plain_text", "text": "Open form"}, "value": thread_ts}]},
-        ]  # fmt: skip
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": "open_form",
+                        "text": {"type": "plain_text", "text": "Open form"},
+                        "value": thread_ts,
+                    }
+                ],
+            },
+        ]
         await say(text="Want a ticket?", blocks=blocks, thread_ts=thread_ts)
         if "twice" in event["text"]:
             await say(text="second", thread_ts=thread_ts)
@@ -51,11 +60,16 @@ def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
                 "private_metadata": meta,
                 "title": {"type": "plain_text", "text": "New ticket"},
                 "submit": {"type": "plain_text", "text": "Create"},
-                "blocks": [{"type": "input", "block_id": "title_block",
-                    "label": {"type": "plain_text", "text": "Title"},
-                    "element": {"type": "plain_text_input", "action_id": "title"}}],
+                "blocks": [
+                    {
+                        "type": "input",
+                        "block_id": "title_block",
+                        "label": {"type": "plain_text", "text": "Title"},
+                        "element": {"type": "plain_text_input", "action_id": "title"},
+                    }
+                ],
             },
-        )  # fmt: skip
+        )
 
     @app.view("ticket")
     async def on_submit(ack: AsyncAck, view: dict[str, Any], client: AsyncWebClient) -> None:
@@ -78,9 +92,13 @@ def tiny_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
     async def on_home(event: dict[str, Any], client: AsyncWebClient) -> None:
         await client.views_publish(
             user_id=event["user"],
-            view={"type": "home", "blocks": [{"type": "header", "text": {
-                "type": "plain_text", "text": "Your tickets"}}]},
-        )  # fmt: skip
+            view={
+                "type": "home",
+                "blocks": [
+                    {"type": "header", "text": {"type": "plain_text", "text": "Your tickets"}}
+                ],
+            },
+        )
 
     return app
 
@@ -125,8 +143,10 @@ async def test_bolt_app_opens_a_modal_and_shows_validation_errors(
     reply = await driver.thread_has_message("general", msg.ts, from_="tinybot", containing="ticket")
     delivery = await driver.click("alice", reply, "open_form")
     assert delivery.acked
-    await driver.wait_for(lambda: driver.state.top_modal(driver.person("alice").id) is not None,
-                          what="the modal to open")  # fmt: skip
+    await driver.wait_for(
+        lambda: driver.state.top_modal(driver.person("alice").id) is not None,
+        what="the modal to open",
+    )
     assert ("views.open", "ok") in driver.ws.api_log
 
     outcome = await driver.submit("alice", {"title": "abc"})

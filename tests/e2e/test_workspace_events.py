@@ -194,8 +194,14 @@ async def test_edits_deletions_and_app_home_opened(
     await driver.wait_for(lambda: len(receiver.requests) == 4, what="four events")
     kinds = [(b["event"]["type"], b["event"].get("subtype")) for b in bodies(receiver)]
     assert sorted(kinds, key=str) == sorted(
-        [("message", None), ("message", "message_changed"), ("message", "message_deleted"),
-         ("app_home_opened", None)], key=str)  # fmt: skip
+        [
+            ("message", None),
+            ("message", "message_changed"),
+            ("message", "message_deleted"),
+            ("app_home_opened", None),
+        ],
+        key=str,
+    )
     changed = next(
         e for e in events_of(receiver, "message") if e.get("subtype") == "message_changed"
     )

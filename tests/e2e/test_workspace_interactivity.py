@@ -54,13 +54,29 @@ def plain(text: str) -> dict[str, str]:
 
 
 BUTTONS = [
-    {"type": "actions", "block_id": "acts", "elements": [
-        {"type": "button", "action_id": "go", "text": plain("Go"), "value": "42",
-         "style": "primary"},
-        {"type": "static_select", "action_id": "pick", "placeholder": plain("Pick"),
-         "options": [{"text": plain("Red"), "value": "r"}, {"text": plain("Blue"), "value": "b"}]},
-    ]},
-]  # fmt: skip
+    {
+        "type": "actions",
+        "block_id": "acts",
+        "elements": [
+            {
+                "type": "button",
+                "action_id": "go",
+                "text": plain("Go"),
+                "value": "42",
+                "style": "primary",
+            },
+            {
+                "type": "static_select",
+                "action_id": "pick",
+                "placeholder": plain("Pick"),
+                "options": [
+                    {"text": plain("Red"), "value": "r"},
+                    {"text": plain("Blue"), "value": "b"},
+                ],
+            },
+        ],
+    },
+]
 
 
 def modal(title: str = "Form", **extra: Any) -> dict[str, Any]:
@@ -69,10 +85,16 @@ def modal(title: str = "Form", **extra: Any) -> dict[str, Any]:
         "callback_id": "form",
         "title": plain(title),
         "submit": plain("Save"),
-        "blocks": [{"type": "input", "block_id": "name", "label": plain("Name"),
-                    "element": {"type": "plain_text_input", "action_id": "name_input"}}],
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": "name",
+                "label": plain("Name"),
+                "element": {"type": "plain_text_input", "action_id": "name_input"},
+            }
+        ],
         **extra,
-    }  # fmt: skip
+    }
 
 
 def payload_of(receiver: Receiver, index: int = -1) -> dict[str, Any]:
@@ -100,8 +122,12 @@ async def test_block_actions_payload_is_signed_form_encoded_and_in_slack_shape(
     sample = recorded("app-backend/interactive-components/BlockActionPayload.json")
     assert unknown_keys(click, sample) == [] and unknown_keys(pick, sample) == []
     assert click["type"] == "block_actions" and click["user"]["id"] == setup.alice.id
-    assert click["container"] == {"type": "message", "message_ts": msg.ts,
-                                  "channel_id": setup.channel, "is_ephemeral": False}  # fmt: skip
+    assert click["container"] == {
+        "type": "message",
+        "message_ts": msg.ts,
+        "channel_id": setup.channel,
+        "is_ephemeral": False,
+    }
     action = click["actions"][0]
     assert (action["action_id"], action["block_id"], action["value"]) == ("go", "acts", "42")
     assert pick["actions"][0]["selected_option"] == {"text": plain("Blue"), "value": "b"}
@@ -110,17 +136,44 @@ async def test_block_actions_payload_is_signed_form_encoded_and_in_slack_shape(
 
 SIZES = [{"text": plain("S"), "value": "s"}, {"text": plain("L"), "value": "l"}]
 MESSAGE_FORM: list[dict[str, Any]] = [
-    {"type": "input", "block_id": "name", "label": plain("Name"),
-     "element": {"type": "plain_text_input", "action_id": "value"}},
-    {"type": "input", "block_id": "size", "label": plain("Size"), "optional": True,
-     "element": {"type": "static_select", "action_id": "value", "placeholder": plain("Pick"),
-                 "options": SIZES}},
-    {"type": "input", "block_id": "notes", "label": plain("Notes"), "optional": True,
-     "element": {"type": "plain_text_input", "action_id": "value", "multiline": True,
-                 "initial_value": "none"}},
-    {"type": "actions", "block_id": "acts", "elements": [
-        {"type": "button", "action_id": "send", "text": plain("Submit"), "value": "k"}]},
-]  # fmt: skip
+    {
+        "type": "input",
+        "block_id": "name",
+        "label": plain("Name"),
+        "element": {"type": "plain_text_input", "action_id": "value"},
+    },
+    {
+        "type": "input",
+        "block_id": "size",
+        "label": plain("Size"),
+        "optional": True,
+        "element": {
+            "type": "static_select",
+            "action_id": "value",
+            "placeholder": plain("Pick"),
+            "options": SIZES,
+        },
+    },
+    {
+        "type": "input",
+        "block_id": "notes",
+        "label": plain("Notes"),
+        "optional": True,
+        "element": {
+            "type": "plain_text_input",
+            "action_id": "value",
+            "multiline": True,
+            "initial_value": "none",
+        },
+    },
+    {
+        "type": "actions",
+        "block_id": "acts",
+        "elements": [
+            {"type": "button", "action_id": "send", "text": plain("Submit"), "value": "k"}
+        ],
+    },
+]
 
 
 async def test_a_click_in_a_message_carries_its_inputs_as_each_person_left_them(
@@ -300,9 +353,12 @@ async def test_a_response_url_replacing_a_threaded_message_with_blocks_keeps_wha
     root = await setup.client.chat_postMessage(channel=setup.channel, text="ticket")
     meta = {"event_type": "form", "event_payload": {"key": "k"}}
     resp = await setup.client.chat_postMessage(
-        channel=setup.channel, thread_ts=root["ts"], text="form", blocks=MESSAGE_FORM,
+        channel=setup.channel,
+        thread_ts=root["ts"],
+        text="form",
+        blocks=MESSAGE_FORM,
         metadata=meta,
-    )  # fmt: skip
+    )
     msg = driver.state.message(setup.channel, resp["ts"])
     assert msg is not None
     author = (msg.user, msg.bot_id, msg.app_id)

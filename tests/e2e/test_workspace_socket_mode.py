@@ -71,7 +71,10 @@ async def test_slash_commands_over_socket_mode_ack_with_a_message(
     assert delivery.acked
     assert [e.text for e in driver.ephemerals("alice")] == ["Filing vpn down…"]
     await driver.wait_for(
-        lambda: any(m.text == "Ticket filed: vpn down" for c in driver.state.messages.values()
-                    for m in c.values()),
+        lambda: any(
+            m.text == "Ticket filed: vpn down"
+            for c in driver.state.messages.values()
+            for m in c.values()
+        ),
         what="the in_channel response",
-    )  # fmt: skip
+    )

@@ -64,13 +64,21 @@ async def test_stream_errors(workspace: LocalWorkspace, driver: Driver) -> None:
         recipient_team_id=workspace.state.team_id,
     )
     cases = [
-        (client_for(workspace, other.bot_token).chat_appendStream(
-            channel=channel.id, ts=started["ts"], markdown_text="x"), "message_not_owned_by_app"),
-        (client.chat_appendStream(channel=channel.id, ts="1.000001", markdown_text="x"),
-         "message_not_found"),
-        (client.chat_appendStream(channel=channel.id, ts=started["ts"], markdown_text=""),
-         "no_text"),
-    ]  # fmt: skip
+        (
+            client_for(workspace, other.bot_token).chat_appendStream(
+                channel=channel.id, ts=started["ts"], markdown_text="x"
+            ),
+            "message_not_owned_by_app",
+        ),
+        (
+            client.chat_appendStream(channel=channel.id, ts="1.000001", markdown_text="x"),
+            "message_not_found",
+        ),
+        (
+            client.chat_appendStream(channel=channel.id, ts=started["ts"], markdown_text=""),
+            "no_text",
+        ),
+    ]
     for call, expected in cases:
         with pytest.raises(SlackApiError) as info:
             await call

@@ -28,14 +28,21 @@ async def test_a_thread_reads_as_a_person_sees_it(
     )
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": plain("Plan: launch")},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"Owner <@{alice.id}>"},
-         "fields": [plain("Step 1"), plain("Step 2")]},
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": f"Owner <@{alice.id}>"},
+            "fields": [plain("Step 1"), plain("Step 2")],
+        },
         {"type": "context", "elements": [{"type": "mrkdwn", "text": "2 steps"}]},
         {"type": "divider"},
-        {"type": "actions", "elements": [
-            {"type": "button", "action_id": "ok", "text": plain("Approve"), "style": "primary"},
-            {"type": "button", "action_id": "no", "text": plain("Cancel")}]},
-    ]  # fmt: skip
+        {
+            "type": "actions",
+            "elements": [
+                {"type": "button", "action_id": "ok", "text": plain("Approve"), "style": "primary"},
+                {"type": "button", "action_id": "no", "text": plain("Cancel")},
+            ],
+        },
+    ]
     card = await client.chat_postMessage(
         channel=channel.id, thread_ts=parent.ts, text="Plan", blocks=blocks
     )
@@ -69,15 +76,33 @@ async def test_a_modal_renders_its_fields_values_and_errors(
     view = workspace.state.new_view(
         app,
         alice.id,
-        {"type": "modal", "title": plain("New agent"), "submit": plain("Create"),
-         "close": plain("Cancel"), "blocks": [
-            {"type": "input", "block_id": "name", "label": plain("Name"),
-             "element": {"type": "plain_text_input", "action_id": "v"}},
-            {"type": "input", "block_id": "model", "label": plain("Model"), "optional": True,
-             "element": {"type": "static_select", "action_id": "v",
-                         "options": [{"text": plain("Small"), "value": "s"}]}}]},
+        {
+            "type": "modal",
+            "title": plain("New agent"),
+            "submit": plain("Create"),
+            "close": plain("Cancel"),
+            "blocks": [
+                {
+                    "type": "input",
+                    "block_id": "name",
+                    "label": plain("Name"),
+                    "element": {"type": "plain_text_input", "action_id": "v"},
+                },
+                {
+                    "type": "input",
+                    "block_id": "model",
+                    "label": plain("Model"),
+                    "optional": True,
+                    "element": {
+                        "type": "static_select",
+                        "action_id": "v",
+                        "options": [{"text": plain("Small"), "value": "s"}],
+                    },
+                },
+            ],
+        },
         None,
-    )  # fmt: skip
+    )
     workspace.state.modal_stacks[(alice.id, app.app_id)] = [view.id]
     driver.fill("alice", {"name": "writer", "model": "Small"})
     view.errors = {"name": "Already taken"}
@@ -95,8 +120,10 @@ async def test_wait_for_wakes_on_a_state_change_and_times_out_with_the_transcrip
 ) -> None:
     workspace.add_person("alice")
     workspace.add_person("bob")
-    workspace.create_channel("general", [workspace.state.person_named("alice").id,
-                                         workspace.state.person_named("bob").id])  # fmt: skip
+    workspace.create_channel(
+        "general",
+        [workspace.state.person_named("alice").id, workspace.state.person_named("bob").id],
+    )
     parent = driver.post("alice", "general", "anyone?")
     loop = asyncio.get_running_loop()
     # The replies arrive only after the wait has begun: it must wake on the change.

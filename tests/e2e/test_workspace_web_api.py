@@ -230,12 +230,20 @@ async def test_replies_and_history_pagination_and_metadata_flag(world: World) ->
 
 async def test_read_errors(world: World) -> None:
     c = world.client
-    assert (await error_of("conversations.replies", c.conversations_replies(
-        channel=world.general.id, ts="1.000001")))["error"] == "thread_not_found"  # fmt: skip
-    assert (await error_of("conversations.replies", c.conversations_replies(
-        channel="C0NOPE", ts="1.000001")))["error"] == "channel_not_found"  # fmt: skip
-    assert (await error_of("conversations.history", c.conversations_history(
-        channel=world.empty.id)))["error"] == "not_in_channel"  # fmt: skip
+    assert (
+        await error_of(
+            "conversations.replies",
+            c.conversations_replies(channel=world.general.id, ts="1.000001"),
+        )
+    )["error"] == "thread_not_found"
+    assert (
+        await error_of(
+            "conversations.replies", c.conversations_replies(channel="C0NOPE", ts="1.000001")
+        )
+    )["error"] == "channel_not_found"
+    assert (
+        await error_of("conversations.history", c.conversations_history(channel=world.empty.id))
+    )["error"] == "not_in_channel"
     assert (await error_of("users.info", c.users_info(user="U0NOPE")))["error"] == "user_not_found"
     writer = client_for(world.ws, world.other.bot_token)
     data = await error_of("conversations.info", writer.conversations_info(channel=world.general.id))
@@ -263,12 +271,14 @@ async def test_update_and_delete(world: World, driver: Driver) -> None:
     ]
     for call, expected in cases:
         assert (await error_of("chat.update", call))["error"] == expected
-    assert (await error_of("chat.delete", c.chat_delete(
-        channel=world.general.id, ts=person_msg.ts)))["error"] == "cant_delete_message"  # fmt: skip
+    assert (
+        await error_of("chat.delete", c.chat_delete(channel=world.general.id, ts=person_msg.ts))
+    )["error"] == "cant_delete_message"
     deleted = await c.chat_delete(channel=world.general.id, ts=posted["ts"])
     assert deleted["ts"] == posted["ts"]
-    assert (await error_of("chat.delete", c.chat_delete(
-        channel=world.general.id, ts=posted["ts"])))["error"] == "message_not_found"  # fmt: skip
+    assert (
+        await error_of("chat.delete", c.chat_delete(channel=world.general.id, ts=posted["ts"]))
+    )["error"] == "message_not_found"
 
 
 async def test_deleting_a_parent_with_replies_leaves_a_tombstone(world: World) -> None:
@@ -289,8 +299,10 @@ async def test_post_ephemeral(world: World, driver: Driver) -> None:
     assert [e.text for e in driver.ephemerals("bob")] == ["psst"]
     assert driver.ephemerals("alice") == []
     outsider = world.ws.add_person("carol")
-    data = await error_of("chat.postEphemeral", world.client.chat_postEphemeral(
-        channel=world.general.id, user=outsider.id, text="x"))  # fmt: skip
+    data = await error_of(
+        "chat.postEphemeral",
+        world.client.chat_postEphemeral(channel=world.general.id, user=outsider.id, text="x"),
+    )
     assert data["error"] == "user_not_in_channel"
 
 

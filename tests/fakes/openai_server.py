@@ -239,8 +239,12 @@ async def _sse(
     chunks, then the finish reason, the usage (when asked) and `[DONE]`."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk",
-            "created": 1_790_000_000, "model": body["model"]}  # fmt: skip
+    base = {
+        "id": "chatcmpl-stream",
+        "object": "chat.completion.chunk",
+        "created": 1_790_000_000,
+        "model": body["model"],
+    }
 
     async def send(delta: dict[str, Any], finish_reason: str | None = None) -> None:
         chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
@@ -252,8 +256,12 @@ async def _sse(
         await send({"content": text[i : i + 16]})
     for index, call in enumerate(message.get("tool_calls") or []):
         arguments = call["function"]["arguments"]
-        head = {"index": index, "id": call["id"], "type": "function",
-                "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+        head = {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
         await send({"tool_calls": [head]})
         for i in range(0, len(arguments), 16):
             piece = {"index": index, "function": {"arguments": arguments[i : i + 16]}}

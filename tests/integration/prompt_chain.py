@@ -129,9 +129,14 @@ async def run_chain(db: Database, steps: int = 20, *, interject_after: int | Non
     """Run a `steps`-long chain; `interject_after`: a person writes after that step."""
     async with db.write() as conn:
         conv = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="100.0", requested_by="U1",
-            request_text=REQUEST, now=NOW,
-        )  # fmt: skip
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="100.0",
+            requested_by="U1",
+            request_text=REQUEST,
+            now=NOW,
+        )
     thread = Thread(db, conv.id)
     await thread.post("alice", REQUEST, user="U1")
     await thread.post("Flotilla", f"I made a plan of {steps} steps; the team starts now.")
@@ -143,20 +148,31 @@ async def run_chain(db: Database, steps: int = 20, *, interject_after: int | Non
     model = recording_model(sent)
     while dispatches := [e for e in decision.effects if isinstance(e, PostDispatch)]:
         effect = dispatches[0]
-        await thread.post("Flotilla", f"@{effect.agent} {effect.text}", meta=_meta(
-            "flotilla_dispatch", effect, effect.key))  # fmt: skip
+        await thread.post(
+            "Flotilla",
+            f"@{effect.agent} {effect.text}",
+            meta=_meta("flotilla_dispatch", effect, effect.key),
+        )
         job = RunJob(
-            run_key=effect.key, team_id="T1", input=effect.text, request=REQUEST,
-            channel_id="C1", conversation_id=conv.id, plan_id=effect.plan_id,
+            run_key=effect.key,
+            team_id="T1",
+            input=effect.text,
+            request=REQUEST,
+            channel_id="C1",
+            conversation_id=conv.id,
+            plan_id=effect.plan_id,
             step_index=effect.step,
-        )  # fmt: skip
+        )
         before = legacy_prompt(job, await thread.messages())
         spec = AgentSpec(effect.agent, effect.agent.title(), "", "You work on prices.")
         result = await run_step(db, job, spec, model=model, now=lambda: NOW)
         assert isinstance(result, StepRunResult)
         chain.prompts.append(StepPrompt(effect.step, before, sent[-1]))
-        await thread.post(spec.display_name, result.message, meta=_meta(
-            "flotilla_result", effect, f"{effect.key}:result"))  # fmt: skip
+        await thread.post(
+            spec.display_name,
+            result.message,
+            meta=_meta("flotilla_result", effect, f"{effect.key}:result"),
+        )
         if effect.step == interject_after:
             await thread.post("alice", INTERJECTION, user="U1")
         done = StepSucceeded(index=effect.step, attempt=effect.attempt, summary=result.summary)

@@ -43,10 +43,17 @@ async def test_an_agent_edit_is_seen_by_the_roster_and_the_facts_at_once(db: Dat
         await create_agent(conn, "T1", "writer", NOW, display_name="Writer", tools=["http_fetch"])
     roster = Roster(db, lambda: "T1", max_age_s=3600.0)  # only a `forget` makes it read again
     loop = AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
-        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
-        start=_nothing, show_waits=_nothing, refuse=_refuse, roster=roster,
-    )  # fmt: skip
+        db,
+        owner="p1",
+        team_id=lambda: "T1",
+        clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0),
+        lease=timedelta(seconds=30),
+        start=_nothing,
+        show_waits=_nothing,
+        refuse=_refuse,
+        roster=roster,
+    )
     assert (await facts(loop, "T1", "writer")).tools == ("http_fetch",)
     assert (await facts(loop, "T1", "commander")).tools == ()  # the commander has no record
     reads = roster.reads
@@ -69,10 +76,16 @@ async def test_facts_read_in_a_callers_read_are_the_ones_a_request_then_takes(
         await ensure_workspace(conn, "T1", NOW)
         await set_workspace_settings(conn, "T1", {"mark": "before"})
     loop = AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
-        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
-        start=_nothing, show_waits=_nothing, refuse=_refuse,
-    )  # fmt: skip
+        db,
+        owner="p1",
+        team_id=lambda: "T1",
+        clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0),
+        lease=timedelta(seconds=30),
+        start=_nothing,
+        show_waits=_nothing,
+        refuse=_refuse,
+    )
     async with db.read() as conn:
         await loop.read_facts_in(conn, "T1", "writer")
     async with db.write() as conn:  # changed after: within the interval, not read again
@@ -98,14 +111,27 @@ async def test_the_settings_and_the_estimate_read_together(db: Database) -> None
             ("c", "failed", 9_000),
         ):
             await save_run(
-                conn, run_key=key, agent_name="writer", model="m", status=status, messages=[],
-                now=NOW, input_tokens=tokens, output_tokens=0,
-            )  # fmt: skip
+                conn,
+                run_key=key,
+                agent_name="writer",
+                model="m",
+                status=status,
+                messages=[],
+                now=NOW,
+                input_tokens=tokens,
+                output_tokens=0,
+            )
     loop = AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
-        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
-        start=_nothing, show_waits=_nothing, refuse=_refuse,
-    )  # fmt: skip
+        db,
+        owner="p1",
+        team_id=lambda: "T1",
+        clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0),
+        lease=timedelta(seconds=30),
+        start=_nothing,
+        show_waits=_nothing,
+        refuse=_refuse,
+    )
     writer = await facts(loop, "T1", "writer")
     assert (writer.settings, writer.estimate) == ({"max_running": 3}, 200)
     assert (await facts(loop, "T1", "researcher")).estimate == 0  # no run finished yet
@@ -120,10 +146,16 @@ async def test_a_claim_reads_the_facts_of_its_plan_s_other_agents_with_its_own(
     async with db.write() as conn:
         await ensure_workspace(conn, "T1", NOW)
     loop = AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=lambda: NOW,
-        options=SchedulerOptions(poll_seconds=3600.0), lease=timedelta(seconds=30),
-        start=_nothing, show_waits=_nothing, refuse=_refuse,
-    )  # fmt: skip
+        db,
+        owner="p1",
+        team_id=lambda: "T1",
+        clock=lambda: NOW,
+        options=SchedulerOptions(poll_seconds=3600.0),
+        lease=timedelta(seconds=30),
+        start=_nothing,
+        show_waits=_nothing,
+        refuse=_refuse,
+    )
     assert loop.facts_kept("T1", "analyst", ()) is None
     async with db.read() as conn:
         await loop.facts_in(conn, "T1", "researcher", (), also_for={"analyst", "writer"})

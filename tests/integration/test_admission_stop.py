@@ -44,9 +44,16 @@ def admission_loop(db: Database) -> AdmissionLoop:
     # a long poll: only a wake-up or the stop can end its wait
     options = SchedulerOptions(capacity=0, process_capacity=0, poll_seconds=3600.0)
     return AdmissionLoop(
-        db, owner="p1", team_id=lambda: "T1", clock=utcnow, options=options,
-        lease=timedelta(seconds=30), start=_start, show_waits=_show, refuse=_refuse,
-    )  # fmt: skip
+        db,
+        owner="p1",
+        team_id=lambda: "T1",
+        clock=utcnow,
+        options=options,
+        lease=timedelta(seconds=30),
+        start=_start,
+        show_waits=_show,
+        refuse=_refuse,
+    )
 
 
 async def idle(loop: AdmissionLoop) -> None:
@@ -80,10 +87,21 @@ async def test_a_loop_stopped_just_after_a_run_asked_for_a_slot_stops(db: Databa
     loop = admission_loop(db)
     await idle(loop)
     state = await loop.enqueue(  # commits, then wakes the loop
-        run_key="run:1", effect_key="outbox:1", effect_kind="post_dispatch", effect={},
-        conversation_id=None, team_id="T1", channel_id="C1", agent_name="researcher",
-        plan_id=None, step_index=None, attempt=None, priority=3, estimate_tokens=0, tools=[],
-    )  # fmt: skip
+        run_key="run:1",
+        effect_key="outbox:1",
+        effect_kind="post_dispatch",
+        effect={},
+        conversation_id=None,
+        team_id="T1",
+        channel_id="C1",
+        agent_name="researcher",
+        plan_id=None,
+        step_index=None,
+        attempt=None,
+        priority=3,
+        estimate_tokens=0,
+        tools=[],
+    )
     assert state == "waiting"
     assert await stopped_within_bound(loop), "stop() hung: the cancellation was swallowed"
     async with db.read() as conn:  # the request is kept for the next process to grant

@@ -132,26 +132,45 @@ async def test_killed_after_the_dispatch_post_the_redelivery_keeps_it_and_posts_
 
 def slot_values(conversation_id: int, key: str) -> dict[str, Any]:
     return dict(
-        effect_key=key, effect_kind="post_dispatch", effect={"a": [1]},
-        conversation_id=conversation_id, team_id="T1", channel_id="C1",
-        agent_name="researcher", plan_id=None, step_index=None, attempt=None, priority=3,
-        estimate_tokens=10, tools=[],
-    )  # fmt: skip
+        effect_key=key,
+        effect_kind="post_dispatch",
+        effect={"a": [1]},
+        conversation_id=conversation_id,
+        team_id="T1",
+        channel_id="C1",
+        agent_name="researcher",
+        plan_id=None,
+        step_index=None,
+        attempt=None,
+        priority=3,
+        estimate_tokens=10,
+        tools=[],
+    )
 
 
 async def a_posted_dispatch(db: Database) -> tuple[ConversationRecord, str, MessageRecord]:
     """A conversation, its step's key, and the step's dispatch message as posted (not kept)."""
     async with db.write() as conn:
         conversation = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="1764849600.000100",
-            requested_by="U1", request_text="research it", now=NOW,
-        )  # fmt: skip
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="1764849600.000100",
+            requested_by="U1",
+            request_text="research it",
+            now=NOW,
+        )
     key = "plan:1:step:1:attempt:1"
     payload = {"plan_id": 1, "step": 1, "attempt": 1, "key": key}
     dispatch = MessageRecord(
-        "C1", "1764849601.000200", "UBOT", "BBOT", "Flotilla", "<@UR> research it",
+        "C1",
+        "1764849601.000200",
+        "UBOT",
+        "BBOT",
+        "Flotilla",
+        "<@UR> research it",
         {"event_type": DISPATCH_EVENT, "event_payload": payload},
-    )  # fmt: skip
+    )
     return conversation, key, dispatch
 
 

@@ -153,9 +153,14 @@ class Processes:
         if self.stack.runner is not None:
             await self.stack.runner.cleanup()
         new = SlackService(
-            old.db, old.client, api_url=self.stack.workspace.api_url, cipher=old.cipher,
-            options=old.options, clock=old.clock, model=model,
-        )  # fmt: skip
+            old.db,
+            old.client,
+            api_url=self.stack.workspace.api_url,
+            cipher=old.cipher,
+            options=old.options,
+            clock=old.clock,
+            model=model,
+        )
         new.context.observer = Counting(new.metrics)
         self.stack.service = new
         await new.start()

@@ -30,18 +30,27 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 async def conversation_id(db: Database) -> int:
     async with db.write() as conn:
         found = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="1.000001",
-            requested_by="U1", request_text="hi", now=NOW,
-        )  # fmt: skip
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="1.000001",
+            requested_by="U1",
+            request_text="hi",
+            now=NOW,
+        )
     return found.id
 
 
 def attachment(file_id: str, refusal: str | None = None) -> ReceivedFile:
     return ReceivedFile(
-        slack_file_id=file_id, name=f"{file_id}.csv", mimetype="text/csv", size=4,
-        url_private=f"https://files.slack.com/files-pri/T1-{file_id}/x.csv", permalink=None,
+        slack_file_id=file_id,
+        name=f"{file_id}.csv",
+        mimetype="text/csv",
+        size=4,
+        url_private=f"https://files.slack.com/files-pri/T1-{file_id}/x.csv",
+        permalink=None,
         refusal=refusal,
-    )  # fmt: skip
+    )
 
 
 async def test_received_files_are_recorded_once_and_refused_once(db: Database) -> None:
@@ -71,15 +80,31 @@ async def test_a_produced_file_is_recorded_once_per_key_and_its_upload_remembere
         key = f"produced:{store.where}"
         async with db.write() as conn:
             first = await record_produced(
-                conn, key=key, conversation_id=conv, run_key=f"run:{store.where}", plan_id=1,
-                step_index=2, name="note.md", mimetype="text/markdown", data=b"# hi\n",
-                store=store, now=NOW,
-            )  # fmt: skip
+                conn,
+                key=key,
+                conversation_id=conv,
+                run_key=f"run:{store.where}",
+                plan_id=1,
+                step_index=2,
+                name="note.md",
+                mimetype="text/markdown",
+                data=b"# hi\n",
+                store=store,
+                now=NOW,
+            )
             second = await record_produced(
-                conn, key=key, conversation_id=conv, run_key=f"run:{store.where}", plan_id=1,
-                step_index=2, name="other.md", mimetype="text/markdown", data=b"other",
-                store=store, now=NOW,
-            )  # fmt: skip
+                conn,
+                key=key,
+                conversation_id=conv,
+                run_key=f"run:{store.where}",
+                plan_id=1,
+                step_index=2,
+                name="other.md",
+                mimetype="text/markdown",
+                data=b"other",
+                store=store,
+                now=NOW,
+            )
             assert second.id == first.id and second.name == "note.md"
             assert await read_bytes(conn, first) == b"# hi\n"
             await begin_upload(conn, first.id, "F9", "http://upload/x")
@@ -96,10 +121,18 @@ async def test_expired_bytes_go_and_records_stay(db: Database, tmp_path: Path) -
     async with db.write() as conn:
         for index, store in enumerate((ByteStore(retention=timedelta(days=1)), disk)):
             await record_produced(
-                conn, key=f"k{index}", conversation_id=conv, run_key="r", plan_id=None,
-                step_index=None, name=f"f{index}.txt", mimetype="text/plain", data=b"x",
-                store=store, now=NOW,
-            )  # fmt: skip
+                conn,
+                key=f"k{index}",
+                conversation_id=conv,
+                run_key="r",
+                plan_id=None,
+                step_index=None,
+                name=f"f{index}.txt",
+                mimetype="text/plain",
+                data=b"x",
+                store=store,
+                now=NOW,
+            )
         assert await forget_expired_bytes(conn, NOW + timedelta(hours=23)) == 0
         assert await forget_expired_bytes(conn, NOW + timedelta(days=1)) == 2
         files = await conversation_files(conn, conv)

@@ -44,11 +44,20 @@ async def test_a_claim_holds_the_row_only_when_its_delivery_claim_is_not_fresh(
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'claims.db'}")
     await upgrade(db)
     row_until = NOW - spent + OPTIONS.lease  # the delivery claimed the row `spent` ago
-    row: dict[str, Any] = {"idempotency_key": KEY, "kind": "post_dispatch", "conversation_id": None,
-           "payload": {}, "available_at": row_until}  # fmt: skip
+    row: dict[str, Any] = {
+        "idempotency_key": KEY,
+        "kind": "post_dispatch",
+        "conversation_id": None,
+        "payload": {},
+        "available_at": row_until,
+    }
     await run_transaction(db, lambda conn: enqueue_effects(conn, [row], NOW - spent))
-    ctx = cast(Context, SimpleNamespace(db=db, clock=lambda: NOW, options=OPTIONS,
-                                        observer=Observer(), reconciler=None))  # fmt: skip
+    ctx = cast(
+        Context,
+        SimpleNamespace(
+            db=db, clock=lambda: NOW, options=OPTIONS, observer=Observer(), reconciler=None
+        ),
+    )
     runner = JobRunner(ctx, owner="p1")
     running, release = asyncio.Event(), asyncio.Event()
 
@@ -56,8 +65,16 @@ async def test_a_claim_holds_the_row_only_when_its_delivery_claim_is_not_fresh(
         running.set()
         await release.wait()
 
-    effect = PostDispatch(key=KEY, conversation_id=1, plan_id=1, step=1, attempt=1,
-                          agent="researcher", title="s", text="go")  # fmt: skip
+    effect = PostDispatch(
+        key=KEY,
+        conversation_id=1,
+        plan_id=1,
+        step=1,
+        attempt=1,
+        agent="researcher",
+        title="s",
+        text="go",
+    )
     runner.hold(effect, "lease:1", work, row_until=row_until)
     await asyncio.wait_for(running.wait(), 10)
     async with db.read() as conn:

@@ -45,10 +45,17 @@ def test_the_lru_cache_forgets_the_least_recently_used_entry() -> None:
 async def conversations(db: Database, n: int) -> list[ConversationRecord]:
     async with db.write() as conn:
         return [
-            await open_conversation(conn, team_id="T1", channel_id="C1", thread_ts=f"{i}.0",
-                                    requested_by="U1", request_text=f"request {i}", now=NOW)
+            await open_conversation(
+                conn,
+                team_id="T1",
+                channel_id="C1",
+                thread_ts=f"{i}.0",
+                requested_by="U1",
+                request_text=f"request {i}",
+                now=NOW,
+            )
             for i in range(n)
-        ]  # fmt: skip
+        ]
 
 
 async def test_the_executor_context_keeps_a_bounded_number_of_conversations(
@@ -119,9 +126,12 @@ async def test_the_service_remembers_a_bounded_number_of_admin_checks(
     app = workspace.install_manifest(commander_manifest(), socket_mode=False)
     people = [workspace.add_person(f"p{i}", admin=i % 2 == 0) for i in range(5)]
     service = SlackService(
-        db, make_client(app.bot_token, workspace.api_url), api_url=workspace.api_url,
-        cipher=TokenCipher(TokenCipher.new_key()), options=Options(admin_cache_size=2),
-    )  # fmt: skip
+        db,
+        make_client(app.bot_token, workspace.api_url),
+        api_url=workspace.api_url,
+        cipher=TokenCipher(TokenCipher.new_key()),
+        options=Options(admin_cache_size=2),
+    )
     for i, person in enumerate(people):
         assert await service.is_admin(person.id) == (i % 2 == 0)
         assert len(service._admins) <= 2

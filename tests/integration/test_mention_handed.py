@@ -73,8 +73,12 @@ async def test_without_a_sender_the_turn_waits_in_the_outbox_for_any(db: Databas
 
 async def test_a_claimed_insert_of_a_key_that_exists_inserts_nothing(db: Database) -> None:
     clock = Clock()
-    row: dict[str, Any] = {"idempotency_key": "k1", "kind": "commander_turn",
-                           "conversation_id": None, "payload": {}}  # fmt: skip
+    row: dict[str, Any] = {
+        "idempotency_key": "k1",
+        "kind": "commander_turn",
+        "conversation_id": None,
+        "payload": {},
+    }
     async with db.write() as conn:
         await conn.run_sync(enqueue_effects, [row], clock())
         again = await conn.run_sync(

@@ -35,8 +35,9 @@ def dotenv(folder: Path, **values: str) -> None:
     (folder / ".env").write_text("".join(f"{k}={v}\n" for k, v in values.items()))
 
 
-@pytest.mark.parametrize(("model", "path"), [("openai-chat", "/v1/chat/completions"),
-                                             ("openai", "/v1/responses")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "path"), [("openai-chat", "/v1/chat/completions"), ("openai", "/v1/responses")]
+)
 async def test_keys_in_dotenv_are_passed_to_the_provider(
     server: FakeOpenAI, tmp_path: Path, model: str, path: str
 ) -> None:

@@ -160,10 +160,15 @@ async def test_the_outbox_backlog_is_read_at_scrape_time(db: Database) -> None:
     await metrics.refresh(db, now)
     assert "flotilla_outbox_pending 0.0" in metrics.exposition().decode()
     rows: list[dict[str, object]] = [
-        {"idempotency_key": f"k{i}", "kind": "post", "conversation_id": None, "payload": {},
-         "available_at": now}
+        {
+            "idempotency_key": f"k{i}",
+            "kind": "post",
+            "conversation_id": None,
+            "payload": {},
+            "available_at": now,
+        }
         for i in range(3)
-    ]  # fmt: skip
+    ]
     async with db.write() as conn:
         await conn.run_sync(enqueue_effects, rows[:1], now - timedelta(seconds=90))
         await conn.run_sync(enqueue_effects, rows[1:], now - timedelta(seconds=10))
@@ -181,14 +186,27 @@ async def test_housekeeping_deletes_expired_file_bytes(db: Database) -> None:
     now = datetime.now(UTC)
     async with db.write() as conn:
         conversation = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="1.000001",
-            requested_by="U1", request_text="hi", now=now,
-        )  # fmt: skip
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="1.000001",
+            requested_by="U1",
+            request_text="hi",
+            now=now,
+        )
         await record_produced(
-            conn, key="k", conversation_id=conversation.id, run_key="r", plan_id=None,
-            step_index=None, name="note.md", mimetype="text/markdown", data=b"# hi",
-            store=ByteStore(retention=timedelta(days=7)), now=now,
-        )  # fmt: skip
+            conn,
+            key="k",
+            conversation_id=conversation.id,
+            run_key="r",
+            plan_id=None,
+            step_index=None,
+            name="note.md",
+            mimetype="text/markdown",
+            data=b"# hi",
+            store=ByteStore(retention=timedelta(days=7)),
+            now=now,
+        )
     assert await forget_expired_files(db, now=now + timedelta(days=6)) == 0
     assert await forget_expired_files(db, now=now + timedelta(days=7)) == 1
     async with db.read() as conn:

@@ -32,13 +32,25 @@ async def test_the_outbox_loop_waits_a_poll_between_passes_while_the_database_is
 ) -> None:
     db = Database(sqlite_url)
     await upgrade(db)
-    row: dict[str, Any] = {"idempotency_key": "k1", "kind": "retry_due", "conversation_id": None,
-           "payload": {}, "available_at": NOW - timedelta(minutes=1)}  # fmt: skip
+    row: dict[str, Any] = {
+        "idempotency_key": "k1",
+        "kind": "retry_due",
+        "conversation_id": None,
+        "payload": {},
+        "available_at": NOW - timedelta(minutes=1),
+    }
     async with db.write() as conn:  # a row due when the outage begins
         await conn.run_sync(enqueue_effects, [row], NOW)
     options = ExecutorOptions(poll_seconds=2.0)
-    parts: dict[str, Any] = dict(db=db, reconciler=Reconciler(db), port=None, choose_model=None,
-                                 clock=lambda: NOW, options=options, observer=None)  # fmt: skip
+    parts: dict[str, Any] = dict(
+        db=db,
+        reconciler=Reconciler(db),
+        port=None,
+        choose_model=None,
+        clock=lambda: NOW,
+        options=options,
+        observer=None,
+    )
     context = Context(**parts)
     executor = Executor(context, owner="test")
     passes = 0

@@ -28,13 +28,23 @@ class Tag:  # an `agents.reconciling.ports.StepTag`
 async def test_the_ports_own_metadata_replaces_its_event_stored_first(db: Database) -> None:
     async with db.write() as conn:
         conversation = await open_conversation(
-            conn, team_id="T1", channel_id="C1", thread_ts="1.0", requested_by="U1",
-            request_text="research", now=NOW,
-        )  # fmt: skip
+            conn,
+            team_id="T1",
+            channel_id="C1",
+            thread_ts="1.0",
+            requested_by="U1",
+            request_text="research",
+            now=NOW,
+        )
         event = MessageRecord(
-            channel_id="C1", ts="2.0", user_id="UBOT", bot_id="BBOT", author_name=None,
-            text="[offline model] researcher", metadata=None,
-        )  # fmt: skip
+            channel_id="C1",
+            ts="2.0",
+            user_id="UBOT",
+            bot_id="BBOT",
+            author_name=None,
+            text="[offline model] researcher",
+            metadata=None,
+        )
         assert await store_message(conn, conversation.id, event, NOW)  # its event came first
     url = "http://127.0.0.1:1/api/"
     client = make_client("xoxb-commander", url)

@@ -31,11 +31,20 @@ LATER = NOW + timedelta(seconds=30)
 
 def values(key: str, agent: str = "researcher") -> dict[str, Any]:
     return dict(
-        effect_key=f"dispatch:{key}", effect_kind="post_dispatch", effect={"a": [1]},
-        conversation_id=None, team_id="T1", channel_id="C1", agent_name=agent,
-        plan_id=None, step_index=None, attempt=None, priority=3, estimate_tokens=10,
+        effect_key=f"dispatch:{key}",
+        effect_kind="post_dispatch",
+        effect={"a": [1]},
+        conversation_id=None,
+        team_id="T1",
+        channel_id="C1",
+        agent_name=agent,
+        plan_id=None,
+        step_index=None,
+        attempt=None,
+        priority=3,
+        estimate_tokens=10,
         tools=["web"],
-    )  # fmt: skip
+    )
 
 
 async def fast(db: Database, key: str, owner: str = "p1", **caps: Any) -> bool:

@@ -63,12 +63,18 @@ async def test_the_offline_model_plans_and_runs_a_diamond(db: Database) -> None:
     await post("alice", f"@Flotilla {REQUEST}")
     turn = await commander_turn(
         db,
-        RunJob(run_key="commander:1:100.1", team_id="T1", input=REQUEST, request=REQUEST,
-               channel_id="C1", conversation_id=conv.id),
+        RunJob(
+            run_key="commander:1:100.1",
+            team_id="T1",
+            input=REQUEST,
+            request=REQUEST,
+            channel_id="C1",
+            conversation_id=conv.id,
+        ),
         agents,
         model="offline",
         now=clock,
-    )  # fmt: skip
+    )
     assert turn.plan is not None and turn.reply is not None
     await post("commander", turn.reply)
     plan = Plan(id=1, conversation_id=conv.id, request=REQUEST, steps=new_steps(turn.plan))
@@ -123,8 +129,11 @@ async def test_the_offline_model_plans_and_runs_a_diamond(db: Database) -> None:
     assert "step 1 blocked" in transcript  # the [ask] marker reached step 1's researcher
     writer_summary = plan.steps[3].output_summary or ""
     assert writer_summary.startswith("writer (offline)") and "tiers: Pro" in writer_summary
-    assert all(line.split(": ", 1)[1].startswith("[offline model]") for line in lines
-               if line.startswith(("researcher:", "analyst:", "writer:")))  # fmt: skip
+    assert all(
+        line.split(": ", 1)[1].startswith("[offline model]")
+        for line in lines
+        if line.startswith(("researcher:", "analyst:", "writer:"))
+    )
 
 
 def done(step: Step, summary: str) -> Step:
@@ -139,9 +148,12 @@ async def test_offline_failure_markers_take_the_failure_paths_and_the_commander_
         agents = await enabled_agents(conn, "T1")
     request = "research heat pumps and write a report [fail]"
     turn = await commander_turn(
-        db, RunJob(run_key="c:2", team_id="T1", input=request, request=request), agents,
-        model="offline", now=clock,
-    )  # fmt: skip
+        db,
+        RunJob(run_key="c:2", team_id="T1", input=request, request=request),
+        agents,
+        model="offline",
+        now=clock,
+    )
     assert turn.plan is not None
     plan = Plan(id=2, conversation_id=1, request=request, steps=new_steps(turn.plan))
     first = plan.steps[0]
@@ -157,9 +169,13 @@ async def test_offline_failure_markers_take_the_failure_paths_and_the_commander_
         event=f"Step 1 ({first.assignee}) failed: {failed.value}", steps=plan.steps, failed_step=1
     )
     steer = await commander_turn(
-        db, RunJob(run_key="c:3", team_id="T1", input="(step failed)", request=request), agents,
-        model="offline", wake=wake, now=clock,
-    )  # fmt: skip
+        db,
+        RunJob(run_key="c:3", team_id="T1", input="(step failed)", request=request),
+        agents,
+        model="offline",
+        wake=wake,
+        now=clock,
+    )
     assert len(steer.operations) == 1
     retry = steer.operations[0]
     assert isinstance(retry, RetryStep) and retry.input is not None and "[fail]" not in retry.input

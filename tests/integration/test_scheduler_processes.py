@@ -126,9 +126,14 @@ async def three(db: Database, model: Model, scheduler: SchedulerOptions) -> Asyn
     try:
         for _ in range(2):  # two more replicas on the same database, delivering and granting
             other = SlackService(
-                first.db, first.client, api_url=stack.workspace.api_url, cipher=first.cipher,
-                options=options, clock=clock, model=model,
-            )  # fmt: skip
+                first.db,
+                first.client,
+                api_url=stack.workspace.api_url,
+                cipher=first.cipher,
+                options=options,
+                clock=clock,
+                model=model,
+            )
             await other.start()
             services.append(other)
         yield Three(stack, services, Driver(stack.workspace, default_timeout=WAIT), clock)
@@ -219,9 +224,15 @@ async def test_a_channel_budget_holds_for_every_process(db: Database) -> None:
         first = p.stack.service
         async with first.db.write() as conn:  # the channel spent its day's budget already
             await record_usage(
-                conn, team_id=first.team_id, channel_id=p.stack.channel.id, agent_name="researcher",
-                model="offline", input_tokens=900, output_tokens=100, now=p.clock(),
-            )  # fmt: skip
+                conn,
+                team_id=first.team_id,
+                channel_id=p.stack.channel.id,
+                agent_name="researcher",
+                model="offline",
+                input_tokens=900,
+                output_tokens=100,
+                now=p.clock(),
+            )
         root = p.ask()
 
         async def told_why() -> bool:

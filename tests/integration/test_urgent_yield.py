@@ -40,11 +40,20 @@ BATCH_RUNS = 3  # they hold every slot
 
 def values(key: str, priority: int) -> dict[str, Any]:
     return dict(
-        effect_key=f"dispatch:{key}", effect_kind="post_dispatch", effect={},
-        conversation_id=None, team_id="T1", channel_id="C1", agent_name="researcher",
-        plan_id=None, step_index=None, attempt=None, priority=priority, estimate_tokens=0,
+        effect_key=f"dispatch:{key}",
+        effect_kind="post_dispatch",
+        effect={},
+        conversation_id=None,
+        team_id="T1",
+        channel_id="C1",
+        agent_name="researcher",
+        plan_id=None,
+        step_index=None,
+        attempt=None,
+        priority=priority,
+        estimate_tokens=0,
         tools=[],
-    )  # fmt: skip
+    )
 
 
 class BatchRun:
@@ -76,9 +85,12 @@ class Deployment:
         self.waits = WaitMarks()
         self.waits.replace((), since=0)  # as a pass that found nobody waiting leaves them
         ctx = SimpleNamespace(
-            db=db, clock=lambda: datetime.now(UTC), options=OPTIONS,
-            observer=SimpleNamespace(jobs_running=lambda n: None), waits=self.waits,
-        )  # fmt: skip
+            db=db,
+            clock=lambda: datetime.now(UTC),
+            options=OPTIONS,
+            observer=SimpleNamespace(jobs_running=lambda n: None),
+            waits=self.waits,
+        )
         self.runner = JobRunner(cast(Context, ctx), owner="p1", start_passed=self._start)
         self.runs = {f"batch-{i}": BatchRun() for i in range(BATCH_RUNS)}
         self.tasks: dict[str, asyncio.Task[None]] = {}
@@ -95,9 +107,15 @@ class Deployment:
                 assert await grant_request(conn, key, "p1", now=now, until=now + OPTIONS.lease)
         for i, (key, model) in enumerate(self.runs.items()):
             effect = PostDispatch(
-                key=f"dispatch:{key}", conversation_id=1, plan_id=1, step=i + 1, attempt=1,
-                agent="researcher", title="s", text="go",
-            )  # fmt: skip
+                key=f"dispatch:{key}",
+                conversation_id=1,
+                plan_id=1,
+                step=i + 1,
+                attempt=1,
+                agent="researcher",
+                title="s",
+                text="go",
+            )
             self.runner.hold(effect, key, self._work(key, model), granted=True)
             task = self.runner.jobs[effect.key].task
             assert task is not None
@@ -114,13 +132,21 @@ class Deployment:
 
         async def work() -> None:
             session = RunSession(
-                self.db, RunJob(run_key=key, team_id="T1", input="go"), "researcher",
-                "function", lambda: datetime.now(UTC),
-            )  # fmt: skip
+                self.db,
+                RunJob(run_key=key, team_id="T1", input="go"),
+                "researcher",
+                "function",
+                lambda: datetime.now(UTC),
+            )
             await session.drive(
-                agent, FunctionModel(model), None, RunLimits(), prompt="go", history=None,
+                agent,
+                FunctionModel(model),
+                None,
+                RunLimits(),
+                prompt="go",
+                history=None,
                 deferred=None,
-            )  # fmt: skip
+            )
 
         return work
 
@@ -151,8 +177,11 @@ async def test_the_first_batch_run_to_reach_a_boundary_gives_its_slot_to_urgent_
     assert first.requests == 1  # paused at that boundary: its next request was not sent
     states = await deployment.states()
     assert states == {
-        "batch-0": "granted", "batch-1": "preempted", "batch-2": "granted", "urgent": "granted",
-    }  # fmt: skip
+        "batch-0": "granted",
+        "batch-1": "preempted",
+        "batch-2": "granted",
+        "urgent": "granted",
+    }
     assert not deployment.tasks["batch-0"].done() and not deployment.tasks["batch-2"].done()
     assert deployment.waits.may_wait(1)  # its plan's card reads why it waits again
     for key in ("batch-0", "batch-2"):  # nobody urgent waits now: they reach theirs, go on

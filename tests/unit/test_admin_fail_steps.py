@@ -39,9 +39,12 @@ def test_continue_skips_the_step_and_dispatches_what_follows() -> None:
 
 def test_abort_plan_stops_the_plan() -> None:
     plan, _ = started(
-        make_plan({}, {"assignee": "writer", "wait_for": [1], "on_failure": "abort_plan"},
-                  {"assignee": "writer", "wait_for": [2]})
-    )  # fmt: skip
+        make_plan(
+            {},
+            {"assignee": "writer", "wait_for": [1], "on_failure": "abort_plan"},
+            {"assignee": "writer", "wait_for": [2]},
+        )
+    )
     decision = decide_agent_gone(plan, T0, "writer", REASON)
     assert decision.plan.status == "aborted"
     # step 1's run in flight is cancelled by the executor: skipped, not left in progress

@@ -34,13 +34,25 @@ DRAFT = AgentDraft(name="scout", description="Finds leads.", system_prompt="Find
 
 def record(name: str = "writer", **changes: object) -> AgentRecord:
     values: dict[str, object] = dict(
-        id=1, team_id="T1", name=name, display_name=name.title(), icon=":memo:",
-        description="Drafts notes.", system_prompt="You write.", model=None,
+        id=1,
+        team_id="T1",
+        name=name,
+        display_name=name.title(),
+        icon=":memo:",
+        description="Drafts notes.",
+        system_prompt="You write.",
+        model=None,
         tools=["ask_user", "http_fetch:example.com"],
         mcp_servers=[{"url": "http://h/mcp", "tools": ["search", "fetch"]}],
-        identity="persona", bot_token_encrypted=None, bot_user_id=None, bot_id=None,
-        app_id=None, enabled=True, created_at=NOW, updated_at=NOW,
-    )  # fmt: skip
+        identity="persona",
+        bot_token_encrypted=None,
+        bot_user_id=None,
+        bot_id=None,
+        app_id=None,
+        enabled=True,
+        created_at=NOW,
+        updated_at=NOW,
+    )
     values.update(changes)
     return AgentRecord(**values)  # type: ignore[arg-type]
 
@@ -143,8 +155,10 @@ def test_the_modals_are_valid_block_kit_and_round_trip() -> None:
         assert check_view(spec) == []
         assert "secret-blob" not in str(spec)
     spec = agent_modal(stored, channel="C9").to_dict()
-    submitted = {"private_metadata": spec["private_metadata"],
-                 "state": {"values": initial_values(spec)}}  # fmt: skip
+    submitted = {
+        "private_metadata": spec["private_metadata"],
+        "state": {"values": initial_values(spec)},
+    }
     mode, draft, channel = submitted_draft(submitted)
     assert (mode, channel) == ("edit", "C9")
     assert draft.name == "writer" and draft.identity == "app" and draft.bot_token == ""

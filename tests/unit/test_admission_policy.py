@@ -49,8 +49,13 @@ def test_an_admins_mark_wins_then_a_waiting_person_then_a_long_plan() -> None:
 
 def test_overrides_win_and_zero_removes_a_cap() -> None:
     options = SchedulerOptions(capacity=16, agent_caps={"writer": 2, "researcher": 3})
-    stored = {"scheduler": {"capacity": 4, "agent_caps": {"researcher": 0, "analyst": 1},
-                            "marks": {"plan:3": "urgent"}}}  # fmt: skip
+    stored = {
+        "scheduler": {
+            "capacity": 4,
+            "agent_caps": {"researcher": 0, "analyst": 1},
+            "marks": {"plan:3": "urgent"},
+        }
+    }
     merged = with_overrides(options, stored)
     assert merged.capacity == 4
     assert merged.agent_caps == {"writer": 2, "analyst": 1}

@@ -78,8 +78,11 @@ def test_signed_bodies_are_checked_for_the_shape_bolt_assumes(
     ctype = (
         "application/json" if body.startswith((b"{", b"[")) else "application/x-www-form-urlencoded"
     )
-    headers = {"X-Slack-Request-Timestamp": timestamp, "Content-Type": ctype,
-               "X-Slack-Signature": signature("secret", timestamp, body)}  # fmt: skip
+    headers = {
+        "X-Slack-Request-Timestamp": timestamp,
+        "Content-Type": ctype,
+        "X-Slack-Signature": signature("secret", timestamp, body),
+    }
     if status is None:
         gate.check(body, headers)
         return
@@ -100,7 +103,9 @@ def test_a_wrong_or_missing_signature_is_401_whatever_the_body() -> None:
 def test_the_content_type_is_read_as_bolt_reads_it() -> None:
     gate = RequestGate("secret", clock=lambda: 1000.0)
     body = b' {"type": "url_verification", "challenge": "x"}'  # JSON by its content type only
-    headers = {"X-Slack-Request-Timestamp": "1000", "X-Slack-Signature":
-               signature("secret", "1000", body),
-               "Content-Type": "application/json; charset=utf-8"}  # fmt: skip
+    headers = {
+        "X-Slack-Request-Timestamp": "1000",
+        "X-Slack-Signature": signature("secret", "1000", body),
+        "Content-Type": "application/json; charset=utf-8",
+    }
     gate.check(body, headers)

@@ -59,8 +59,15 @@ def test_only_listed_types_are_allowed(mimetype: str) -> None:
 
 
 def event_with(files: Any) -> dict[str, Any]:
-    event = {"type": "message", "subtype": "file_share", "channel": "C123", "user": "U123",
-             "ts": "1700000000.000100", "text": "", "files": files}  # fmt: skip
+    event = {
+        "type": "message",
+        "subtype": "file_share",
+        "channel": "C123",
+        "user": "U123",
+        "ts": "1700000000.000100",
+        "text": "",
+        "files": files,
+    }
     return {"type": "event_callback", "team_id": "T123", "event": event}
 
 

@@ -24,10 +24,16 @@ def with_steps(plan: Plan, *changes: dict[str, Any], status: str = "completed") 
 
 def notice(assignee: str, on_failure: Any) -> StepFailureNotice:
     return StepFailureNotice(
-        key="k", conversation_id=3, plan_id=7, step=2, attempt=1, assignee=assignee,
-        title="Survey our pricing", reason="the provider refused.\nTry later.",
+        key="k",
+        conversation_id=3,
+        plan_id=7,
+        step=2,
+        attempt=1,
+        assignee=assignee,
+        title="Survey our pricing",
+        reason="the provider refused.\nTry later.",
         on_failure=on_failure,
-    )  # fmt: skip
+    )
 
 
 def test_a_failure_is_one_sentence_with_what_happens_next() -> None:
@@ -75,9 +81,12 @@ def test_a_stopped_plan_says_what_happened_and_what_is_kept() -> None:
     base = make_plan(*({"title": f"T{i}"} for i in range(1, 10)))
     done = {"status": "done", "output_summary": "x"}
     aborted = with_steps(
-        base, done, {"status": "failed", "failure_reason": "no data."}, *([{}] * 7),
+        base,
+        done,
+        {"status": "failed", "failure_reason": "no data."},
+        *([{}] * 7),
         status="aborted",
-    )  # fmt: skip
+    )
     assert closing_sentence(aborted) == (
         "The plan was stopped: step 2 failed (no data); nothing else will run, and what "
         "finished is kept: step 1 (T1)."

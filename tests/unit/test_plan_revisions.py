@@ -115,14 +115,19 @@ def test_steps_added_after_a_plan_that_grew_meanwhile_move_to_its_end() -> None:
     stale = [
         StepProposal(index=3, title="compare", assignee="writer"),  # default: after step 2
         StepProposal(
-            index=4, title="sum up", assignee="writer", wait_for=[1, 3],
+            index=4,
+            title="sum up",
+            assignee="writer",
+            wait_for=[1, 3],
             input="{{step_3.output_summary}} and {{ step_1.output_summary }}, {{request}}",
         ),
-    ]  # fmt: skip
+    ]
     plan = apply_operation(plan, AddSteps(steps=stale), assignees=AGENTS)
     assert [(s.index, s.title) for s in plan.steps[2:]] == [
-        (3, "check Initech"), (4, "compare"), (5, "sum up")
-    ]  # fmt: skip
+        (3, "check Initech"),
+        (4, "compare"),
+        (5, "sum up"),
+    ]
     assert plan.steps[3].wait_for == (2,)  # the step it was shown, not the one added meanwhile
     assert plan.steps[4].wait_for == (1, 4)
     assert plan.steps[4].input == (

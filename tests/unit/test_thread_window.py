@@ -15,24 +15,32 @@ REQUEST = "compare our pricing with the top three competitors and draft a note"
 
 def msg(author: str, text: str, event: str | None = None, **payload: Any) -> MessageRecord:
     meta = {"event_type": event, "event_payload": payload} if event else None
-    return MessageRecord("C1", "1.0", None if event else "U1", "B1" if event else None,
-                         author, text, meta)  # fmt: skip
+    return MessageRecord(
+        "C1", "1.0", None if event else "U1", "B1" if event else None, author, text, meta
+    )
 
 
 def plan_of(*inputs: str, summaries: tuple[str, ...] = ()) -> Plan:
     steps = tuple(
-        Step(index=i, title=f"s{i}", assignee="researcher", input=text,
-             output_summary=summaries[i - 1] if i <= len(summaries) else None)
+        Step(
+            index=i,
+            title=f"s{i}",
+            assignee="researcher",
+            input=text,
+            output_summary=summaries[i - 1] if i <= len(summaries) else None,
+        )
         for i, text in enumerate(inputs, start=1)
-    )  # fmt: skip
+    )
     return Plan(id=7, conversation_id=1, request=REQUEST, steps=steps)
 
 
 def test_given_steps_follow_the_summaries_upstream_but_not_other_branches() -> None:
     plan = plan_of(
-        "research", "more: {{step_1.output_summary}}", "other branch",
+        "research",
+        "more: {{step_1.output_summary}}",
+        "other branch",
         "join: {{step_2.output_summary}}",
-    )  # fmt: skip
+    )
     assert given_steps(plan, 4, "join: …") == {1, 2}  # 1 reached 4 through 2's summary
     assert given_steps(plan, 3, "other branch") == set()
     pasted = plan_of("a", "b", summaries=("Prices: A costs 10 and B costs 12 per seat.",))
@@ -75,8 +83,14 @@ def test_the_window_is_bounded_in_characters_newest_first() -> None:
 
 
 def test_a_step_prompt_keeps_interjections_and_drops_its_own_dispatch() -> None:
-    job = RunJob(run_key="k", team_id="T1", input="Write the note: Prices A 10.",
-                 request=REQUEST, plan_id=7, step_index=2)  # fmt: skip
+    job = RunJob(
+        run_key="k",
+        team_id="T1",
+        input="Write the note: Prices A 10.",
+        request=REQUEST,
+        plan_id=7,
+        step_index=2,
+    )
     thread = [
         msg("alice", REQUEST),
         msg(
@@ -85,7 +99,7 @@ def test_a_step_prompt_keeps_interjections_and_drops_its_own_dispatch() -> None:
             "flotilla_dispatch",
             plan_id=7,
             step=2,
-        ),  # fmt: skip
+        ),
         msg("alice", "please mention the annual discount"),
     ]
     prompt = step_prompt(job, thread, plan_of("research", "{{step_1.output_summary}}"))
@@ -95,9 +109,7 @@ def test_a_step_prompt_keeps_interjections_and_drops_its_own_dispatch() -> None:
 
 def test_a_woken_commander_is_not_shown_answers_its_plan_listing_summarises() -> None:
     steps = (
-        Step(
-            index=1, title="r", assignee="researcher", status="done", output_summary="A costs 10"
-        ),  # fmt: skip
+        Step(index=1, title="r", assignee="researcher", status="done", output_summary="A costs 10"),
         Step(index=2, title="w", assignee="writer", status="failed", failure_reason="boom"),
     )
     thread = [
@@ -110,6 +122,7 @@ def test_a_woken_commander_is_not_shown_answers_its_plan_listing_summarises() ->
     prompt = commander_prompt(job, thread, wake)
     assert "A long answer" not in prompt and prompt.count("stop after step 2") == 2
     assert prompt.startswith("stop after step 2") and "summary: A costs 10" in prompt
-    first = commander_prompt(RunJob(run_key="c", team_id="T1", input=REQUEST, request=REQUEST),
-                             thread[:1], None)  # fmt: skip
+    first = commander_prompt(
+        RunJob(run_key="c", team_id="T1", input=REQUEST, request=REQUEST), thread[:1], None
+    )
     assert first == REQUEST  # a first turn: the request once, no window repeating it

@@ -31,8 +31,12 @@ def upgrade() -> None:
     )
     op.create_table(
         "feedback",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True,
-                  nullable=False),
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            autoincrement=True,
+            nullable=False,
+        ),
         sa.Column("team_id", sa.String(length=32), nullable=False),
         sa.Column("channel_id", sa.String(length=32), nullable=False),
         sa.Column("message_ts", sa.String(length=32), nullable=False),
@@ -46,7 +50,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "team_id", "channel_id", "message_ts", "user_id", name=op.f("uq_feedback_team_id")
         ),
-    )  # fmt: skip
+    )
     with op.batch_alter_table("feedback", schema=None) as batch_op:
         batch_op.create_index("ix_feedback_team_created", ["team_id", "created_at"], unique=False)
 

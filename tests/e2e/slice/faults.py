@@ -258,8 +258,16 @@ async def impersonate(run: Run, root: Message, token: str, keys: list[tuple[str,
     for event_type, key in keys:
         step = int(key.split(":")[3]) if ":step:" in key else 0
         await client.chat_postMessage(
-            channel=run.stack.channel.id, thread_ts=root.ts, text=f"not Flotilla: {key}",
-            metadata={"event_type": event_type,
-                      "event_payload": {"plan_id": int(key.split(":")[1]), "step": step,
-                                        "attempt": 1, "key": key}},
-        )  # fmt: skip
+            channel=run.stack.channel.id,
+            thread_ts=root.ts,
+            text=f"not Flotilla: {key}",
+            metadata={
+                "event_type": event_type,
+                "event_payload": {
+                    "plan_id": int(key.split(":")[1]),
+                    "step": step,
+                    "attempt": 1,
+                    "key": key,
+                },
+            },
+        )

@@ -67,9 +67,11 @@ def flaky(marker: str, failures: int) -> Script:
         if marker in first_prompt(messages) and seen["count"] < failures:
             seen["count"] += 1
             raise ModelHTTPError.for_category(
-                ModelUnavailableError, status_code=503, model_name="scripted",
+                ModelUnavailableError,
+                status_code=503,
+                model_name="scripted",
                 body={"error": "overloaded"},
-            )  # fmt: skip
+            )
         return None
 
     return script

@@ -58,9 +58,15 @@ async def test_removing_an_agent_fails_its_steps_under_abort_plan(
 ) -> None:
     steps = [
         {"index": 1, "title": "Ask", "assignee": "user", "input": "Which market?"},
-        {"index": 2, "title": "Analyse", "assignee": "analyst", "input": "Look at it",
-         "wait_for": [1], "on_failure": "abort_plan"},
-    ]  # fmt: skip
+        {
+            "index": 2,
+            "title": "Analyse",
+            "assignee": "analyst",
+            "input": "Look at it",
+            "wait_for": [1],
+            "on_failure": "abort_plan",
+        },
+    ]
     async with start(model=scripted(plans({"MARKET": steps}))) as run:
         root = run.ask("MARKET please")
         await run.says(root, "needs your input")

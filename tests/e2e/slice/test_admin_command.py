@@ -37,8 +37,16 @@ async def test_help_and_anything_unknown_or_malformed_answer_with_help(
     start: Callable[..., Any],
 ) -> None:
     async with start() as run:
-        for text in ("", "help", "frobnicate", "agent edit", "agent add a b", "cancel soon",
-                     "agents please", "agent fly writer"):  # fmt: skip
+        for text in (
+            "",
+            "help",
+            "frobnicate",
+            "agent edit",
+            "agent add a b",
+            "cancel soon",
+            "agents please",
+            "agent fly writer",
+        ):
             answer = await command(run, "maya", text)
             assert "`/flotilla agents`" in answer and "`/flotilla usage`" in answer, text
         assert "I don't know `/flotilla frobnicate`" in await command(run, "maya", "frobnicate")
@@ -66,8 +74,14 @@ async def test_agents_and_plans_are_listed_for_everyone(start: Callable[..., Any
 
 async def test_people_who_are_not_admins_are_refused(start: Callable[..., Any]) -> None:
     async with start() as run:
-        for text in ("agent add scout", "agent edit writer", "agent disable writer",
-                     "agent remove writer", "agent enable writer", "audit"):  # fmt: skip
+        for text in (
+            "agent add scout",
+            "agent edit writer",
+            "agent disable writer",
+            "agent remove writer",
+            "agent enable writer",
+            "audit",
+        ):
             answer = await command(run, "maya", text)
             assert answer.startswith("Sorry, only workspace admins"), (text, answer)
         assert run.stack.workspace.state.top_modal(user_id(run, "maya")) is None

@@ -29,11 +29,19 @@ RETRY_AFTER_JOB = (
     16  # past agents/running/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
 )
 NO_SYNTHESIS = [
-    {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-     "input": "Find the launch numbers."},
-    {"index": 2, "title": "Write it up", "assignee": "writer",
-     "input": "Write up: {{step_1.output_summary}}"},
-]  # fmt: skip
+    {
+        "index": 1,
+        "title": "Find the numbers",
+        "assignee": "researcher",
+        "input": "Find the launch numbers.",
+    },
+    {
+        "index": 2,
+        "title": "Write it up",
+        "assignee": "writer",
+        "input": "Write up: {{step_1.output_summary}}",
+    },
+]
 VALIDATOR_WORDS = ("wait_for", "What was still wrong", "expected", "index", "only the orchestrator")
 
 
@@ -127,9 +135,11 @@ async def test_a_failing_model_still_ends_the_plan_with_a_summary(
 ) -> None:
     def refuses(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         raise ModelHTTPError.for_category(
-            ModelRequestRejectedError, status_code=400, model_name="scripted",
+            ModelRequestRejectedError,
+            status_code=400,
+            model_name="scripted",
             body={"error": "the commander's model refused"},
-        )  # fmt: skip
+        )
 
     script = combine(plans({"NOSYNTH": NO_SYNTHESIS}), FinalAnswers(refuses))
     async with start(model=scripted(script)) as run:
@@ -144,13 +154,27 @@ async def test_a_failing_model_still_ends_the_plan_with_a_summary(
 
 def three_steps(on_failure: str) -> list[dict[str, Any]]:
     return [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": "Find the launch numbers."},
-        {"index": 2, "title": "Survey our pricing", "assignee": "analyst",
-         "input": "[fail] survey our pricing", "on_failure": on_failure},
-        {"index": 3, "title": "Write it up", "assignee": "writer", "wait_for": [1, 2],
-         "input": "Write up: {{step_1.output_summary}} {{step_2.output_summary}}"},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": "Find the launch numbers.",
+        },
+        {
+            "index": 2,
+            "title": "Survey our pricing",
+            "assignee": "analyst",
+            "input": "[fail] survey our pricing",
+            "on_failure": on_failure,
+        },
+        {
+            "index": 3,
+            "title": "Write it up",
+            "assignee": "writer",
+            "wait_for": [1, 2],
+            "input": "Write up: {{step_1.output_summary}} {{step_2.output_summary}}",
+        },
+    ]
 
 
 @pytest.mark.parametrize(
@@ -221,8 +245,9 @@ def assert_one_sentence(answer: Message) -> None:
 async def test_a_plan_the_commander_cannot_correct_is_one_sentence(
     start: Callable[..., Any],
 ) -> None:
-    broken = [{"index": 1, "title": "Research", "assignee": "researcher", "input": "go",
-               "wait_for": [2]}]  # fmt: skip
+    broken = [
+        {"index": 1, "title": "Research", "assignee": "researcher", "input": "go", "wait_for": [2]}
+    ]
 
     def always_broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
         if "create_plan" in {t.name for t in info.function_tools}:
@@ -249,8 +274,7 @@ async def test_an_interjection_the_commander_cannot_apply_is_one_sentence(
         return [call("retry_step", {"index": 1}), text("Retrying step 1.")]
 
     form = {"fields": [{"name": "ok", "label": "Go on?"}]}
-    steps = [*NO_SYNTHESIS[:1],
-             {"index": 2, "title": "Confirm", "assignee": "user", "form": form}]  # fmt: skip
+    steps = [*NO_SYNTHESIS[:1], {"index": 2, "title": "Confirm", "assignee": "user", "form": form}]
     script = combine(
         # "redo" first: the later turn's prompt also quotes the earlier message
         plans({"STEER": steps}),

@@ -33,14 +33,24 @@ def signed(secret: str, body: str, timestamp: int) -> dict[str, str]:
 
 def mention_body(run: Run, text: str) -> str:
     commander = run.stack.commander
-    return json.dumps({
-        "token": commander.verification_token, "team_id": run.stack.workspace.state.team_id,
-        "api_app_id": commander.app_id, "type": "event_callback", "event_id": "EvFORGED1",
-        "event_time": int(time.time()),
-        "event": {"type": "app_mention", "user": run.stack.people["maya"].id,
-                  "text": f"<@{commander.bot_user_id}> {text}", "ts": "1700000000.000100",
-                  "channel": run.stack.channel.id, "event_ts": "1700000000.000100"},
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "token": commander.verification_token,
+            "team_id": run.stack.workspace.state.team_id,
+            "api_app_id": commander.app_id,
+            "type": "event_callback",
+            "event_id": "EvFORGED1",
+            "event_time": int(time.time()),
+            "event": {
+                "type": "app_mention",
+                "user": run.stack.people["maya"].id,
+                "text": f"<@{commander.bot_user_id}> {text}",
+                "ts": "1700000000.000100",
+                "channel": run.stack.channel.id,
+                "event_ts": "1700000000.000100",
+            },
+        }
+    )
 
 
 async def post(url: str, body: str, headers: dict[str, str]) -> tuple[int, str]:
@@ -101,11 +111,15 @@ async def test_a_malformed_plan_from_the_model_is_explained_not_stored(
     start: Callable[..., Any],
 ) -> None:
     broken = [
-        {"index": 1, "title": "Research", "assignee": "researcher", "input": "go",
-         "wait_for": [2]},
-        {"index": 2, "title": "Write", "assignee": "ghostwriter",
-         "input": "{{step_9.output_summary}}", "status": "done"},
-    ]  # fmt: skip
+        {"index": 1, "title": "Research", "assignee": "researcher", "input": "go", "wait_for": [2]},
+        {
+            "index": 2,
+            "title": "Write",
+            "assignee": "ghostwriter",
+            "input": "{{step_9.output_summary}}",
+            "status": "done",
+        },
+    ]
 
     def always_broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:
         if "create_plan" in tools_of(info) and "BROKEN PLAN" in first_prompt(messages):

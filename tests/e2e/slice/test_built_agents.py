@@ -15,11 +15,21 @@ from tests.e2e.slice.test_admin_modal import open_modal, save
 
 STEPS = [
     {"index": 1, "title": "Draft", "assignee": "writer", "input": "Draft the note."},
-    {"index": 2, "title": "Polish", "assignee": "writer", "wait_for": [1],
-     "input": "Polish: {{step_1.output_summary}}"},
-    {"index": 3, "title": "Check", "assignee": "analyst", "wait_for": [2],
-     "input": "Check: {{step_2.output_summary}}"},
-]  # fmt: skip
+    {
+        "index": 2,
+        "title": "Polish",
+        "assignee": "writer",
+        "wait_for": [1],
+        "input": "Polish: {{step_1.output_summary}}",
+    },
+    {
+        "index": 3,
+        "title": "Check",
+        "assignee": "analyst",
+        "wait_for": [2],
+        "input": "Check: {{step_2.output_summary}}",
+    },
+]
 
 
 @pytest.fixture

@@ -76,9 +76,14 @@ async def test_a_cancel_stops_the_step_running_in_another_process(
         first = run.service
         await first.executor.abandon()  # this process still serves Slack, runs nothing
         second = SlackService(
-            first.db, first.client, api_url=run.stack.workspace.api_url, cipher=first.cipher,
-            options=first.options, clock=run.clock, model=gated(writer),
-        )  # fmt: skip
+            first.db,
+            first.client,
+            api_url=run.stack.workspace.api_url,
+            cipher=first.cipher,
+            options=first.options,
+            clock=run.clock,
+            model=gated(writer),
+        )
         await second.start()
         try:
             # the abandon cancelled the first process's run at the gate: forget that too, or
@@ -193,13 +198,29 @@ async def test_a_step_cancelled_after_its_process_died_is_not_run_again(
 
 async def test_an_abort_stops_the_parallel_step_in_flight(start: Callable[..., Any]) -> None:
     steps = [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": "[fail] Find the numbers", "on_failure": "abort_plan", "wait_for": []},
-        {"index": 2, "title": "Draft the note", "assignee": "writer",
-         "input": "Draft the note", "wait_for": []},
-        {"index": 3, "title": "Sum up", "assignee": "commander",
-         "input": "Sum up: {{step_2.output_summary}}", "wait_for": [1, 2]},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": "[fail] Find the numbers",
+            "on_failure": "abort_plan",
+            "wait_for": [],
+        },
+        {
+            "index": 2,
+            "title": "Draft the note",
+            "assignee": "writer",
+            "input": "Draft the note",
+            "wait_for": [],
+        },
+        {
+            "index": 3,
+            "title": "Sum up",
+            "assignee": "commander",
+            "input": "Sum up: {{step_2.output_summary}}",
+            "wait_for": [1, 2],
+        },
+    ]
     writer = Gate("Draft the note")
     failing = Gate("[fail] Find the numbers")
 
@@ -248,11 +269,22 @@ async def test_a_cancel_closes_an_agents_open_question(start: Callable[..., Any]
 
 async def test_an_abort_closes_an_agents_open_question(start: Callable[..., Any]) -> None:
     steps = [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": "[ask] Find the numbers", "wait_for": []},
-        {"index": 2, "title": "Check the sources", "assignee": "analyst",
-         "input": "[fail] Check the sources", "on_failure": "abort_plan", "wait_for": []},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": "[ask] Find the numbers",
+            "wait_for": [],
+        },
+        {
+            "index": 2,
+            "title": "Check the sources",
+            "assignee": "analyst",
+            "input": "[fail] Check the sources",
+            "on_failure": "abort_plan",
+            "wait_for": [],
+        },
+    ]
     failing = Gate("[fail] Check the sources")  # fails once the question is out
     async with start(model=gated(failing, script=plans({"ASKED": steps})), max_parallel=2) as run:
         root = run.ask("ASKED please")
@@ -290,9 +322,12 @@ async def test_a_step_cancelled_before_its_handed_dispatch_is_performed_is_not_d
             if isinstance(effect, PostDispatch) and effect.step == 2 and not handed:
                 handed.append(claimed.handed and claimed.delivery == 1)
                 refused = await cancel_plan(
-                    run.service, plan_id=effect.plan_id, user=run.driver.person("maya").id,
-                    channel=root.channel, thread_ts=root.ts,
-                )  # fmt: skip
+                    run.service,
+                    plan_id=effect.plan_id,
+                    user=run.driver.person("maya").id,
+                    channel=root.channel,
+                    thread_ts=root.ts,
+                )
                 assert refused is None
             performed: bool = await perform(claimed)
             return performed

@@ -25,13 +25,26 @@ def blocks_of(card: Message) -> str:
 
 def three_steps(first_input: str, *, on_failure: str = "ask_commander") -> list[dict[str, Any]]:
     return [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": first_input, "on_failure": on_failure},
-        {"index": 2, "title": "Check the numbers", "assignee": "analyst",
-         "input": "SLOWPOKE check: {{step_1.output_summary}}"},
-        {"index": 3, "title": "Write it up", "assignee": "writer",
-         "input": "Write up: {{step_2.output_summary}}"},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": first_input,
+            "on_failure": on_failure,
+        },
+        {
+            "index": 2,
+            "title": "Check the numbers",
+            "assignee": "analyst",
+            "input": "SLOWPOKE check: {{step_1.output_summary}}",
+        },
+        {
+            "index": 3,
+            "title": "Write it up",
+            "assignee": "writer",
+            "input": "Write up: {{step_2.output_summary}}",
+        },
+    ]
 
 
 async def test_a_cancelled_plan_names_who_cancelled_once(start: Callable[..., Any]) -> None:

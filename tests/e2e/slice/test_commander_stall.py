@@ -22,11 +22,20 @@ from tests.e2e.slice.conftest import Run, scripted
 from tests.e2e.slice.scripts import Script, answered, call, combine, plans, text, tools_of
 
 STEPS = [
-    {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-     "input": "[fail] find the numbers", "on_failure": "ask_commander"},
-    {"index": 2, "title": "Write it up", "assignee": "writer",
-     "input": "Write up: {{step_1.output_summary}}"},
-]  # fmt: skip
+    {
+        "index": 1,
+        "title": "Find the numbers",
+        "assignee": "researcher",
+        "input": "[fail] find the numbers",
+        "on_failure": "ask_commander",
+    },
+    {
+        "index": 2,
+        "title": "Write it up",
+        "assignee": "writer",
+        "input": "Write up: {{step_1.output_summary}}",
+    },
+]
 GAVE_UP = "I could not decide how to continue after step 1 failed"
 
 
@@ -52,9 +61,11 @@ def only_replies(messages: list[ModelMessage]) -> ModelResponse:
 
 def errors(messages: list[ModelMessage]) -> ModelResponse:
     raise ModelHTTPError.for_category(
-        ModelRequestRejectedError, status_code=400, model_name="scripted",
+        ModelRequestRejectedError,
+        status_code=400,
+        model_name="scripted",
         body={"error": "the commander's model refused"},
-    )  # fmt: skip
+    )
 
 
 def retries_for_ever(messages: list[ModelMessage]) -> ModelResponse:
@@ -160,13 +171,28 @@ async def test_a_commander_that_retries_for_ever_is_refused_at_the_cap(
 
 
 WITH_A_FORM = [
-    {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-     "input": "[fail] find the numbers", "on_failure": "ask_commander"},
-    {"index": 2, "title": "Pick the tiers", "assignee": "user", "wait_for": [],
-     "form": {"fields": [{"name": "tiers", "label": "Which tiers?"}]}},
-    {"index": 3, "title": "Write it up", "assignee": "writer", "wait_for": [1, 2],
-     "input": "Write up: {{step_1.output_summary}} for {{step_2.output_summary}}"},
-]  # fmt: skip
+    {
+        "index": 1,
+        "title": "Find the numbers",
+        "assignee": "researcher",
+        "input": "[fail] find the numbers",
+        "on_failure": "ask_commander",
+    },
+    {
+        "index": 2,
+        "title": "Pick the tiers",
+        "assignee": "user",
+        "wait_for": [],
+        "form": {"fields": [{"name": "tiers", "label": "Which tiers?"}]},
+    },
+    {
+        "index": 3,
+        "title": "Write it up",
+        "assignee": "writer",
+        "wait_for": [1, 2],
+        "input": "Write up: {{step_1.output_summary}} for {{step_2.output_summary}}",
+    },
+]
 
 
 async def test_a_plan_that_stalls_later_is_decided_on_again(start: Callable[..., Any]) -> None:

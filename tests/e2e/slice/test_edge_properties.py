@@ -31,9 +31,12 @@ from tests.e2e.slice.test_edge_validation import (
 
 LEAF = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
 JSON_VALUES = st.recursive(
-    LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                     max_size=3), max_leaves=10
-)  # fmt: skip
+    LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
 # values no field Flotilla reads accepts where they are put (never None: thread_ts may be)
 WRONG = (
     st.booleans()
@@ -51,27 +54,54 @@ def templates(run: Run) -> dict[str, tuple[Any, list[str]]]:
     ws, app, maya = run.driver.ws, run.stack.commander, run.driver.person("maya")
     channel = run.stack.channel.id
     click = {
-        "type": "block_actions", "user": {"id": maya.id}, "team": {"id": ws.state.team_id},
-        "api_app_id": app.app_id, "trigger_id": "1.2.3",
-        "container": {"type": "message", "message_ts": "1700000000.000200",
-                      "channel_id": channel, "thread_ts": "1700000000.000100"},
+        "type": "block_actions",
+        "user": {"id": maya.id},
+        "team": {"id": ws.state.team_id},
+        "api_app_id": app.app_id,
+        "trigger_id": "1.2.3",
+        "container": {
+            "type": "message",
+            "message_ts": "1700000000.000200",
+            "channel_id": channel,
+            "thread_ts": "1700000000.000100",
+        },
         "response_url": interactivity_of(ws).response_url(app, channel, maya.id),
-        "actions": [{"type": "button", "action_id": CANCEL_ACTION, "value": "1",
-                     "action_ts": "1.0"}],
-    }  # fmt: skip
+        "actions": [
+            {"type": "button", "action_id": CANCEL_ACTION, "value": "1", "action_ts": "1.0"}
+        ],
+    }
     metadata = {"key": "form:1:1:1:1", "channel": channel, "thread_ts": "1700000000.000100"}
     submission = {
-        "type": "view_submission", "user": {"id": maya.id}, "team": {"id": ws.state.team_id},
-        "view": {"id": "V1", "type": "modal", "callback_id": MODAL_CALLBACK,
-                 "state": {"values": {}}, "private_metadata": json.dumps(metadata)},
-    }  # fmt: skip
+        "type": "view_submission",
+        "user": {"id": maya.id},
+        "team": {"id": ws.state.team_id},
+        "view": {
+            "id": "V1",
+            "type": "modal",
+            "callback_id": MODAL_CALLBACK,
+            "state": {"values": {}},
+            "private_metadata": json.dumps(metadata),
+        },
+    }
     return {
-        "mention": (json.loads(mention_body(run, "hello")),
-                    ["event.user", "event.channel", "event.ts", "event.thread_ts", "event"]),
-        "click": (click, ["user.id", "user", "container.channel_id", "container.message_ts",
-                          "actions.0.value", "actions", "actions.0"]),
+        "mention": (
+            json.loads(mention_body(run, "hello")),
+            ["event.user", "event.channel", "event.ts", "event.thread_ts", "event"],
+        ),
+        "click": (
+            click,
+            [
+                "user.id",
+                "user",
+                "container.channel_id",
+                "container.message_ts",
+                "actions.0.value",
+                "actions",
+                "actions.0",
+            ],
+        ),
         "submission": (submission, ["user.id", "view.private_metadata", "view.state", "view"]),
-    }  # fmt: skip
+    }
 
 
 def broken(payload: Any, path: str, value: Any) -> Any:
@@ -129,8 +159,9 @@ async def test_generated_bad_input_never_gets_a_500_nor_stores_anything(
             statuses.append(status)
             return status
 
-        @settings(max_examples=100, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         @given(request=bad_requests(run), forged=st.booleans())
         def no_500_no_traceback(request: tuple[str, str], forged: bool) -> None:
             body, ctype = request

@@ -149,13 +149,18 @@ async def test_signed_but_malformed_interactions_are_answered_with_a_sentence(
                 "user": {"id": maya.id},
                 "team": {"id": ws.state.team_id},
                 "api_app_id": app.app_id,
-                "container": {"type": "message", "message_ts": question.ts,
-                              "channel_id": question.channel, "thread_ts": root.ts},
+                "container": {
+                    "type": "message",
+                    "message_ts": question.ts,
+                    "channel_id": question.channel,
+                    "thread_ts": root.ts,
+                },
                 "trigger_id": "1.2.3",
                 "response_url": ws.interactivity.response_url(app, question.channel, maya.id),
-                "actions": [{"type": "button", "action_id": action_id, "action_ts": "1.0"}
-                            | fields],
-            }  # fmt: skip
+                "actions": [
+                    {"type": "button", "action_id": action_id, "action_ts": "1.0"} | fields
+                ],
+            }
 
         clicks = [
             action(INLINE_ACTION, block_id="junk", value="an answer"),
@@ -174,12 +179,15 @@ async def test_signed_but_malformed_interactions_are_answered_with_a_sentence(
         )
         assert all(e.text.endswith(".") for e in run.driver.ephemerals("maya"))
 
-        view = {"id": "V1", "type": "modal", "callback_id": MODAL_CALLBACK,
-                "state": {"values": {}}}  # fmt: skip
+        view = {"id": "V1", "type": "modal", "callback_id": MODAL_CALLBACK, "state": {"values": {}}}
         for metadata in ("not json", json.dumps({"key": "junk"}), "[]", "x" * 3001):
-            submission = {"type": "view_submission", "user": {"id": maya.id},
-                          "team": {"id": ws.state.team_id}, "api_app_id": app.app_id,
-                          "view": view | {"private_metadata": metadata}}  # fmt: skip
+            submission = {
+                "type": "view_submission",
+                "user": {"id": maya.id},
+                "team": {"id": ws.state.team_id},
+                "api_app_id": app.app_id,
+                "view": view | {"private_metadata": metadata},
+            }
             body = form_post(submission)
             status, answer = await post(url, body, headers_for(run, body, FORM))
             assert status == 200 and "went wrong" not in answer, (metadata, answer)
@@ -189,10 +197,15 @@ async def test_signed_but_malformed_interactions_are_answered_with_a_sentence(
         status, answer = await post(url, body, headers_for(run, body, FORM))
         assert status == 200 and json.loads(answer)["response_action"] == "update"
 
-        command = {"command": "/flotilla", "text": "plans", "team_id": ws.state.team_id,
-                   "channel_id": question.channel, "api_app_id": app.app_id,
-                   "response_url": ws.interactivity.response_url(app, question.channel, maya.id),
-                   "trigger_id": "1.2.3"}  # fmt: skip
+        command = {
+            "command": "/flotilla",
+            "text": "plans",
+            "team_id": ws.state.team_id,
+            "channel_id": question.channel,
+            "api_app_id": app.app_id,
+            "response_url": ws.interactivity.response_url(app, question.channel, maya.id),
+            "trigger_id": "1.2.3",
+        }
         body = urllib.parse.urlencode(command)  # no user_id
         status, answer = await post(url, body, headers_for(run, body, FORM))
         assert status == 200 and answer.strip(), answer
@@ -304,8 +317,10 @@ async def test_two_submits_of_one_form_modal_at_once_record_one_and_refuse_none(
         "fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
         + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False} for i in range(4)]
     }
-    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": form},
-             {"index": 2, "title": "Write", "assignee": "writer", "input": "Plan it"}]  # fmt: skip
+    steps = [
+        {"index": 1, "title": "Budget and owner", "assignee": "user", "form": form},
+        {"index": 2, "title": "Write", "assignee": "writer", "input": "Plan it"},
+    ]
     async with start(model=scripted(plans({"BUDGET": steps}))) as run:
         root = run.ask("BUDGET please")
         await run.driver.click("maya", await run.says(root, "needs your input"), OPEN_ACTION)
@@ -337,14 +352,25 @@ async def test_an_unknown_action_and_an_unreachable_response_url_get_no_404_and_
             closed = f"http://127.0.0.1:{probe.getsockname()[1]}/response"
 
         def click(action_id: str) -> str:
-            return form_post({
-                "type": "block_actions", "user": {"id": maya.id}, "team": {"id": ws.state.team_id},
-                "api_app_id": app.app_id, "trigger_id": "1.2.3", "response_url": closed,
-                "container": {"type": "message", "message_ts": "1700000000.000002",
-                              "channel_id": channel, "thread_ts": "1700000000.000001"},
-                "actions": [{"type": "button", "action_id": action_id, "value": "1",
-                             "action_ts": "1.0"}],
-            })  # fmt: skip
+            return form_post(
+                {
+                    "type": "block_actions",
+                    "user": {"id": maya.id},
+                    "team": {"id": ws.state.team_id},
+                    "api_app_id": app.app_id,
+                    "trigger_id": "1.2.3",
+                    "response_url": closed,
+                    "container": {
+                        "type": "message",
+                        "message_ts": "1700000000.000002",
+                        "channel_id": channel,
+                        "thread_ts": "1700000000.000001",
+                    },
+                    "actions": [
+                        {"type": "button", "action_id": action_id, "value": "1", "action_ts": "1.0"}
+                    ],
+                }
+            )
 
         for action_id, expected in (("", 400), ("x" * 256, 400), ("not_flotillas", 200)):
             body = click(action_id)
@@ -354,9 +380,16 @@ async def test_an_unknown_action_and_an_unreachable_response_url_get_no_404_and_
         body = form_post({"type": "view_submission", "user": {"id": maya.id}, "view": view})
         status, answer = await post(url, body, headers_for(run, body, FORM))
         assert status == 200, answer  # a view Flotilla did not open: acked, nothing done
-        command = {"command": "/flotilla", "text": "plans", "user_id": maya.id,
-                   "team_id": ws.state.team_id, "channel_id": channel, "api_app_id": app.app_id,
-                   "response_url": closed, "trigger_id": "1.2.4"}  # fmt: skip
+        command = {
+            "command": "/flotilla",
+            "text": "plans",
+            "user_id": maya.id,
+            "team_id": ws.state.team_id,
+            "channel_id": channel,
+            "api_app_id": app.app_id,
+            "response_url": closed,
+            "trigger_id": "1.2.4",
+        }
         body = urllib.parse.urlencode(command)
         warned = Heard("could not reach Slack")
         guard_log = logging.getLogger("flotilla.bot.listeners.guard")

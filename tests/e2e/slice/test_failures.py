@@ -11,11 +11,20 @@ from tests.e2e.slice.scripts import combine, flaky, plans
 
 def two_steps(on_failure: str, first_input: str) -> list[dict[str, Any]]:
     return [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": first_input, "on_failure": on_failure},
-        {"index": 2, "title": "Write it up", "assignee": "writer",
-         "input": "Write up: {{step_1.output_summary}}"},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": first_input,
+            "on_failure": on_failure,
+        },
+        {
+            "index": 2,
+            "title": "Write it up",
+            "assignee": "writer",
+            "input": "Write up: {{step_1.output_summary}}",
+        },
+    ]
 
 
 async def test_abort_plan_stops_everything_after_a_real_failure(
@@ -68,9 +77,11 @@ async def test_transient_failure_is_retried_quietly_then_succeeds(
     start: Callable[..., Any],
 ) -> None:
     model = scripted(
-        combine(plans({"FLAKY": two_steps("abort_plan", "FLAKY find the numbers")}),
-                flaky("FLAKY", failures=1))
-    )  # fmt: skip
+        combine(
+            plans({"FLAKY": two_steps("abort_plan", "FLAKY find the numbers")}),
+            flaky("FLAKY", failures=1),
+        )
+    )
     async with start(model=model) as run:
         root = run.ask("FLAKY please")
         await run.says(root, "retrying (2/3)")
@@ -92,9 +103,11 @@ async def test_transient_failure_is_retried_quietly_then_succeeds(
 
 async def test_a_truly_broken_step_stops_at_the_cap(start: Callable[..., Any]) -> None:
     model = scripted(
-        combine(plans({"BROKEN": two_steps("abort_plan", "BROKEN find the numbers")}),
-                flaky("BROKEN", failures=99))
-    )  # fmt: skip
+        combine(
+            plans({"BROKEN": two_steps("abort_plan", "BROKEN find the numbers")}),
+            flaky("BROKEN", failures=99),
+        )
+    )
     async with start(model=model, max_transient_failures=2) as run:
         root = run.ask("BROKEN please")
         await run.says(root, "retrying (2/2)")

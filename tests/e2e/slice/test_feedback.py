@@ -108,8 +108,9 @@ async def test_an_own_app_agents_answer_is_rated_under_the_commanders_answer(
         named = f"<@{researcher.bot_user_id}>'s answer (step {step.index})"
         assert named in str(final.blocks), final.blocks
         before = len(run.driver.ephemerals("maya"))
-        await run.driver.click("maya", final, f"{RATING_ACTION_PREFIX}{step.index}",
-                               value="positive")  # fmt: skip
+        await run.driver.click(
+            "maya", final, f"{RATING_ACTION_PREFIX}{step.index}", value="positive"
+        )
         await run.driver.wait_for(lambda: len(run.driver.ephemerals("maya")) > before)
         assert run.driver.ephemerals("maya")[-1].text == THANKS
         maya = run.driver.person("maya").id

@@ -41,11 +41,20 @@ Hook = Callable[[list[ModelMessage], AgentInfo], Awaitable[None]]
 RESEARCH = "research our launch emails and write a short report"
 PRICES = b"tier,monthly price\nStarter,9 EUR\nPro,29 EUR\n"
 NOTE_PLAN = [
-    {"index": 1, "title": "Draft the note", "assignee": "writer",
-     "input": "Draft a note on the quarterly numbers for the team."},
-    {"index": 2, "title": "Post it", "assignee": "commander",
-     "input": "Post the note.\nFiles: {{step_1.output_files}}", "wait_for": [1]},
-]  # fmt: skip
+    {
+        "index": 1,
+        "title": "Draft the note",
+        "assignee": "writer",
+        "input": "Draft a note on the quarterly numbers for the team.",
+    },
+    {
+        "index": 2,
+        "title": "Post it",
+        "assignee": "commander",
+        "input": "Post the note.\nFiles: {{step_1.output_files}}",
+        "wait_for": [1],
+    },
+]
 
 
 def agent_of(info: AgentInfo) -> str:
@@ -267,8 +276,13 @@ async def test_a_file_url_outside_slacks_file_host_is_never_fetched_with_the_tok
             # a real message in the channel (no mention: Flotilla ignores it), then a signed
             # app_mention of it whose file points elsewhere – as a forged or odd event would
             plain = run.driver.post("maya", "launch", "our launch emails")
-            file = {"id": "FEVIL00001", "name": "prices.csv", "mimetype": "text/csv",
-                    "size": 20, "url_private": evil_url}  # fmt: skip
+            file = {
+                "id": "FEVIL00001",
+                "name": "prices.csv",
+                "mimetype": "text/csv",
+                "size": 20,
+                "url_private": evil_url,
+            }
             body = mention(run, ts=plain.ts, event_ts=plain.ts, files=[file])
             url = run.stack.commander.request_url or ""
             status, _ = await post(url, body, headers_for(run, body))
@@ -366,12 +380,21 @@ async def test_an_attached_image_is_sent_to_a_model_that_reads_images(
 
 
 FORM_PLAN = [
-    {"index": 1, "title": "Give the price list", "assignee": "user",
-     "input": "Attach our current price list.",
-     "form": {"fields": [{"name": "prices", "label": "The price list", "kind": "file"}]}},
-    {"index": 2, "title": "Read it", "assignee": "researcher",
-     "input": "Compare the tiers.\\nGiven: {{step_1.output_summary}}", "wait_for": [1]},
-]  # fmt: skip
+    {
+        "index": 1,
+        "title": "Give the price list",
+        "assignee": "user",
+        "input": "Attach our current price list.",
+        "form": {"fields": [{"name": "prices", "label": "The price list", "kind": "file"}]},
+    },
+    {
+        "index": 2,
+        "title": "Read it",
+        "assignee": "researcher",
+        "input": "Compare the tiers.\\nGiven: {{step_1.output_summary}}",
+        "wait_for": [1],
+    },
+]
 
 
 def reads_the_forms_file(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse | None:

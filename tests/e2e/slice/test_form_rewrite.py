@@ -24,9 +24,10 @@ from tests.e2e.slice.test_edge_validation import FORM, form_post, headers_for, t
 from tests.e2e.slice.test_inline_forms import STEPS as BUDGET_STEPS
 
 ASK = "[ask] research the history of our launch emails and write it up"
-LARGE_FORM = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
-              + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False}
-                 for i in range(4)]}  # fmt: skip
+LARGE_FORM = {
+    "fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
+    + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False} for i in range(4)]
+}
 FALLBACK_LINE = "the answered form was not rewritten through its response_url"
 
 
@@ -181,23 +182,43 @@ async def test_a_submit_without_a_response_url_is_answered_without_a_traceback(
         root = run.ask("BUDGET please")
         form = await run.says(root, "needs your input")
         key = FormKey((await run.plan(root)).id, 1, 1, 1).encode()
-        size = {"type": "static_select",
-                "selected_option": {"text": {"type": "plain_text", "text": "Small"},
-                                    "value": "Small"}}  # fmt: skip
-        state = {"values": {"field:budget": {"value": {"type": "plain_text_input", "value": "9k"}},
-                            "field:size": {"value": size}}}  # fmt: skip
+        size = {
+            "type": "static_select",
+            "selected_option": {"text": {"type": "plain_text", "text": "Small"}, "value": "Small"},
+        }
+        state = {
+            "values": {
+                "field:budget": {"value": {"type": "plain_text_input", "value": "9k"}},
+                "field:size": {"value": size},
+            }
+        }
 
         def click(action_ts: str) -> str:
-            return form_post({
-                "type": "block_actions", "user": {"id": run.driver.person("maya").id},
-                "team": {"id": run.stack.workspace.state.team_id},
-                "api_app_id": run.stack.commander.app_id, "trigger_id": f"1.2.{action_ts}",
-                "container": {"type": "message", "message_ts": form.ts,
-                              "channel_id": form.channel, "thread_ts": root.ts},
-                "actions": [{"type": "button", "action_id": SUBMIT_ACTION, "block_id": key,
-                             "value": key, "action_ts": action_ts}],
-                "state": state,
-            })  # fmt: skip
+            return form_post(
+                {
+                    "type": "block_actions",
+                    "user": {"id": run.driver.person("maya").id},
+                    "team": {"id": run.stack.workspace.state.team_id},
+                    "api_app_id": run.stack.commander.app_id,
+                    "trigger_id": f"1.2.{action_ts}",
+                    "container": {
+                        "type": "message",
+                        "message_ts": form.ts,
+                        "channel_id": form.channel,
+                        "thread_ts": root.ts,
+                    },
+                    "actions": [
+                        {
+                            "type": "button",
+                            "action_id": SUBMIT_ACTION,
+                            "block_id": key,
+                            "value": key,
+                            "action_ts": action_ts,
+                        }
+                    ],
+                    "state": state,
+                }
+            )
 
         url = run.stack.commander.request_url or ""
         for action_ts in ("1.0", "1.1"):  # the answer, then a repeat (refused)

@@ -18,17 +18,25 @@ from tests.e2e.slice.scripts import plans
 FORM = {
     "fields": [
         {"name": "budget", "label": "Budget"},
-        {"name": "size", "label": "Team size", "kind": "select",
-         "options": ["Small", "Large"]},
+        {"name": "size", "label": "Team size", "kind": "select", "options": ["Small", "Large"]},
         {"name": "notes", "label": "Notes", "kind": "long_text", "required": False},
     ]
-}  # fmt: skip
+}
 STEPS = [
-    {"index": 1, "title": "Budget and size", "assignee": "user", "form": FORM,
-     "input": "How much, and for whom?"},
-    {"index": 2, "title": "Write", "assignee": "writer",
-     "input": "Plan with {{step_1.output_summary}}"},
-]  # fmt: skip
+    {
+        "index": 1,
+        "title": "Budget and size",
+        "assignee": "user",
+        "form": FORM,
+        "input": "How much, and for whom?",
+    },
+    {
+        "index": 2,
+        "title": "Write",
+        "assignee": "writer",
+        "input": "Plan with {{step_1.output_summary}}",
+    },
+]
 
 
 def submits(run: Run) -> list[dict[str, Any]]:
@@ -107,8 +115,13 @@ async def test_a_double_click_is_taken_once_and_a_stale_submit_is_refused(
         run.driver.type_into("maya", form, {"field:budget": "10k", "field:size": "Small"})
         maya, app = run.driver.person("maya"), run.stack.commander
         key = FormKey((await run.plan(root)).id, 1, 1, 1).encode()
-        button = {"type": "button", "action_id": SUBMIT_ACTION, "block_id": key, "value": key,
-                  "text": {"type": "plain_text", "text": "Submit"}}  # fmt: skip
+        button = {
+            "type": "button",
+            "action_id": SUBMIT_ACTION,
+            "block_id": key,
+            "value": key,
+            "text": {"type": "plain_text", "text": "Submit"},
+        }
         click = run.driver.ws.interactivity.message_action
         # a double click: two submits of the same answers at once; one is recorded, and
         # neither is refused (it is the same answer)

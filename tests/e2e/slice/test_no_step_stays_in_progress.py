@@ -18,13 +18,27 @@ CHAIN = "research the history of our launch emails and write a short report"
 
 def removal_plan(on_failure: str) -> list[dict[str, Any]]:
     return [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": "Find the numbers"},
-        {"index": 2, "title": "Write it up", "assignee": "writer",
-         "input": "Write up: {{step_1.output_summary}}", "on_failure": on_failure},
-        {"index": 3, "title": "Sum up", "assignee": "commander",
-         "input": "Sum up the findings: {{step_1.output_summary}}", "wait_for": [2]},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": "Find the numbers",
+        },
+        {
+            "index": 2,
+            "title": "Write it up",
+            "assignee": "writer",
+            "input": "Write up: {{step_1.output_summary}}",
+            "on_failure": on_failure,
+        },
+        {
+            "index": 3,
+            "title": "Sum up",
+            "assignee": "commander",
+            "input": "Sum up the findings: {{step_1.output_summary}}",
+            "wait_for": [2],
+        },
+    ]
 
 
 @pytest.mark.parametrize("on_failure", ["abort_plan", "continue"])
@@ -87,11 +101,20 @@ async def test_a_job_that_dies_of_a_bug_fails_its_step_once(
     start: Callable[..., Any], on_failure: str
 ) -> None:
     steps = [
-        {"index": 1, "title": "Find the numbers", "assignee": "researcher",
-         "input": "Find the numbers", "on_failure": on_failure},
-        {"index": 2, "title": "Write it up", "assignee": "writer",
-         "input": "Write up: {{step_1.output_summary}}"},
-    ]  # fmt: skip
+        {
+            "index": 1,
+            "title": "Find the numbers",
+            "assignee": "researcher",
+            "input": "Find the numbers",
+            "on_failure": on_failure,
+        },
+        {
+            "index": 2,
+            "title": "Write it up",
+            "assignee": "writer",
+            "input": "Write up: {{step_1.output_summary}}",
+        },
+    ]
     researcher = Gate("Find the numbers")
     researcher.release.set()  # only counts the runs
     async with start(model=gated(researcher, script=plans({"BUG": steps}))) as run:

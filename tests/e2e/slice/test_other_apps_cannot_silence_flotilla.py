@@ -38,8 +38,10 @@ async def test_other_apps_and_people_cannot_silence_flotilla(
         await impersonate(run, root, impostor.bot_token, keys)  # the very keys Flotilla will use
         # a person's message carrying a result key (e.g. copied by a script) counts neither
         person = run.driver.post("dev", "launch", "my own result", thread_ts=root.ts)
-        person.metadata = {"event_type": RESULT_EVENT,
-                           "event_payload": {"key": result_key(p, 1, 1)}}  # fmt: skip
+        person.metadata = {
+            "event_type": RESULT_EVENT,
+            "event_payload": {"key": result_key(p, 1, 1)},
+        }
         conversation = await run.service.find_conversation(root.channel, root.ts)
         assert conversation is not None
         port = run.service.port
@@ -64,8 +66,11 @@ async def test_other_apps_and_people_cannot_silence_flotilla(
         ]
         assert dispatches == [1, 2]
         texts = [m.text for m in ours]
-        for prefix in ("[offline model] researcher:", "[offline model] writer:",
-                       "[offline model] commander:"):  # fmt: skip
+        for prefix in (
+            "[offline model] researcher:",
+            "[offline model] writer:",
+            "[offline model] commander:",
+        ):
             assert sum(t.startswith(prefix) for t in texts) == 1, (prefix, texts)
 
 
@@ -83,14 +88,21 @@ async def test_a_redelivered_dispatch_and_form_are_not_silenced(
         plan = await run.plan(root)
         p = plan.id
         await port.failure(step_key(p, 1, 1))  # the dispatch's first post is failing
-        await impersonate(run, root, impostor.bot_token, [
-            (DISPATCH_EVENT, step_key(p, 1, 1)),
-            (FORM_EVENT, question_key(p, 1, 1, 1)),
-            (RESULT_EVENT, result_key(p, 1, 1)),
-        ])  # fmt: skip
+        await impersonate(
+            run,
+            root,
+            impostor.bot_token,
+            [
+                (DISPATCH_EVENT, step_key(p, 1, 1)),
+                (FORM_EVENT, question_key(p, 1, 1, 1)),
+                (RESULT_EVENT, result_key(p, 1, 1)),
+            ],
+        )
         dev = run.driver.post("dev", "launch", "copied", thread_ts=root.ts)
-        dev.metadata = {"event_type": FORM_EVENT,
-                        "event_payload": {"key": question_key(p, 1, 1, 1)}}  # fmt: skip
+        dev.metadata = {
+            "event_type": FORM_EVENT,
+            "event_payload": {"key": question_key(p, 1, 1, 1)},
+        }
 
         port.go.set()
         await asyncio.wait_for(port.raised.wait(), WAIT)

@@ -103,9 +103,14 @@ async def test_a_second_submission_is_refused(start: Callable[..., Any]) -> None
             run.driver.person("maya"),
             run.stack.commander,
             question,
-            {"type": "plain_text_input", "action_id": INLINE_ACTION, "block_id": key,
-             "value": "again", "action_ts": "1.0"},
-        )  # fmt: skip
+            {
+                "type": "plain_text_input",
+                "action_id": INLINE_ACTION,
+                "block_id": key,
+                "value": "again",
+                "action_ts": "1.0",
+            },
+        )
         await run.driver.wait_for(lambda: run.driver.ephemerals("maya"), what="a refusal")
         assert "already answered" in run.driver.ephemerals("maya")[0].text
         plan = await run.plan(root)
@@ -113,18 +118,25 @@ async def test_a_second_submission_is_refused(start: Callable[..., Any]) -> None
         assert plan.steps[0].question.answer == {"answer": "2024 only"}
 
 
-LARGE_FORM = {"fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
-              + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False}
-                 for i in range(4)]}  # fmt: skip
+LARGE_FORM = {
+    "fields": [{"name": "budget", "label": "Budget"}, {"name": "owner", "label": "Owner"}]
+    + [{"name": f"extra{i}", "label": f"Extra {i}", "required": False} for i in range(4)]
+}
 
 
 async def test_a_large_form_is_answered_in_a_modal_that_stays_open_on_a_blank_answer(
     start: Callable[..., Any],
 ) -> None:
     """More fields than a message holds (6 > 5): the [Answer] button opens the modal."""
-    steps = [{"index": 1, "title": "Budget and owner", "assignee": "user", "form": LARGE_FORM},
-             {"index": 2, "title": "Write", "assignee": "writer",
-              "input": "Plan with {{step_1.output_summary}}"}]  # fmt: skip
+    steps = [
+        {"index": 1, "title": "Budget and owner", "assignee": "user", "form": LARGE_FORM},
+        {
+            "index": 2,
+            "title": "Write",
+            "assignee": "writer",
+            "input": "Plan with {{step_1.output_summary}}",
+        },
+    ]
     async with start(model=scripted(plans({"BUDGET": steps}))) as run:
         root = run.ask("BUDGET please")
         message = await run.says(root, "needs your input")

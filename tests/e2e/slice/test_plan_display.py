@@ -37,8 +37,13 @@ async def test_the_native_plan_display_follows_the_step_statuses(
         assert shown.streaming and shown.plan_title == "Plan (5 steps)"
         assert list(shown.tasks) == [f"step-{s.index}" for s in plan.steps]
         # the tasks say what the stored steps say, nothing else
-        assert [s.status for s in plan.steps] == ["done", "done", "in_progress", "pending",
-                                                  "pending"]  # fmt: skip
+        assert [s.status for s in plan.steps] == [
+            "done",
+            "done",
+            "in_progress",
+            "pending",
+            "pending",
+        ]
         assert statuses(shown) == ["complete", "complete", "in_progress", "pending", "pending"]
         card = card_of(run, root)
         assert card.ts < shown.ts and "Cancel plan" in str(card.blocks)

@@ -83,9 +83,14 @@ async def test_a_second_replica_never_runs_a_step_another_is_running(
         await asyncio.wait_for(started.wait(), 20)
         first = run.service
         second = SlackService(
-            first.db, first.client, api_url=run.stack.workspace.api_url, cipher=first.cipher,
-            options=first.options, clock=run.clock, model=offline.offline_model(),
-        )  # fmt: skip
+            first.db,
+            first.client,
+            api_url=run.stack.workspace.api_url,
+            cipher=first.cipher,
+            options=first.options,
+            clock=run.clock,
+            model=offline.offline_model(),
+        )
         await second.start()  # its recovery finds the writer's step in progress...
         await second.settle()
         texts = [m.text for m in run.messages(root)]

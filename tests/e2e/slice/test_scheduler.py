@@ -35,8 +35,14 @@ from tests.e2e.slice.test_admin_home import home_text
 def step(
     index: int, agent: str, text: str, after: list[int] | None = None, **more: Any
 ) -> dict[str, Any]:
-    return {"index": index, "title": f"Step {index}", "assignee": agent, "input": text,
-            "wait_for": after or [], **more}  # fmt: skip
+    return {
+        "index": index,
+        "title": f"Step {index}",
+        "assignee": agent,
+        "input": text,
+        "wait_for": after or [],
+        **more,
+    }
 
 
 def model_with(script: Script, *gates: Gate) -> FunctionModel:
@@ -67,8 +73,12 @@ async def card_shows(run: Run, root: Message, text: str) -> None:
     )
 
 
-FOUR = [step(1, "researcher", "HOLD the first"), step(2, "analyst", "second"),
-        step(3, "writer", "third"), step(4, "researcher", "fourth")]  # fmt: skip
+FOUR = [
+    step(1, "researcher", "HOLD the first"),
+    step(2, "analyst", "second"),
+    step(3, "writer", "third"),
+    step(4, "researcher", "fourth"),
+]
 
 
 # The tests hold every step that could start first: whichever is admitted first holds the
@@ -148,10 +158,15 @@ async def spend(run: Run, tokens: int) -> None:
     service = run.service
     async with service.db.write() as conn:
         await record_usage(
-            conn, team_id=service.team_id, channel_id=run.stack.channel.id,
-            agent_name="researcher", model="offline", input_tokens=tokens, output_tokens=0,
+            conn,
+            team_id=service.team_id,
+            channel_id=run.stack.channel.id,
+            agent_name="researcher",
+            model="offline",
+            input_tokens=tokens,
+            output_tokens=0,
             now=run.clock(),
-        )  # fmt: skip
+        )
 
 
 TWO = [step(1, "researcher", "HOLD first"), step(2, "writer", "then", [1], on_failure="abort_plan")]

@@ -71,7 +71,7 @@ def options_from(settings: Settings) -> Options:
     return Options(
         default_model=settings.model,
         max_parallel=settings.max_parallel,
-        max_transient_failures=settings.max_transient_failures,
+        retry=settings.retry_policies(),
         admin_user_ids=frozenset(settings.admin_user_ids),
         form_answerers=settings.form_answerers,
         lease_seconds=settings.run_lease_seconds,

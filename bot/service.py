@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from flotilla.agents.core.clock import Clock, utcnow
 from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.core.retry_policy import RetryPolicies
 from flotilla.agents.delivering.executor import Executor
 from flotilla.agents.planning.plan import Plan
 from flotilla.agents.planning.plan_store import plan_from_rows
@@ -60,7 +61,7 @@ class Options:
 
     default_model: str = "offline"
     max_parallel: int = 1
-    max_transient_failures: int = 3
+    retry: RetryPolicies = field(default_factory=RetryPolicies)  # FLOTILLA_RETRY_*
     admin_user_ids: frozenset[str] = frozenset()
     # who may answer a form: the person who made the request (and admins), or anyone
     form_answerers: Literal["requester", "anyone"] = "requester"
@@ -165,7 +166,11 @@ class SlackService:
         )
         self.locks = ConversationLocks()
         self.reconciler = Reconciler(
-            db, locks=self.locks, clock=clock, after_commit=self._after_commit
+            db,
+            locks=self.locks,
+            clock=clock,
+            after_commit=self._after_commit,
+            step_retry=self.options.retry.step,
         )
         self.port = SlackPort(
             db, client, self.poster, cipher, clock, file_origins=self.options.file_origins
@@ -181,7 +186,7 @@ class SlackService:
             clock=clock,
             options=ExecutorOptions(
                 max_parallel=self.options.max_parallel,
-                max_transient_failures=self.options.max_transient_failures,
+                retry=self.options.retry,
                 lease=timedelta(seconds=self.options.lease_seconds),
                 heartbeat=timedelta(seconds=self.options.heartbeat_seconds),
                 files=self.options.files,

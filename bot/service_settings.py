@@ -60,15 +60,6 @@ class ServiceSettings(BaseModel):
     anthropic_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY")
     )
-    # how many transient failures a step may have; the old name is still read
-    max_transient_failures: int = Field(
-        default=3,
-        ge=1,
-        le=20,
-        validation_alias=AliasChoices(
-            "FLOTILLA_MAX_TRANSIENT_FAILURES", "FLOTILLA_MAX_STEP_ATTEMPTS"
-        ),
-    )
     max_parallel: int = Field(
         default=1, ge=1, le=50, validation_alias=AliasChoices("FLOTILLA_MAX_PARALLEL")
     )

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from flotilla.bot.file_settings import FileSettings
 from flotilla.bot.lease_settings import LeaseSettings
 from flotilla.bot.live_thread_settings import LiveThreadSettings
+from flotilla.bot.retry_settings import RetrySettings
 from flotilla.bot.scheduler_settings import SchedulerSettings
 from flotilla.bot.service_settings import ServiceSettings
 
@@ -33,12 +34,13 @@ class DatabaseUnavailable(ConfigurationError):
 
 
 # The topics are listed last first: pydantic orders the fields from the furthest base on, so
-# they stay in the order service, files, leases, scheduler, live thread (the order validation
-# errors are reported in).
+# they stay in the order service, files, retries, leases, scheduler, live thread (the order
+# validation errors are reported in).
 class Settings(
     LiveThreadSettings,
     SchedulerSettings,
     LeaseSettings,
+    RetrySettings,
     FileSettings,
     ServiceSettings,
     BaseSettings,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -38,12 +39,25 @@ def slack_call(app: str | None = None) -> Iterator[None]:
         raise TransientError(f"Slack could not be reached ({type(exc).__name__})") from exc
 
 
+def _retry_after(exc: SlackApiError) -> timedelta | None:
+    """The wait Slack asked for with a 429 (its `Retry-After` header, in seconds)."""
+    headers = exc.response.headers if exc.response is not None else {}
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if isinstance(value, list):  # slack_sdk keeps each header's values as a list
+        value = value[0] if value else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return timedelta(seconds=seconds) if seconds is not None and 0 <= seconds <= 3600 else None
+
+
 def classified(exc: SlackApiError, app: str | None = None) -> Exception:
     """Slack's error as `TransientError` (try again) or `PostingRefused` (a sentence)."""
     status = exc.response.status_code if exc.response is not None else 0
     error = str(exc.response.get("error", "")) if exc.response is not None else ""
     if status == 429 or status >= 500 or error in TRANSIENT_ERRORS:
-        return TransientError(f"Slack answered {error or status}")
+        return TransientError(f"Slack answered {error or status}", retry_after=_retry_after(exc))
     if app is not None and error == "not_in_channel":
         return PostingRefused(f"the {app} app is not in this channel (invite it with /invite)")
     sentence = REFUSALS.get(error, f"Slack refused the message ({error or status})")

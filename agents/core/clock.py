@@ -1,5 +1,6 @@
-"""Time, passed in: the one clock type, the default clock, the one backoff policy, and
-the one way a background loop waits for a wake-up or its next poll.
+"""Time, passed in: the one clock type, the default clock, the one sleep type, and the one
+way a background loop waits for a wake-up or its next poll. (How long to wait before trying
+failed work again is `retry_policy`.)
 
 Deciding code never reads a clock; the layers that act take a `Clock` (tests and the
 benchmark pass a settable one).
@@ -8,22 +9,16 @@ benchmark pass a settable one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]  # asyncio.sleep, or a test's that moves its clock
 
 
 def utcnow() -> datetime:
     """The default clock: now, in UTC."""
     return datetime.now(UTC)
-
-
-def backoff(failures: int, *, base: timedelta, cap: timedelta) -> timedelta:
-    """Exponential backoff after the n-th failure (n ≥ 1): base, 2·base, 4·base, … ≤ cap."""
-    exponent = min(max(failures - 1, 0), 30)
-    delay: timedelta = base * (2**exponent)
-    return min(delay, cap)
 
 
 async def woken(event: asyncio.Event, seconds: float) -> bool:

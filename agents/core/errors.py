@@ -7,6 +7,8 @@ Every run failure says whether it is worth retrying (`retryable`), like Temporal
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class FlotillaError(Exception):
     """Base of every error Flotilla raises on purpose. `str()` is a sentence for people."""
@@ -50,9 +52,18 @@ class RunError(FlotillaError):
 
 
 class TransientError(RunError):
-    """Connection dropped, timeout, 429, 5xx or overloaded provider: worth another try."""
+    """Connection dropped, timeout, 429, 5xx or overloaded provider: worth another try.
+
+    `retry_after`: how long the provider or Slack asked to wait (its `Retry-After`), honoured
+    by the retry policy (`agents/core/retry_policy.py`); None when it said nothing."""
 
     retryable = True
+
+    def __init__(
+        self, detail: str, *, public: str | None = None, retry_after: timedelta | None = None
+    ) -> None:
+        super().__init__(detail, public=public)
+        self.retry_after = retry_after
 
 
 class PermanentError(RunError):

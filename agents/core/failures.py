@@ -9,6 +9,8 @@ detail goes (the executor's log line, `flotilla check`'s table).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic_ai.exceptions import (
     ConcurrencyLimitExceeded,
     ModelAPIError,
@@ -85,7 +87,10 @@ def classify_error(exc: BaseException, model: str | None = None) -> RunError:
 
 def _provider_error(exc: ModelAPIError, where: str, model: str | None) -> RunError:
     status = exc.status_code if isinstance(exc, ModelHTTPError) else None
-    return _refused(exc, status, where, model) or _not_answered(exc, status, where)
+    error = _refused(exc, status, where, model) or _not_answered(exc, status, where)
+    if isinstance(error, TransientError) and exc.retry_after:  # the provider's Retry-After
+        error.retry_after = timedelta(seconds=exc.retry_after)
+    return error
 
 
 def _refused(

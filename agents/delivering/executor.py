@@ -77,6 +77,7 @@ class Executor:
             self.perform,
             clock=context.clock,
             lease=options.lease,
+            retry=options.retry.delivery,
             on_give_up=self._given_up,
         )
         self.admission = AdmissionLoop(

@@ -15,6 +15,7 @@ from datetime import datetime
 from itertools import compress
 from operator import is_not
 
+from flotilla.agents.core.retry_policy import STEP, RetryPolicy
 from flotilla.agents.planning.commander_operations import apply_operation
 from flotilla.agents.planning.effects import (
     AskCommander,
@@ -75,8 +76,11 @@ def decide(
     assignees: Collection[str] = (),
     disabled: Collection[str] = (),
     actor: str | None = None,
+    retry: RetryPolicy = STEP,
 ) -> Decision:
     """Apply commander operations, then outcomes, then choose dispatches. Pure.
+
+    `retry`: when a step's transient failure is tried again (`agents/core/retry_policy.py`).
 
     `actor`: the Slack user on whose behalf the operations are applied (a person who
     cancels from the card or with `/flotilla cancel`), named in the stop notice.
@@ -97,7 +101,7 @@ def decide(
         current = apply_operation(current, op, assignees=assignees, disabled=disabled)
         effects.extend(_stopped(was, current, op, actor))
     for outcome in outcomes:
-        current, more = apply_outcome(current, outcome, now)
+        current, more = apply_outcome(current, outcome, now, retry)
         effects.extend(more)
     current, more = dispatch(current, now)
     effects.extend(more)

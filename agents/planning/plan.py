@@ -120,6 +120,8 @@ class StepFailed(_Strict):
     attempt: int
     reason: str
     retryable: bool
+    # how long the provider asked to wait before the next try (its Retry-After), if it did
+    retry_after_seconds: float | None = Field(default=None, ge=0)
 
 
 class StepBlocked(_Strict):

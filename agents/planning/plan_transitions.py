@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from flotilla.agents.core.clock import backoff
+from flotilla.agents.core.retry_policy import STEP, RetryPolicy
 from flotilla.agents.planning.effects import (
     AskCommander,
     AskUser,
@@ -53,15 +53,6 @@ from flotilla.agents.planning.plan_tally import replaced, tally
 from flotilla.agents.planning.plan_validation import STEP_REF, TEMPLATE
 
 Result = tuple[Plan, list[Effect]]
-BACKOFF_BASE = timedelta(seconds=30)
-BACKOFF_MAX = timedelta(minutes=10)
-
-
-def retry_backoff(transient_failures: int) -> timedelta:
-    """Wait before re-dispatching after the n-th transient failure: 30 s, 60 s, … ≤ 10 min."""
-    return backoff(transient_failures, base=BACKOFF_BASE, cap=BACKOFF_MAX)
-
-
 # --- reading a plan ---------------------------------------------------------------------
 
 
@@ -208,8 +199,9 @@ def _dispatch_effect(plan: Plan, step: Step, *, retry: bool = False) -> Effect:
     return PostDispatch(**fields, agent=step.assignee)
 
 
-def apply_outcome(plan: Plan, outcome: Outcome, now: datetime) -> Result:
-    """Record what happened to a dispatched step. Stale or repeated outcomes change nothing."""
+def apply_outcome(plan: Plan, outcome: Outcome, now: datetime, retry: RetryPolicy = STEP) -> Result:
+    """Record what happened to a dispatched step. Stale or repeated outcomes change nothing.
+    `retry`: when a transient failure is tried again (its tries are the plan's own)."""
     step = plan.step(outcome.index)
     if step is None:
         return plan, []
@@ -229,7 +221,7 @@ def apply_outcome(plan: Plan, outcome: Outcome, now: datetime) -> Result:
         )
         return _finish(plan, replace_step(plan, done), [])
     if isinstance(outcome, StepFailed):
-        return _failed(plan, step, outcome, now)
+        return _failed(plan, step, outcome, now, retry)
     if isinstance(outcome, StepBlocked):
         return _blocked(plan, step, outcome)
     if isinstance(outcome, StepCancelled):
@@ -287,11 +279,16 @@ def _blocked(plan: Plan, step: Step, outcome: StepBlocked) -> Result:
     return replace_step(plan, blocked), [ask]
 
 
-def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Result:
+def _failed(
+    plan: Plan, step: Step, outcome: StepFailed, now: datetime, retry: RetryPolicy
+) -> Result:
     failures = step.transient_failures + 1
-    if outcome.retryable and failures < plan.max_transient_failures:
-        not_before = now + retry_backoff(failures)
-        retry = _update(
+    policy = retry.with_attempts(plan.max_transient_failures)
+    if outcome.retryable and policy.tries_left(failures):
+        asked = outcome.retry_after_seconds
+        wait = policy.delay(failures, timedelta(seconds=asked) if asked is not None else None)
+        not_before = now + wait
+        waiting = _update(
             step,
             status="pending",
             transient_failures=failures,
@@ -303,7 +300,7 @@ def _failed(plan: Plan, step: Step, outcome: StepFailed, now: datetime) -> Resul
             **_meta(plan, step) | {"key": retry_key(plan.id, step.index, step.attempts)},
             available_at=not_before,
         )
-        return replace_step(plan, retry), [timer]
+        return replace_step(plan, waiting), [timer]
     reason = outcome.reason
     if outcome.retryable:
         reason = f"{reason} (gave up after {failures} attempts)"

@@ -25,7 +25,9 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from flotilla.agents.core.clock import Sleep
 from flotilla.agents.core.failures import is_storage_error
+from flotilla.agents.core.retry_policy import BEFORE_ACK, BEFORE_ACK_BUDGET
 from flotilla.agents.planning.effects import MessageForCommander, step_key, to_row, turn_key
 from flotilla.agents.planning.plan import Plan, StepSucceeded
 from flotilla.agents.reconciling.outbox import OutboxSender
@@ -42,24 +44,29 @@ from flotilla.storage.runs import load_run
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STORE_BUDGET_S = 2.0  # of Slack's 3 s: what a store before the ack may take, retries included
-STORE_FIRST_DELAY_S = 0.05
 
 
-async def retry_storage(work: Callable[[], Awaitable[T]], *, budget: float = STORE_BUDGET_S) -> T:
-    """`work()`, tried again with a doubling delay while it fails with a storage error (the
-    database busy or briefly away) and `budget` seconds are not spent; then it raises."""
-    started, delay = time.monotonic(), STORE_FIRST_DELAY_S
+async def retry_storage(
+    work: Callable[[], Awaitable[T]],
+    *,
+    budget: float = BEFORE_ACK_BUDGET.total_seconds(),
+    sleep: Sleep = asyncio.sleep,
+) -> T:
+    """`work()`, tried again under the `before_ack` retry policy while it fails with a
+    storage error (the database busy or briefly away) and `budget` seconds are not spent;
+    then it raises. `sleep`: how the waits between tries are spent (tests pass their own)."""
+    started, failures = time.monotonic(), 0
     while True:
         try:
             return await work()
         except Exception as exc:
+            failures += 1
+            wait = BEFORE_ACK.delay(failures).total_seconds()
             spent = time.monotonic() - started
-            if not is_storage_error(exc) or spent + delay > budget:
+            if not is_storage_error(exc) or spent + wait > budget:
                 raise
             log.info("storage busy or away (%s); trying again", type(exc).__name__)
-        await asyncio.sleep(delay)  # a backoff between tries, not a wait for a condition
-        delay *= 2
+        await sleep(wait)  # a backoff between tries, not a wait for a condition
 
 
 async def store_inbound(

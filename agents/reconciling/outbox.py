@@ -25,10 +25,11 @@ from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
-from flotilla.agents.core.clock import Clock, backoff
+from flotilla.agents.core.clock import Clock
 from flotilla.agents.core.errors import RunError
 from flotilla.agents.core.failures import is_storage_error
 from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.core.retry_policy import DELIVERY, RetryPolicy, retry_after
 from flotilla.agents.planning.effects import Effect, UpdatePlanCard, from_row
 from flotilla.storage.db import Database
 from flotilla.storage.locks import run_transaction
@@ -71,7 +72,7 @@ class OutboxSender:
         *,
         clock: Clock,
         lease: timedelta = timedelta(seconds=30),
-        max_failures: int = 8,
+        retry: RetryPolicy = DELIVERY,
         batch: int = 20,
         on_give_up: GiveUp | None = None,
     ) -> None:
@@ -79,7 +80,7 @@ class OutboxSender:
         self.perform = perform
         self.clock = clock
         self.lease = lease
-        self.max_failures = max_failures
+        self.retry = retry  # a delivery that failed: when it is tried again, how often
         self.batch = batch
         self.on_give_up = on_give_up
         self._sent: list[int] = []  # delivered, not yet marked sent (see `flush`)
@@ -293,15 +294,13 @@ class OutboxSender:
             async with self.db.write() as conn:
                 await hold_effect(conn, record.idempotency_key, self.clock() + STORAGE_WAIT)
             return
-        retryable = not isinstance(exc, RunError) or exc.retryable
         failures = record.failures + 1
         now = self.clock()
-        if retryable and failures < self.max_failures:
+        if self.retry.retries(exc, failures):
             log.info("outbox %s failed (%s); retrying", record.idempotency_key, exc)
+            wait = self.retry.delay(failures, retry_after(exc))
             async with self.db.write() as conn:
-                await retry_effect_later(
-                    conn, record.id, error=str(exc), available_at=now + delivery_backoff(failures)
-                )
+                await retry_effect_later(conn, record.id, error=str(exc), available_at=now + wait)
             return
         if not isinstance(exc, RunError):
             log.error("outbox %s failed for good", record.idempotency_key, exc_info=exc)
@@ -314,11 +313,6 @@ class OutboxSender:
 
 
 STORAGE_WAIT = timedelta(seconds=5)  # a delivery the database's outage cut: tried again then
-
-
-def delivery_backoff(failures: int) -> timedelta:
-    """Wait before delivering again after the n-th failure: 2 s, 4 s, … ≤ 5 min."""
-    return backoff(failures, base=timedelta(seconds=2), cap=timedelta(minutes=5))
 
 
 def _sentence(exc: Exception) -> str:

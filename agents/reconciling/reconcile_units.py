@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from flotilla.agents.core.retry_policy import STEP, RetryPolicy
 from flotilla.agents.planning.decisions import Decision, decide
 from flotilla.agents.planning.effects import to_row
 from flotilla.agents.planning.plan import CommanderOperation, Outcome, Plan
@@ -72,6 +73,7 @@ class ReconcileCall:
     assignees: Collection[str] = ()
     disabled: Collection[str] = ()
     actor: str | None = None
+    retry: RetryPolicy = STEP  # when a step's transient failure is tried again
     held: Plan | None = None  # the plan last written by this process (its steps are skipped)
     preclaim: PreClaim | None = None
     # more writes of the caller's in the locked reconcile's transaction (a job's settle)
@@ -95,6 +97,7 @@ class ReconcileCall:
             assignees=self.assignees,
             disabled=self.disabled,
             actor=self.actor,
+            retry=self.retry,
         )
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from flotilla.agents.core.clock import Clock, utcnow
 from flotilla.agents.core.errors import OperationRejected
 from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.core.retry_policy import STEP, RetryPolicy
 from flotilla.agents.planning.decisions import Decision, decide_agent_gone, start
 from flotilla.agents.planning.effects import Effect
 from flotilla.agents.planning.plan import (
@@ -103,8 +104,10 @@ class Reconciler:
         cache_size: int = 1000,
         outbox: OutboxSender | None = None,
         handed_over: frozenset[str] = HANDED_OVER_KINDS,
+        step_retry: RetryPolicy = STEP,
     ) -> None:
         self.db = db
+        self.step_retry = step_retry  # when a step's transient failure is tried again
         self.locks = locks or ConversationLocks()
         self.clock = clock
         self.after_commit = after_commit
@@ -232,6 +235,7 @@ class Reconciler:
             assignees=assignees,
             disabled=disabled,
             actor=actor,
+            retry=self.step_retry,
             held=self._cache.get(conversation_id),
             preclaim=preclaim,
             settle=settle if self.db.is_sqlite else None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from sqlalchemy.engine import Connection
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Woken = AskCommander | MessageForCommander | PlanStalled
-RETRY_AFTER = timedelta(seconds=10)
 
 
 @dataclass(slots=True)
@@ -273,7 +272,7 @@ async def _ask_again(
         plan_id=plan.id,
         version=plan.version,
         attempt=attempt,
-        available_at=ctx.clock() + RETRY_AFTER,
+        available_at=ctx.clock() + ctx.options.retry.commander.delay(attempt),
     )
     async with ctx.db.write() as conn:
         await conn.run_sync(enqueue_effects, [to_row(retry)], ctx.clock(), ignore_duplicates=True)

@@ -2,10 +2,11 @@
 its step failed with a sentence.
 
 A transient failure (e.g. Slack 5xx on the answer) hands the work over to be tried again
-after RETRY_AFTER, counted on its outbox row; after MAX_TRANSIENT_TRIES in a row its step
-fails with a sentence, so a step never waits for ever on Slack or a model that stays down.
-A storage outage counts nothing against the step: the thread is told once per plan and the
-work is handed over after a backoff (STORAGE_BACKOFF: first, doubling, at most). A job that
+under the `job` retry policy (`agents/core/retry_policy.py`; a Retry-After Slack sent is
+honoured), counted on its outbox row; when the policy's tries are spent its step fails with
+a sentence, so a step never waits for ever on Slack or a model that stays down. A storage
+outage counts nothing against the step: the thread is told once per plan and the work is
+handed over after the `storage` policy's backoff. A job that
 dies of a bug, or of a refusal for good, fails its step with a sentence. The lease and row
 mechanics of the jobs themselves are `agents/running/jobs.py`.
 """
@@ -19,6 +20,7 @@ from datetime import timedelta
 from flotilla.agents.core.errors import TransientError
 from flotilla.agents.core.failures import PUBLIC_STORAGE, is_storage_error, storage_error
 from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.core.retry_policy import retry_after
 from flotilla.agents.planning.plan import StepFailed
 from flotilla.agents.running import step_runs
 from flotilla.agents.running.run_context import Context, Job
@@ -27,9 +29,6 @@ from flotilla.storage.run_requests import drop_request
 from flotilla.storage.runs import release_run
 
 log = logging.getLogger(__name__)
-RETRY_AFTER = timedelta(seconds=15)  # long work that met a transient failure is retried
-MAX_TRANSIENT_TRIES = 8  # … this many times in a row, then its step fails with a sentence
-STORAGE_BACKOFF = (timedelta(seconds=1), timedelta(seconds=60))  # first, at most
 
 
 def unsettled(job: Job, exc: Exception) -> None:
@@ -61,20 +60,23 @@ class JobFailures:
         self.outages.pop(job.key)
 
     async def try_again(self, job: Job, lease_key: str, error: TransientError) -> None:
-        """Hand the work over to be tried again shortly, counting the failure on its row;
-        after MAX_TRANSIENT_TRIES in a row its step fails with a sentence (a step never
-        waits for ever on Slack or a model that stays down)."""
-        clock = self.context.clock
+        """Hand the work over to be tried again under the `job` retry policy, counting the
+        failure on its row; when its tries are spent its step fails with a sentence (a step
+        never waits for ever on Slack or a model that stays down). The policy's wait is the
+        same after each failure (its row's count and due time are written in one statement),
+        longer when Slack asked for it."""
+        policy = self.context.options.retry.job
+        wait = policy.delay(1, retry_after(error))
         async with self.context.db.write() as conn:
             await drop_request(conn, lease_key)  # the row, due again later, asks anew
             if not job.scheduled:
                 await release_run(conn, lease_key, self.owner)
             failures = await fail_held_effect(
-                conn, job.key, error=str(error), available_at=clock() + RETRY_AFTER
+                conn, job.key, error=str(error), available_at=self.context.clock() + wait
             )
-            if failures >= MAX_TRANSIENT_TRIES:
+            if not policy.retries(error, failures):
                 await give_up_held_effect(conn, job.key, error=str(error))
-        if failures < MAX_TRANSIENT_TRIES:
+        if policy.retries(error, failures):
             log.info("%s will be tried again (%d): %s", job.key, failures, error)
             return
         log.warning("%s gave up after %d tries: %s", job.key, failures, error)
@@ -85,8 +87,7 @@ class JobFailures:
         work is handed over (counting nothing against the step, see the module)."""
         outages = (self.outages.get(job.key) or 0) + 1
         self.outages.put(job.key, outages)
-        first, most = STORAGE_BACKOFF
-        after: timedelta = min(most, first * 2 ** min(outages - 1, 10))
+        after = self.context.options.retry.storage.delay(outages)
         log.warning("%s: storage is away (%s); trying again in %s", job.key, error, after)
         await self._tell_storage_away(job)
         return after

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from flotilla.agents.core.clock import Clock
 from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.core.retry_policy import RetryPolicies
 from flotilla.agents.reconciling.ports import ChooseModel, RunObserver, SlackPort
 from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.agents.scheduling.admission_policy import SchedulerOptions
@@ -30,13 +31,22 @@ class ExecutorOptions:
     """How the executor runs work (read from the settings in bot/)."""
 
     max_parallel: int = 1
-    max_transient_failures: int = 3
+    retry: RetryPolicies = field(default_factory=RetryPolicies)  # every retry's waits, tries
     lease: timedelta = timedelta(seconds=30)  # a crashed process's work waits at most this
     heartbeat: timedelta = timedelta(seconds=5)  # renews the lease, notices a cancel
     poll_seconds: float = 5.0  # look at the outbox at least this often (expired leases)
-    commander_retries: int = 2  # a commander turn that fails or stalls the plan: retries
     files: FilePolicy = field(default_factory=FilePolicy)  # attachments taken, files kept
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)  # admission control
+
+    @property
+    def max_transient_failures(self) -> int:
+        """Tries a new plan's steps get for transient failures (the step policy's)."""
+        return self.retry.step.maximum_attempts
+
+    @property
+    def commander_retries(self) -> int:
+        """How often a commander turn that failed or stalled its plan is asked again."""
+        return self.retry.commander.maximum_attempts - 1
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from flotilla.agents.core.errors import PermanentError, RunError, StorageError, TransientError
+from flotilla.agents.core.retry_policy import retry_after
 from flotilla.agents.planning.effects import (
     AskUser,
     Effect,
@@ -229,8 +230,18 @@ async def _assignee(ctx: Context, name: str) -> AgentSpec | None:
     return spec_from_record(record)
 
 
-def _failed(effect: RunnableStep, reason: str, *, retryable: bool = False) -> StepFailed:
-    return StepFailed(index=effect.step, attempt=effect.attempt, reason=reason, retryable=retryable)
+def _failed(
+    effect: RunnableStep, reason: str, *, retryable: bool = False, error: RunError | None = None
+) -> StepFailed:
+    """The attempt failed; `error`'s Retry-After (a provider's) goes with it to the plan."""
+    after = retry_after(error) if error is not None else None
+    return StepFailed(
+        index=effect.step,
+        attempt=effect.attempt,
+        reason=reason,
+        retryable=retryable,
+        retry_after_seconds=after.total_seconds() if after is not None else None,
+    )
 
 
 async def _execute(
@@ -293,7 +304,7 @@ async def _execute(
     except RunError as exc:
         log.warning("step run failed: %s", exc, extra=ids(conversation, effect))
         await answer.discard()
-        return _failed(effect, exc.public, retryable=exc.retryable), None
+        return _failed(effect, exc.public, retryable=exc.retryable, error=exc), None
     except ValueError as exc:  # a model string that cannot be used
         log.error("step run cannot start: %s", exc, extra=ids(conversation, effect))
         await answer.discard()

@@ -300,7 +300,7 @@ async def test_crashes_in_a_row_never_give_the_step_up(processes: Any) -> None:
     hang = HangsInTheWriter()
     async with processes(hang.model()) as p:
         key = await p.writer_started(hang)
-        crashes = p.service.executor.outbox.max_failures + 1
+        crashes = p.service.executor.outbox.retry.maximum_attempts + 1
         for crash in range(1, crashes + 1):
             again = HangsInTheWriter()
             replica = await p.crash_and_replace(again.model())

@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from flotilla.agents.core.errors import StorageError
 from flotilla.agents.core.failures import PUBLIC_STORAGE, classify_error, is_storage_error
+from flotilla.agents.core.retry_policy import DELIVERY
 from flotilla.agents.planning.effects import MessageForCommander, to_row
 from flotilla.agents.reconciling.outbox import STORAGE_WAIT, Claimed, OutboxSender
 from flotilla.agents.running.runtime import StepRunResult, run_step
@@ -189,7 +190,7 @@ async def test_a_delivery_cut_by_an_outage_is_not_counted_as_a_failure(
             raise outage
         return False
 
-    sender = OutboxSender(db, perform, clock=lambda: NOW, max_failures=1)
+    sender = OutboxSender(db, perform, clock=lambda: NOW, retry=DELIVERY.with_attempts(1))
     assert await sender.deliver_due() == 1
     async with db.read() as conn:
         row = await conn.execute(

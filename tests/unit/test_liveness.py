@@ -25,6 +25,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from flotilla.agents.core.errors import OperationRejected, PlanValidationError
+from flotilla.agents.core.retry_policy import COMMANDER
 from flotilla.agents.planning.decisions import Decision, decide, start
 from flotilla.agents.planning.effects import (
     AskCommander,
@@ -60,7 +61,7 @@ from flotilla.agents.planning.plan import (
     StepSucceeded,
 )
 from flotilla.agents.planning.plan_transitions import stalled
-from flotilla.agents.running.commander_turns import RETRY_AFTER, after_turn, gave_up, wanted
+from flotilla.agents.running.commander_turns import after_turn, gave_up, wanted
 from tests.unit.reconcile_helpers import AGENTS, T0, make_plan
 from tests.unit.test_plan_properties import SETTINGS, plans
 
@@ -211,7 +212,7 @@ class World:
                     plan_id=plan.id,
                     version=plan.version,
                     attempt=tries + 1,
-                    available_at=self.now + RETRY_AFTER,
+                    available_at=self.now + COMMANDER.delay(tries + 1),
                 )
             )
         elif follow == "stop":

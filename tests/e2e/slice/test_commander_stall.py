@@ -13,8 +13,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 from sqlalchemy import select
 
+from flotilla.agents.core.retry_policy import COMMANDER
 from flotilla.agents.planning.plan import MAX_COMMANDER_RETRIES, Plan
-from flotilla.agents.running.commander_turns import RETRY_AFTER
 from flotilla.bot.views.forms import INLINE_ACTION
 from flotilla.local_slack import Message
 from flotilla.storage.tables import OutboxEntry
@@ -92,7 +92,7 @@ async def pending_rows(run: Run) -> list[tuple[str, str]]:
 
 async def past_the_backoff(run: Run) -> None:
     """Move the service's clock past the commander's retry backoff and let it act."""
-    run.clock.advance(RETRY_AFTER.total_seconds() + 1)
+    run.clock.advance(COMMANDER.cap.total_seconds() + 1)
     run.service.wake()
     await run.quiesce()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from flotilla.agents.core.retry_policy import STEP, RetryPolicies
 from tests.e2e.slice.conftest import scripted
 from tests.e2e.slice.scripts import combine, flaky, plans
 
@@ -108,7 +109,7 @@ async def test_a_truly_broken_step_stops_at_the_cap(start: Callable[..., Any]) -
             flaky("BROKEN", failures=99),
         )
     )
-    async with start(model=model, max_transient_failures=2) as run:
+    async with start(model=model, retry=RetryPolicies(step=STEP.with_attempts(2))) as run:
         root = run.ask("BROKEN please")
         await run.says(root, "retrying (2/2)")
         run.clock.advance(31)

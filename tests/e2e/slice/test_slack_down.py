@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flotilla.agents.core.errors import TransientError
+from flotilla.agents.core.retry_policy import JOB
 from flotilla.agents.reconciling.ports import StepTag
-from flotilla.agents.running.job_failures import MAX_TRANSIENT_TRIES, RETRY_AFTER
 from flotilla.storage.records import ConversationRecord
 from tests.e2e.slice.faults import FaultyPort, Gate, gated, outbox_row
 
@@ -51,16 +51,16 @@ async def test_an_answer_slack_keeps_refusing_fails_its_step_after_bounded_tries
         key = f"plan:{(await run.plan(root)).id}:step:1:attempt:1"
         researcher.release.set()
         await run.service.settle()
-        for _ in range(MAX_TRANSIENT_TRIES + 2):
+        for _ in range(JOB.maximum_attempts + 2):
             if (await run.plan(root)).steps[0].status != "in_progress":
                 break
-            run.clock.advance(RETRY_AFTER.total_seconds() + 1)
+            run.clock.advance(JOB.cap.total_seconds() + 1)
             run.service.wake()
             await run.service.settle()
         await run.quiesce()
         plan = await run.plan(root)
         assert plan.steps[0].status != "in_progress"
-        assert busy.tries == MAX_TRANSIENT_TRIES  # bounded, and none after the give-up
+        assert busy.tries == JOB.maximum_attempts  # bounded, and none after the give-up
         assert researcher.calls == 1  # every try answered from the stored run
         assert (await outbox_row(run, key))[0] == "failed"
         notes = [m.text for m in run.messages(root) if "kept failing" in m.text]

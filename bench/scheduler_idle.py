@@ -26,6 +26,7 @@ from typing import Any, cast
 from bench.reconcile import RoundTrips, chain, run_plan
 from bench.scheduler_harness import Counted
 from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.jobs import JobRunner
 from flotilla.agents.running.run_context import Context, ExecutorOptions
 from flotilla.agents.running.slot_requests import slot_request
@@ -126,7 +127,7 @@ async def per_run_cost(
     return trips / n, transactions / n, spent / n, passes
 
 
-async def _zero_latency() -> None:
+async def _zero_latency(_attempt: Attempt) -> None:
     return None
 
 

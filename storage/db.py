@@ -147,6 +147,13 @@ class Database:
     def __init__(self, url: str, *, echo: bool = False, **engine_kwargs: Any) -> None:
         self.url = url
         self.is_sqlite = is_sqlite(url)  # asked on every reconcile: answered once
+        # What the code above storage/ may depend on, instead of the dialect: SQLite runs
+        # write transactions one at a time (`begin_sqlite` takes the write lock at BEGIN),
+        # so writes that belong together can share one transaction without a version check
+        # (a reconcile under its lock, a job's settle in its outcome's reconcile, a tool's
+        # write storing the run's response); PostgreSQL runs them side by side (a reconcile
+        # is an optimistic read and one version-checked write).
+        self.writes_one_at_a_time = self.is_sqlite
         self.engine = create_engine(url, echo=echo, **engine_kwargs)
         self._disposers: list[Callable[[], None]] = []
 

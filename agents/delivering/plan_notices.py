@@ -89,7 +89,7 @@ async def finished(
         runner.hold(
             effect,
             final_answer_key(plan.id),
-            lambda: write(ctx, conversation, effect, plan, redelivered),
+            lambda _attempt: write(ctx, conversation, effect, plan, redelivered),
         )
         return True
     if redelivered and await context.port.thread_has_key(conversation, effect.key):

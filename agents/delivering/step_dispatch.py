@@ -5,7 +5,6 @@ a long effect – a step run or a commander turn – that the executor runs as a
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,6 +23,7 @@ from flotilla.agents.planning.effects import (
 )
 from flotilla.agents.planning.plan import Plan
 from flotilla.agents.running import commander_turns, plan_reads, step_runs
+from flotilla.agents.running.attempt import Attempt, Work
 from flotilla.agents.running.run_context import Context
 from flotilla.agents.running.slot_requests import agent_of
 from flotilla.storage.db import Also
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from flotilla.agents.scheduling.admission import AdmissionLoop
 
 log = logging.getLogger(__name__)
-Work = Callable[[], Awaitable[None]]
 
 
 async def post_form(
@@ -126,10 +125,10 @@ def work_of(
     if isinstance(effect, RunCommanderStep):
         reads = step_runs.claim_reads(ctx, conversation, effect, redelivered=redelivered)
 
-        async def commander_step() -> None:  # when its slot is granted
+        async def commander_step(attempt: Attempt) -> None:  # when its slot is granted
             ctx.observer.dispatched("commander")
             log.info("step dispatched to the commander", extra=step_runs.ids(conversation, effect))
-            await step_runs.run(ctx, conversation, effect, redelivered, reads)
+            await step_runs.run(ctx, conversation, effect, redelivered, reads, attempt)
 
         return effect.key, commander_step, reads.read
     if isinstance(effect, PostDispatch | ResumeStep):
@@ -138,10 +137,14 @@ def work_of(
         key = effect.key if isinstance(effect, PostDispatch) else step_runs.run_key_of(effect)
         return (
             key,
-            lambda: step_runs.run(ctx, conversation, step, redelivered, reads),
+            lambda attempt: step_runs.run(ctx, conversation, step, redelivered, reads, attempt),
             reads.read,
         )
     if isinstance(effect, AskCommander | MessageForCommander | PlanStalled):
         turn = commander_turns.turn_reads(ctx, conversation, effect, redelivered=redelivered)
-        return None, lambda: commander_turns.take(ctx, conversation, effect, turn), turn.read
+        return (
+            None,
+            lambda attempt: commander_turns.take(ctx, conversation, effect, turn, attempt),
+            turn.read,
+        )
     raise TypeError(f"no performer for {type(effect).__name__}")  # pragma: no cover

@@ -160,7 +160,7 @@ class Reconciler:
         """`start_plan` for steps that are already valid (no limits checked here)."""
         now = self.clock()
         preclaim = self._preclaim(now)
-        settle = settle if self.db.is_sqlite else None
+        settle = settle if self.db.writes_one_at_a_time else None
 
         def work(conn: Connection) -> Stored:
             current = store.load_latest_plan(conn, conversation_id)
@@ -238,9 +238,9 @@ class Reconciler:
             retry=self.step_retry,
             held=self._cache.get(conversation_id),
             preclaim=preclaim,
-            settle=settle if self.db.is_sqlite else None,
+            settle=settle if self.db.writes_one_at_a_time else None,
         )
-        if self.db.is_sqlite:
+        if self.db.writes_one_at_a_time:
             return await self._locked(conversation_id, locked_reconcile(call), preclaim)
         unit = optimistic_reconcile(call)
         try:

@@ -46,6 +46,7 @@ from flotilla.agents.reconciling.run_history import load_messages
 from flotilla.agents.running.built_agents import BUILT_AGENTS
 from flotilla.agents.running.history_compaction import compact_history
 from flotilla.agents.running.models import model_label
+from flotilla.agents.running.preemption import TurnBoundary
 from flotilla.agents.running.runtime import RunJob, drive, load_session
 from flotilla.agents.running.session import (
     DEFAULT_LIMITS,
@@ -336,6 +337,7 @@ async def commander_turn(
     now: Clock = utcnow,
     reads: StepReads | None = None,
     close_later: bool = False,
+    yields: TurnBoundary | None = None,
 ) -> CommanderTurn:
     """Run one commander turn for `job` (its `input` is the new message) and return proposals.
     `close_later`: its run's close is left to the caller (`CommanderTurn.close`), which
@@ -344,7 +346,8 @@ async def commander_turn(
     Same `job.run_key` again continues (after a crash) or returns (when finished) that turn.
     Raises `TransientError` / `PermanentError` like any run – e.g. a plan still invalid
     after `plan_retries` corrections is a `PermanentError`. `reads`: its stored session and
-    the thread, if the caller read them already (`agents.running.step_reads`).
+    the thread, if the caller read them already (`agents.running.step_reads`); `yields`:
+    how a scheduled turn gives its slot to urgent work (its attempt's).
     """
     if reads is None:
         stored, thread = await load_session(db, job)
@@ -370,7 +373,8 @@ async def commander_turn(
         existing=stored_steps if len(stored_steps) == len(views) else (),
         thread=list(thread),
     )
-    session = RunSession(db, job, COMMANDER, model_label(model), now, stored if history else None)
+    previous = stored if history else None
+    session = RunSession(db, job, COMMANDER, model_label(model), now, previous, yields)
     prompt = None if history else commander_prompt(job, thread, wake)
     try:
         _output, messages = await drive(

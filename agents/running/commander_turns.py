@@ -42,8 +42,9 @@ from flotilla.agents.planning.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, 
 from flotilla.agents.planning.plan_store import plan_from_rows
 from flotilla.agents.planning.plan_transitions import stalled
 from flotilla.agents.planning.session_status import activity, session_status
+from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.commander import CommanderTurn, CommanderWake, commander_turn
-from flotilla.agents.running.job_settling import SETTLING
+from flotilla.agents.running.job_settling import Settling
 from flotilla.agents.running.runtime import RunJob
 from flotilla.agents.running.step_runs import ClaimReads, ids
 from flotilla.agents.tools.registry import spec_from_record
@@ -92,10 +93,15 @@ def turn_reads(
 
 
 async def take(
-    ctx: Context, conversation: ConversationRecord, effect: Woken, before: TurnReads
+    ctx: Context,
+    conversation: ConversationRecord,
+    effect: Woken,
+    before: TurnReads,
+    attempt: Attempt | None = None,
 ) -> None:
     """One commander turn for `effect`, applied; a failure decision is never left open.
-    `before`: its reads, made as its slot was claimed or made now."""
+    `before`: its reads, made as its slot was claimed or made now; `attempt`: as its job
+    claimed it (how its run yields to urgent work, how it settles with the plan it starts)."""
     plan = await before.plan_now(ctx)
     reads = before.session
     if not isinstance(effect, MessageForCommander) and not wanted(plan, effect):
@@ -103,12 +109,12 @@ async def take(
     await ctx.port.show_status(conversation, "processing", "working")  # seen at once
     text, wake = _what_happened(effect, plan, await _addressees(ctx))
     if isinstance(effect, MessageForCommander):
-        answered = await _turn(ctx, conversation, effect, text, wake, reads)
+        answered = await _turn(ctx, conversation, effect, text, wake, reads, attempt)
         changed = answered.decision.plan if answered.decision is not None else None
         await show_status(ctx, conversation, changed)
         return  # a person's message: answered (or refused) in the thread
     try:
-        turn = await _turn(ctx, conversation, effect, text, wake, reads)
+        turn = await _turn(ctx, conversation, effect, text, wake, reads, attempt)
     except TransientError:
         raise  # e.g. Slack 5xx saying it: the stored turn is taken again, at no cost
     except Exception as exc:  # a bug must not leave the plan stuck: counts as a failed turn
@@ -309,7 +315,11 @@ async def _turn_failed(
 
 
 async def _start_plan(
-    ctx: Context, conversation: ConversationRecord, turn: CommanderTurn, names: list[str]
+    ctx: Context,
+    conversation: ConversationRecord,
+    turn: CommanderTurn,
+    names: list[str],
+    settles: Settling | None,
 ) -> Decision:
     """Start the turn's plan; its run's close (`turn.close`, SQLite) and, when nothing
     follows the start, its job's settle are written in the plan's transaction. A start
@@ -317,7 +327,7 @@ async def _start_plan(
     its own – or kept for the retry when the database is away."""
     assert turn.plan is not None
     closing = turn.close
-    settling = SETTLING.get() if ctx.db.is_sqlite and not turn.operations else None
+    settling = settles if ctx.db.writes_one_at_a_time and not turn.operations else None
     if settling is not None:
         await settling.stop_heartbeat()  # it would see its request finished
 
@@ -358,6 +368,7 @@ async def _turn(
     text: str,
     wake: CommanderWake | None,
     reads: ClaimReads,
+    attempt: Attempt | None,
 ) -> Turn:
     """Run the turn and apply it (the plan's change, if any, is in the result); `reads`:
     its stored session and the thread, read with the plan."""
@@ -367,7 +378,14 @@ async def _turn(
         model = await ctx.choose_model(None)
         read = await reads.reads(ctx.db)
         turn = await commander_turn(
-            ctx.db, job, agents, model=model, wake=wake, reads=read, close_later=ctx.db.is_sqlite
+            ctx.db,
+            job,
+            agents,
+            model=model,
+            wake=wake,
+            reads=read,
+            close_later=ctx.db.writes_one_at_a_time,
+            yields=attempt.yields if attempt is not None else None,
         )
     except RunError as exc:
         return await _turn_failed(ctx, conversation, effect, exc)
@@ -386,7 +404,8 @@ async def _turn(
         await turn.close.close()  # no plan to store it with
     try:
         if turn.plan is not None:
-            changed = await _start_plan(ctx, conversation, turn, names)
+            settles = attempt.settles if attempt is not None else None
+            changed = await _start_plan(ctx, conversation, turn, names, settles)
         if turn.operations:
             shown = wake.steps if wake is not None else ()  # the plan the turn was shown
             decision = await ctx.reconciler.reconcile(

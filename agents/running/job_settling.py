@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,9 +47,6 @@ class Settling:
     def committed(self) -> None:
         """The reconcile's transaction committed: what it settled is settled."""
         self.others_wait, self._written = self._written, None
-
-
-SETTLING: ContextVar[Settling | None] = ContextVar("flotilla_settling", default=None)
 
 
 def settling_of(run_key: str, row_key: str, owner: str, heartbeat: asyncio.Task[None]) -> Settling:

@@ -25,10 +25,11 @@ from flotilla.agents.core.errors import PermanentError, TransientError
 from flotilla.agents.core.failures import is_storage_error
 from flotilla.agents.planning.effects import Effect
 from flotilla.agents.running import step_runs
+from flotilla.agents.running.attempt import Attempt, Work
 from flotilla.agents.running.job_failures import JobFailures, unsettled
-from flotilla.agents.running.job_settling import SETTLING, settling_of
-from flotilla.agents.running.preemption import BOUNDARY, Preempted, turn_boundary
-from flotilla.agents.running.run_context import Context, Job, Work
+from flotilla.agents.running.job_settling import settling_of
+from flotilla.agents.running.preemption import Preempted, turn_boundary
+from flotilla.agents.running.run_context import Context, Job
 from flotilla.agents.running.slot_requests import SlotRequest, claim_slot
 from flotilla.storage.db import Also
 from flotilla.storage.outbox import finish_effect, hold_effect
@@ -131,18 +132,13 @@ class JobRunner:
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
             ended: BaseException | None = None
-            yields = job.scheduled and self.start_passed is not None  # …to urgent work
-            BOUNDARY.set(turn_boundary(self.context, job, self.owner) if yields else None)
-            settling = None  # a scheduled job settles in its outcome's reconcile
-            if job.scheduled and not self.abandoned:
-                settling = settling_of(lease_key, job.key, self.owner, heartbeat)
-            SETTLING.set(settling)
+            attempt = self._attempt(job, lease_key, slot, heartbeat)
+            settling = attempt.settles
             try:
-                await work()
+                await work(attempt)  # a failure reported after it settles on its own
             except (asyncio.CancelledError, Exception) as exc:
                 ended = exc
             finally:
-                SETTLING.set(None)  # a failure reported after the work settles on its own
                 job.working = False
                 heartbeat.cancel()
             # the heartbeat is over before the lease is let go: it cannot renew it after
@@ -163,6 +159,28 @@ class JobRunner:
         finally:
             self.jobs.pop(job.key, None)
             self.context.observer.jobs_running(len(self.jobs))
+
+    def _attempt(
+        self, job: Job, lease_key: str, slot: SlotRequest | None, heartbeat: asyncio.Task[None]
+    ) -> Attempt:
+        """The attempt this job's claim made: a scheduled run yields to urgent work at a
+        model-turn boundary (when this process starts passed runs) and settles in its
+        outcome's reconcile."""
+        yields = job.scheduled and self.start_passed is not None
+        settles = job.scheduled and not self.abandoned
+        return Attempt(
+            key=job.key,
+            run_key=lease_key,
+            kind=job.kind,
+            plan_id=job.plan_id,
+            step=job.step,
+            attempt=job.attempt,
+            conversation_id=job.conversation_id,
+            agent=str(slot.values.get("agent_name")) if slot is not None else None,
+            lease_until=self.context.clock() + self.context.options.lease,
+            yields=turn_boundary(self.context, job, self.owner) if yields else None,
+            settles=settling_of(lease_key, job.key, self.owner, heartbeat) if settles else None,
+        )
 
     async def _release(self, job: Job, lease_key: str, ended: BaseException | None) -> bool:
         """Let go of a job's lease and row as its work ended (`ended`: why, None: done);

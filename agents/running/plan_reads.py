@@ -57,7 +57,7 @@ def remembered(ctx: Context, conversation_id: int, plan_id: int) -> Plan | None:
     """The plan as this process's reconciler last committed it (no read), on SQLite only:
     there one process serves the database and every plan write goes through its
     reconciler, so no other writer can have changed it since. None: read it."""
-    if not ctx.db.is_sqlite:
+    if not ctx.db.writes_one_at_a_time:
         return None
     plan = ctx.reconciler.remembered(conversation_id)
     return plan if plan is not None and plan.id == plan_id else None

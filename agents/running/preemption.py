@@ -1,6 +1,7 @@
 """Urgent work: the first lower-priority run to reach a model-turn boundary yields its slot.
 
-A scheduled run's job sets `BOUNDARY` (`turn_boundary`) for its task. Whenever the run
+A scheduled run's job makes its `TurnBoundary` (`turn_boundary`) and hands it to the run
+with its `Attempt` (the run's session keeps it: `RunSession.yields`). Whenever the run
 stores its history (`RunSession.save`), the statement that stores it also returns whether
 an urgent run waits only for a slot this run may give (`TurnBoundary.asked`, a subquery;
 `TurnBoundary.wants` asks it in a statement of its own). At a
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,29 +47,28 @@ class TurnBoundary:
     handed: bool = False  # handed over in the transaction now open (paused at its commit)
 
 
-BOUNDARY: ContextVar[TurnBoundary | None] = ContextVar("flotilla_boundary", default=None)
-
-
 class Preempted(asyncio.CancelledError):
     """The run paused at a model-turn boundary for urgent work (its history is stored).
 
     A `CancelledError`, so no `except Exception` on the way treats it as a failure."""
 
 
-def question() -> ColumnElement[Any] | None:
+def question(turn: TurnBoundary | None) -> ColumnElement[Any] | None:
     """What the statement storing a run's turn asks too (None: nothing to ask): whether an
     urgent run waits for this run's slot – its answer goes to `at_stored_turn(wanted=…)`."""
-    turn = BOUNDARY.get()
     return None if turn is None or turn.paused.is_set() else turn.asked
 
 
 async def at_stored_turn(
-    conn: AsyncConnection, *, boundary: bool, wanted: bool | None = None
+    turn: TurnBoundary | None,
+    conn: AsyncConnection,
+    *,
+    boundary: bool,
+    wanted: bool | None = None,
 ) -> None:
     """In the transaction that stores a run's history: whether an urgent run waits (`wanted`,
     answered by the storing statement; read here when None), and at a model-turn boundary
     (`boundary`) give way in this same transaction."""
-    turn = BOUNDARY.get()
     if turn is None or turn.paused.is_set():
         return
     turn.wanted = await turn.wants(conn) if wanted is None else wanted
@@ -78,25 +77,22 @@ async def at_stored_turn(
         turn.handed = await turn.give_way(conn)
 
 
-def committed() -> None:
+def committed(turn: TurnBoundary | None) -> None:
     """The stored turn's transaction committed: a hand-over in it now pauses the run."""
-    turn = BOUNDARY.get()
     if turn is not None and turn.handed:
         turn.handed = False
         turn.paused.set()
 
 
-def wants_to_give_way() -> bool:
+def wants_to_give_way(turn: TurnBoundary | None) -> bool:
     """At a boundary with nothing new to store: whether the last stored turn (e.g. a tool's
     return, a moment ago) saw an urgent run waiting – then the hand-over is tried in a
     transaction of its own (`at_stored_turn(conn, boundary=True)`)."""
-    turn = BOUNDARY.get()
     return turn is not None and turn.wanted and not turn.paused.is_set()
 
 
-def check_pause() -> None:
+def check_pause(turn: TurnBoundary | None) -> None:
     """Raise `Preempted` when this run gave its slot away (call at a turn boundary)."""
-    turn = BOUNDARY.get()
     if turn is not None and turn.paused.is_set():
         raise Preempted("paused for urgent work")
 

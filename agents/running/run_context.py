@@ -4,7 +4,6 @@ in (the database, the reconciler, the Slack port, the model chooser, the clock).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -21,7 +20,6 @@ from flotilla.storage.conversations import find_conversation, get_conversation
 from flotilla.storage.db import Database
 from flotilla.storage.records import ConversationRecord, RunRequestRecord
 
-Work = Callable[[], Awaitable[None]]
 CONVERSATION_CACHE_SIZE = 1000  # conversation records kept in memory per process
 Thread = tuple[str, str, str]  # a conversation's workspace, channel and thread ts
 

@@ -48,6 +48,7 @@ from flotilla.agents.running.answer_text import ShowText
 from flotilla.agents.running.built_agents import BUILT_AGENTS
 from flotilla.agents.running.history_compaction import compact_history
 from flotilla.agents.running.models import model_label
+from flotilla.agents.running.preemption import TurnBoundary
 from flotilla.agents.running.session import (
     DEFAULT_LIMITS,
     AtClose,
@@ -238,6 +239,7 @@ async def run_step(
     show: ShowText | None = None,
     reads: StepReads | None = None,
     at_close: AtClose | None = None,
+    yields: TurnBoundary | None = None,
 ) -> StepRunResult | StepQuestion:
     """Run `spec` on `job` to completion, or continue the stored session of `job.run_key`.
 
@@ -251,6 +253,7 @@ async def run_step(
     public addresses only. `show` sees the answer's text while the model writes it.
     `reads`: what the caller read of the step already (`agents.running.step_reads`; with its plan).
     `at_close`: the caller's work in the transaction that stores the finished run.
+    `yields`: how a scheduled run gives its slot to urgent work (its attempt's).
     """
     deps = run_deps(job, [], spec, fetch_policy, db=db, files=files, model=model, now=now)
     reads, attached = await _load(db, job, deps, reads)
@@ -283,6 +286,7 @@ async def run_step(
         previous=previous,
         show=show,
         at_close=at_close,
+        yields=yields,
     )
 
 
@@ -301,6 +305,7 @@ async def resume_step(
     show: ShowText | None = None,
     reads: StepReads | None = None,
     at_close: AtClose | None = None,
+    yields: TurnBoundary | None = None,
 ) -> StepRunResult | StepQuestion:
     """Continue a suspended run with a person's answer to its `ask_user` question
     (`reads`: its stored session and thread, if the caller read them already; `at_close`:
@@ -332,6 +337,7 @@ async def resume_step(
         previous=stored,
         show=show,
         at_close=at_close,
+        yields=yields,
     )
 
 
@@ -351,8 +357,9 @@ async def _drive_step(
     previous: AgentRunRecord | None,
     show: ShowText | None = None,
     at_close: AtClose | None = None,
+    yields: TurnBoundary | None = None,
 ) -> StepRunResult | StepQuestion:
-    session = RunSession(db, job, spec.name, model_label(model), now, previous)
+    session = RunSession(db, job, spec.name, model_label(model), now, previous, yields)
     output, messages = await drive(
         session,
         agent,

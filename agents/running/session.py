@@ -52,8 +52,8 @@ from flotilla.agents.reconciling.run_history import dump_messages, resumable, te
 from flotilla.agents.running import preemption
 from flotilla.agents.running.answer_text import ShowText, can_stream, relay
 from flotilla.agents.running.models import resolve_model
-from flotilla.agents.running.preemption import check_pause
-from flotilla.agents.tools.context import RunJob
+from flotilla.agents.running.preemption import TurnBoundary, check_pause
+from flotilla.agents.tools.context import RunDeps, RunJob
 from flotilla.agents.tools.journal import ResponseStore, ToolJournal, split_journal, with_journal
 from flotilla.storage.db import Also, Database
 from flotilla.storage.records import AgentRunRecord
@@ -106,8 +106,11 @@ class RunSession:
         model: str,
         now: Clock,
         previous: AgentRunRecord | None = None,
+        yields: TurnBoundary | None = None,
     ) -> None:
         self.db, self.job, self.agent_name, self.model, self.now = db, job, agent_name, model, now
+        # how a scheduled run gives its slot to urgent work at a model-turn boundary
+        self.yields = yields
         # tokens of this session already stored with its history and in the usage ledger
         self.recorded = (previous.input_tokens, previous.output_tokens) if previous else (0, 0)
         self.usage = RunUsage(input_tokens=self.recorded[0], output_tokens=self.recorded[1])
@@ -161,7 +164,8 @@ class RunSession:
             # write stores (built inside it) is never older than a concurrent tool's save
             # committed after it; PostgreSQL's run side by side (`save` is serialised by
             # `_writing` instead, which a tool's transaction does not hold)
-            response_store=self._response_store if self.db.is_sqlite else None,
+            response_store=self._response_store if self.db.writes_one_at_a_time else None,
+            response_stores=deps.response_stores if isinstance(deps, RunDeps) else {},
         )
         try:
             async with agent.iter(
@@ -203,7 +207,7 @@ class RunSession:
                     if Agent.is_model_request_node(node):
                         if not looked:
                             await self.give_way_if_wanted()
-                        check_pause()  # a model-turn boundary: yielded for urgent work?
+                        check_pause(self.yields)  # a model-turn boundary: yielded?
                         if streaming and show is not None:
                             async with node.stream(run.ctx) as events:
                                 await relay(events, show)
@@ -261,24 +265,26 @@ class RunSession:
         for urgent work in the same transaction and, at a model-turn `boundary`, gives its
         slot way to it there (`agents/running/preemption.py`)."""
         async with self._writing:
-            asking = preemption.question() if status == "running" else None
+            asking = preemption.question(self.yields) if status == "running" else None
             async with self.db.write() as conn:
                 wanted = await self._save(conn, status, messages, asking)
                 if also is not None:
                     await also(conn)
                 if status == "running":
                     answered = None if asking is None else bool(wanted)
-                    await preemption.at_stored_turn(conn, boundary=boundary, wanted=answered)
-            preemption.committed()
+                    await preemption.at_stored_turn(
+                        self.yields, conn, boundary=boundary, wanted=answered
+                    )
+            preemption.committed(self.yields)
 
     async def give_way_if_wanted(self) -> None:
         """A boundary with nothing new to store: when the last stored turn saw urgent work
         waiting, the hand-over is tried in a transaction of its own."""
-        if preemption.wants_to_give_way():
+        if preemption.wants_to_give_way(self.yields):
             async with self._writing:
                 async with self.db.write() as conn:
-                    await preemption.at_stored_turn(conn, boundary=True)
-                preemption.committed()
+                    await preemption.at_stored_turn(self.yields, conn, boundary=True)
+                preemption.committed(self.yields)
 
     async def close(
         self, status: str, messages: Sequence[ModelMessage], also: AtClose | None = None

@@ -213,7 +213,7 @@ async def claim_slot(
     row_key = slot.values["effect_key"]
     conversation_id = slot.values["conversation_id"]
     keep = slot.keep
-    if keep is not None and not db.is_sqlite:
+    if keep is not None and not db.writes_one_at_a_time:
         async with db.write() as conn:
             await store_message(conn, conversation_id, keep, now)
         keep = None
@@ -239,7 +239,7 @@ async def claim_slot(
             if granted:
                 if hold_row:
                     await hold_effect(conn, row_key, until)
-                if also is not None and db.is_sqlite:
+                if also is not None and db.writes_one_at_a_time:
                     await also(conn)
                 telemetry.admitted(timedelta(0))  # no time in the queue
                 return "mine"

@@ -42,10 +42,12 @@ from flotilla.agents.planning.plan import (
 from flotilla.agents.planning.plan_store import plan_from_rows
 from flotilla.agents.reconciling.final_texts import FinalText, store_final_text, with_final_text
 from flotilla.agents.reconciling.run_results import StepQuestion
+from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.commander import commander_step_spec
 from flotilla.agents.running.file_transfer import fetch_attachments, share_produced
-from flotilla.agents.running.job_settling import SETTLING
+from flotilla.agents.running.job_settling import Settling
 from flotilla.agents.running.plan_reads import RunnableStep, is_current, remembered
+from flotilla.agents.running.preemption import TurnBoundary
 from flotilla.agents.running.runtime import RunJob, resume_step, run_step
 from flotilla.agents.running.step_reads import Known, StepReads, read_step, read_step_in
 from flotilla.agents.tools.files import called_write_file
@@ -199,9 +201,11 @@ async def run(
     effect: RunnableStep,
     redelivered: bool,
     reads: ClaimReads | None = None,
+    attempt: Attempt | None = None,
 ) -> None:
     """Run (or resume, or continue after a crash) the step's agent and report the outcome;
-    `reads`: its reads before the run, if its claim made them."""
+    `reads`: its reads before the run, if its claim made them; `attempt`: as its job claimed
+    it (how its run yields to urgent work, how it settles with its outcome)."""
     name = effect.agent if isinstance(effect, PostDispatch | ResumeStep) else COMMANDER
     spec = await _assignee(ctx, name)
     outcome: Outcome
@@ -211,9 +215,11 @@ async def run(
     else:
         began = time.perf_counter()
         reads = reads or claim_reads(ctx, conversation, effect, redelivered=redelivered)
-        outcome, final = await _execute(ctx, conversation, effect, spec, redelivered, reads)
+        yields = attempt.yields if attempt is not None else None
+        outcome, final = await _execute(ctx, conversation, effect, spec, redelivered, reads, yields)
         ctx.observer.ran(spec.name, time.perf_counter() - began)
-    await report(ctx, conversation.id, outcome, final)
+    settles = attempt.settles if attempt is not None else None
+    await report(ctx, conversation.id, outcome, final, settles)
     log.info(
         "step outcome: %s",
         type(outcome).__name__.removeprefix("Step").lower(),
@@ -251,6 +257,7 @@ async def _execute(
     spec: AgentSpec,
     redelivered: bool,
     claimed: ClaimReads,
+    yields: TurnBoundary | None,
 ) -> tuple[Outcome, FinalText | None]:
     """The step's outcome, and its streamed answer's final text to store with it."""
     job = claimed.job
@@ -283,6 +290,7 @@ async def _execute(
                 show=answer.show,
                 reads=reads,
                 at_close=after.read,
+                yields=yields,
             )
         else:
             # its prompt carries them; a fetch changed its files (maybe the thread): read anew
@@ -296,6 +304,7 @@ async def _execute(
                 show=answer.show,
                 reads=None if fetched else reads,
                 at_close=after.read,
+                yields=yields,
             )
     except StorageError:
         with contextlib.suppress(Exception):  # Slack may still hear it; the database not
@@ -356,14 +365,19 @@ async def _answered(ctx: Context, conversation: ConversationRecord, key: str, ag
 
 
 async def report(
-    ctx: Context, conversation_id: int, outcome: Outcome, final: FinalText | None = None
+    ctx: Context,
+    conversation_id: int,
+    outcome: Outcome,
+    final: FinalText | None = None,
+    settling: Settling | None = None,
 ) -> None:
     """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing);
-    `final`: its answer's final text, stored with it (`agents/reconciling/final_texts.py`)."""
+    `final`: its answer's final text, stored with it (`agents/reconciling/final_texts.py`);
+    `settling`: the attempt's settle, written with it where writes run one at a time
+    (`agents/running/job_settling.py`)."""
     ctx.observer.outcome(type(outcome).__name__.removeprefix("Step").lower())
     assignees = await ctx.enabled_names()
-    settling = SETTLING.get()
-    if not ctx.db.is_sqlite:  # an optimistic reconcile: the text is stored before it
+    if not ctx.db.writes_one_at_a_time:  # an optimistic reconcile: the text is stored before it
         await store_final_text(ctx.db, final)
         await ctx.reconciler.reconcile(conversation_id, outcomes=[outcome], assignees=assignees)
         return

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pydantic_ai import RunContext
 
 from flotilla.agents.tools.file_policy import FilePolicy
+from flotilla.agents.tools.journal import ResponseStores
 from flotilla.agents.tools.net_guard import FetchPolicy
 from flotilla.storage.db import Database
 from flotilla.storage.records import MessageRecord
@@ -68,6 +69,8 @@ class RunDeps:
     # which media types (beyond text) the run's model reads as documents or images
     reads_media: Callable[[str], bool] = field(default=lambda _type: False)
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # the response stores of the calls running now, by tool call id (`ToolJournal`'s map)
+    response_stores: ResponseStores = field(default_factory=dict)
 
     def tool_call_key(self, tool_call_id: str) -> str:
         """The idempotency key of a tool call of this run (see `tool_call_key`)."""

@@ -73,7 +73,8 @@ async def write_file(
             f"{human_size(deps.file_policy.max_bytes)}."
         )
     async with deps.db.write() as conn:
-        await store_response_in(conn)  # the response that made this call, if not stored
+        # the response that made this call, if not stored
+        await store_response_in(conn, deps.response_stores, ctx.tool_call_id)
         file = await record_produced(
             conn,
             key=f"produced:{call_key(ctx)}",
@@ -87,7 +88,7 @@ async def write_file(
             store=deps.file_policy.store,
             now=deps.now(),
         )
-    response_stored()
+    response_stored(deps.response_stores, ctx.tool_call_id)
     if file.name not in deps.files:
         deps.files.append(file.name)
     return f"Wrote {describe(file)}; it is posted in the thread with your answer."

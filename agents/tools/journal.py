@@ -25,7 +25,6 @@ so such a call runs again if the run dies before the next model turn.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,20 +60,25 @@ class ResponseStore:
     used: bool = False
 
 
-RESPONSE_STORE: ContextVar[ResponseStore | None] = ContextVar("flotilla_response", default=None)
+# the calls running now whose response a tool's own write stores, by tool call id: the
+# journal puts a call's store here while it runs, the tool finds it by its call's id (the
+# run's deps hold the same map, `RunDeps.response_stores`)
+ResponseStores = dict[str, ResponseStore]
 
 
-async def store_response_in(conn: AsyncConnection) -> None:
-    """In a tool's write transaction: the response that made the call, if it is not stored
-    (`ResponseStore`); call `response_stored` once the transaction committed."""
-    store = RESPONSE_STORE.get()
+async def store_response_in(
+    conn: AsyncConnection, stores: ResponseStores, tool_call_id: str | None
+) -> None:
+    """In a tool's write transaction: the response that made the call `tool_call_id`, if it
+    is not stored (`ResponseStore`); call `response_stored` once the transaction committed."""
+    store = stores.get(tool_call_id or "")
     if store is not None:
         await store.write_in(conn)
 
 
-def response_stored() -> None:
+def response_stored(stores: ResponseStores, tool_call_id: str | None) -> None:
     """The transaction `store_response_in` wrote in committed."""
-    store = RESPONSE_STORE.get()
+    store = stores.get(tool_call_id or "")
     if store is not None:
         store.used = True
         store.committed()
@@ -171,6 +175,8 @@ class ToolJournal(AbstractCapability[Any]):
     before: Callable[[], Awaitable[None]] | None = None
     # a rerunnable tool that writes stores that response in its own write instead
     response_store: Callable[[], ResponseStore] | None = None
+    # where such a tool finds its call's store (the run's deps hold the same map)
+    response_stores: ResponseStores = field(default_factory=dict)
     # calls of rerunnable tools run (not journaled): their returns need not be stored
     rerunnable: set[str] = field(default_factory=set)
 
@@ -189,7 +195,8 @@ class ToolJournal(AbstractCapability[Any]):
         metadata = tool_def.metadata or {}
         if metadata.get(STORES_RESPONSE) and metadata.get(RERUNNABLE) and self.response_store:
             self.rerunnable.add(call.tool_call_id)
-            return await self._storing_response(self.response_store(), handler, args)
+            store = self.response_store()
+            return await self._storing_response(call.tool_call_id, store, handler, args)
         if self.before is not None:
             await self.before()
         if metadata.get(RERUNNABLE):
@@ -210,15 +217,19 @@ class ToolJournal(AbstractCapability[Any]):
         return result
 
     async def _storing_response(
-        self, store: ResponseStore, handler: WrapToolExecuteHandler, args: ValidatedToolArgs
+        self,
+        call_id: str,
+        store: ResponseStore,
+        handler: WrapToolExecuteHandler,
+        args: ValidatedToolArgs,
     ) -> Any:
         """Run a rerunnable tool that stores the response in its own write; one that wrote
         nothing (it refused its arguments first) leaves it to the session's own store."""
-        token = RESPONSE_STORE.set(store)
+        self.response_stores[call_id] = store
         try:
             return await handler(args)
         finally:
-            RESPONSE_STORE.reset(token)
+            self.response_stores.pop(call_id, None)
             if not store.used and self.before is not None:
                 await self.before()
 

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.jobs import JobRunner
 from flotilla.agents.running.run_context import Context, ExecutorOptions
 from flotilla.storage.db import Database
@@ -61,7 +62,7 @@ async def test_a_claim_holds_the_row_only_when_its_delivery_claim_is_not_fresh(
     runner = JobRunner(ctx, owner="p1")
     running, release = asyncio.Event(), asyncio.Event()
 
-    async def work() -> None:
+    async def work(_attempt: Attempt) -> None:
         running.set()
         await release.wait()
 

@@ -18,6 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from flotilla.agents.planning.effects import PostDispatch
+from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.jobs import JobRunner
 from flotilla.agents.running.run_context import Context, ExecutorOptions
 from flotilla.agents.running.session import RunLimits, RunSession
@@ -130,13 +131,14 @@ class Deployment:
         def look() -> str:
             return "seen"
 
-        async def work() -> None:
+        async def work(attempt: Attempt) -> None:
             session = RunSession(
                 self.db,
                 RunJob(run_key=key, team_id="T1", input="go"),
                 "researcher",
                 "function",
                 lambda: datetime.now(UTC),
+                yields=attempt.yields,
             )
             await session.drive(
                 agent,

@@ -342,3 +342,15 @@ def test_a_stage_importing_a_later_stage_is_reported(tmp_path: Path) -> None:
         "agents/core/clock.py:3 imports agents.running.run (under TYPE_CHECKING): "
         "agents.core imports no later stage",
     ]
+
+
+def test_agents_asks_no_dialect_and_passes_no_state_in_context_variables() -> None:
+    """Dialect differences live in storage/ (agents/ asks `Database.writes_one_at_a_time`);
+    an attempt's state goes along its path as arguments (`agents/running/attempt.py`)."""
+    found = []
+    for path in sorted((ROOT / "agents").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for word in ("is_sqlite", "ContextVar", "contextvars"):
+            if word in text:
+                found.append(f"{path.relative_to(ROOT).as_posix()}: {word}")
+    assert found == []

@@ -121,7 +121,7 @@ def _slack_error(status: int, headers: dict[str, str]) -> SlackApiError:
         headers=headers,
         status_code=status,
     )
-    return SlackApiError("ratelimited", response)
+    return SlackApiError("ratelimited", response)  # type: ignore[no-untyped-call]
 
 
 def test_slacks_retry_after_is_carried_on_the_error() -> None:
@@ -153,7 +153,7 @@ def test_operators_set_the_step_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLOTILLA_RETRY_BACKOFF_COEFFICIENT", "3")
     monkeypatch.setenv("FLOTILLA_RETRY_MAXIMUM_SECONDS", "60")
     monkeypatch.setenv("FLOTILLA_RETRY_MAXIMUM_ATTEMPTS", "4")
-    policies = Settings(_env_file=None).retry_policies()  # type: ignore[call-arg]
+    policies = Settings(_env_file=None).retry_policies()
     assert policies.step == RetryPolicy(
         initial_interval=5 * S,
         backoff_coefficient=3,
@@ -168,4 +168,4 @@ def test_a_maximum_below_the_first_wait_is_refused(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("FLOTILLA_RETRY_INITIAL_SECONDS", "60")
     monkeypatch.setenv("FLOTILLA_RETRY_MAXIMUM_SECONDS", "10")
     with pytest.raises(ValidationError, match="FLOTILLA_RETRY_INITIAL_SECONDS"):
-        Settings(_env_file=None)  # type: ignore[call-arg]
+        Settings(_env_file=None)

@@ -9,6 +9,7 @@ import random
 import aiohttp
 
 from flotilla.local_slack.ratelimit import RateLimiter
+from tests.eventually import eventually
 from tests.fakes.openai_server import CLIENT_GONE, HANG, FakeOpenAI
 
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
@@ -74,7 +75,10 @@ async def test_an_answer_nobody_waits_for_any_more_is_recorded_as_such() -> None
                     await request
             except TimeoutError:
                 pass  # the client hangs up before the answer is ready
-        await asyncio.sleep(0.8)
+        await eventually(
+            lambda: bool(model.requests) and model.requests[0].status is not None,
+            what="the abandoned request's answer (ready after the server's latency)",
+        )
         assert await post(model.base_url) == 200
     finally:
         await model.close()

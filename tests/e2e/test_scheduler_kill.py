@@ -30,6 +30,7 @@ from flotilla.storage.run_requests import get_request, queued_requests
 from flotilla.storage.tables import Workspace
 from tests.conftest import BACKENDS, postgres_url
 from tests.e2e.flotilla_process import FlotillaProcess
+from tests.eventually import eventually
 from tests.fakes.openai_server import CLIENT_GONE, FakeOpenAI, text_message
 
 REQUEST = "research our launch emails and write a short report"
@@ -69,14 +70,12 @@ class World:
         return next(p for p in self.processes if p.process and p.process.pid == pid)
 
     async def researcher_granted(self) -> RunRequestRecord:
-        async with asyncio.timeout(WAIT):
-            while True:
-                async with self.db.read() as conn:
-                    queue = await queued_requests(conn)
-                found = [r for r in queue if r.agent_name == "researcher" and r.state == "granted"]
-                if found:
-                    return found[0]
-                await asyncio.sleep(0.05)
+        async def granted() -> list[RunRequestRecord]:
+            async with self.db.read() as conn:
+                queue = await queued_requests(conn)
+            return [r for r in queue if r.agent_name == "researcher" and r.state == "granted"]
+
+        return (await eventually(granted, WAIT, what="the researcher's run granted"))[0]
 
 
 @asynccontextmanager

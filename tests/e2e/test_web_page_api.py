@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -17,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from flotilla.local_slack import Driver, LocalWorkspace
 from flotilla.local_slack.records import Channel, InstalledApp, Person
 from tests.e2e.conftest import Receiver
+from tests.fakes.clock import FakeClock
 
 
 @pytest.fixture
@@ -177,8 +179,8 @@ async def test_the_stream_pushes_each_change_and_ends_when_the_workspace_stops(
 async def test_status_lines_under_threads_and_what_ends_them(
     receiver: Receiver, http: aiohttp.ClientSession
 ) -> None:
-    now = [1_000.0]
-    ws = LocalWorkspace(clock=lambda: now[0])
+    clock = FakeClock(datetime.fromtimestamp(1_000, UTC))
+    ws = LocalWorkspace(clock=clock.time)
     await ws.start("127.0.0.1", 0)
     try:
         alice, _, app, channel = populate(ws, receiver.url)
@@ -205,7 +207,7 @@ async def test_status_lines_under_threads_and_what_ends_them(
                 "loading_messages": ["Reading"],
             }
         ]
-        now[0] += 121  # two minutes without a reply
+        clock.advance(121)  # two minutes without a reply
         assert await statuses() == []
         await client.assistant_threads_setStatus(
             channel_id=channel.id, thread_ts=root.ts, status="is writing…"

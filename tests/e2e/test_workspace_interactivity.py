@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -18,14 +19,7 @@ from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace, Message
 from flotilla.local_slack.records import Person
 from tests.e2e.conftest import Receiver, client_for
 from tests.e2e.spec_shapes import recorded, unknown_keys
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def time(self) -> float:
-        return self.now
+from tests.fakes.clock import FakeClock
 
 
 @dataclass
@@ -39,8 +33,8 @@ class Setup:
 
 @pytest.fixture
 def setup(workspace: LocalWorkspace, receiver: Receiver) -> Setup:
-    clock = FakeClock()
-    workspace.clock = clock.time
+    clock = FakeClock(datetime.fromtimestamp(1_800_000_000, UTC))
+    workspace.clock = clock.time  # the workspace's clock is `time.time` shaped
     app = workspace.install_app(
         "Forms", request_url=receiver.url, commands={"/ticket": None}, bot_events=[]
     )
@@ -214,7 +208,7 @@ async def test_trigger_id_is_valid_once_and_for_three_seconds(
     msg = await posted(setup, driver)
     await driver.click("alice", msg, "go")
     trigger = payload_of(receiver)["trigger_id"]
-    setup.clock.now += 2.9
+    setup.clock.advance(2.9)
     resp = await setup.client.views_open(trigger_id=trigger, view=modal())
     assert resp["view"]["id"].startswith("V") and resp["view"]["hash"]
     assert unknown_keys(resp.data, recorded("api/views.open.json")) == []
@@ -222,7 +216,7 @@ async def test_trigger_id_is_valid_once_and_for_three_seconds(
         await setup.client.views_open(trigger_id=trigger, view=modal())
     assert reused.value.response.data["error"] == "exchanged_trigger_id"
     await driver.click("alice", msg, "go")
-    setup.clock.now += 3.5
+    setup.clock.advance(3.5)
     with pytest.raises(SlackApiError) as late:
         await setup.client.views_open(trigger_id=payload_of(receiver)["trigger_id"], view=modal())
     assert late.value.response.data["error"] == "expired_trigger_id"
@@ -455,7 +449,7 @@ async def test_response_urls_expire_after_thirty_minutes(
 ) -> None:
     await driver.slash_command("alice", "general", "/ticket", "x")
     url = urllib.parse.parse_qs(receiver.requests[-1][1].decode())["response_url"][0]
-    setup.clock.now += 30 * 60 + 1
+    setup.clock.advance(30 * 60 + 1)
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json={"text": "late"}) as resp:
             assert resp.status == 404 and (await resp.json())["error"] == "expired_url"

@@ -9,6 +9,7 @@ from slack_sdk.errors import SlackApiError
 from flotilla.local_slack import LocalWorkspace
 from flotilla.local_slack.ratelimit import TIER_PER_MINUTE, RateLimiter
 from tests.e2e.conftest import client_for
+from tests.fakes.clock import FakeClock
 
 
 async def test_rate_limits_are_off_by_default(workspace: LocalWorkspace) -> None:
@@ -41,23 +42,23 @@ async def test_post_message_is_limited_per_channel_with_retry_after(
 
 
 def test_method_tiers_allow_a_minute_of_calls_then_refill() -> None:
-    now = [0.0]
-    limiter = RateLimiter(enabled=True, clock=lambda: now[0])
+    clock = FakeClock()
+    limiter = RateLimiter(enabled=True, clock=clock.monotonic)
     allowed = 0
     while limiter.retry_after("chat.update", "A1", None) is None:
         allowed += 1
     assert allowed == TIER_PER_MINUTE["t3"]
     assert limiter.retry_after("chat.update", "A2", None) is None  # per app
     assert limiter.retry_after("views.open", "A1", None) is None  # per method
-    now[0] += 60 / TIER_PER_MINUTE["t3"]
+    clock.advance(60 / TIER_PER_MINUTE["t3"])
     assert limiter.retry_after("chat.update", "A1", None) is None
     assert limiter.retry_after("chat.update", "A1", None) is not None
 
 
 def test_post_message_refills_about_one_per_second_per_channel() -> None:
-    now = [0.0]
-    limiter = RateLimiter(enabled=True, channel_burst=1, clock=lambda: now[0])
+    clock = FakeClock()
+    limiter = RateLimiter(enabled=True, channel_burst=1, clock=clock.monotonic)
     assert limiter.retry_after("chat.postMessage", "A1", "C1") is None
     assert limiter.retry_after("chat.postMessage", "A1", "C1") == 1
-    now[0] += 1.0
+    clock.advance(1.0)
     assert limiter.retry_after("chat.postMessage", "A1", "C1") is None

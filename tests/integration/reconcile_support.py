@@ -34,6 +34,7 @@ from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.conversations import open_conversation
 from flotilla.storage.db import Database
 from flotilla.storage.outbox import outbox_t
+from tests.fakes.clock import FakeClock
 
 AGENTS = ("researcher", "writer")
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -87,19 +88,6 @@ class RecordingPort:
             return False
         await self.perform(effect)
         return False
-
-
-class Clock:
-    """A settable clock (tests never wait on a real one)."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
 
 
 def proposal(*specs: dict[str, Any]) -> PlanProposal:
@@ -194,7 +182,7 @@ async def _main(argv: list[str]) -> None:
             await _race(db, Path(rest[0]), [int(c) for c in rest[1].split(",")])
         elif mode == "commit-then-hang":
             conversation_id = await new_conversation(db, "crash.1")
-            await Reconciler(db, clock=Clock()).start_plan(
+            await Reconciler(db, clock=FakeClock(T0)).start_plan(
                 conversation_id, chain(3), assignees=AGENTS
             )
             print("committed", flush=True)
@@ -202,7 +190,7 @@ async def _main(argv: list[str]) -> None:
         elif mode == "perform-then-hang":
             port = RecordingPort(Path(rest[0]))
             port.hang_after_perform = asyncio.Event()
-            await OutboxSender(db, port, clock=Clock(T0 + timedelta(hours=1))).deliver_due()
+            await OutboxSender(db, port, clock=FakeClock(T0 + timedelta(hours=1))).deliver_due()
     finally:
         await db.dispose()
 

@@ -24,6 +24,7 @@ from flotilla.agents.scheduling.admission_policy import SchedulerOptions
 from flotilla.storage.db import Database
 from flotilla.storage.records import RunRequestRecord
 from flotilla.storage.run_requests import get_request
+from tests.eventually import eventually
 
 BOUND = 10.0  # seconds: a bound on a hung stop, never a sleep
 
@@ -59,9 +60,7 @@ def admission_loop(db: Database) -> AdmissionLoop:
 async def idle(loop: AdmissionLoop) -> None:
     """Until the loop ran its first pass and waits for a wake-up."""
     loop.start()
-    async with asyncio.timeout(BOUND):
-        while loop.passes < 1:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: loop.passes >= 1, BOUND, what="the loop's first pass")
     await loop.run_pass()  # waits for the loop's own pass; the loop then waits
 
 

@@ -30,12 +30,12 @@ from flotilla.local_slack import Driver
 from flotilla.storage.conversations import open_conversation, store_message, thread_messages
 from flotilla.storage.db import Database
 from flotilla.storage.records import ConversationRecord, MessageRecord
+from tests.fakes.clock import FakeClock
 from tests.integration.test_executor_leases import (
     LEASE,
     REQUEST,
     Counting,
     Processes,
-    TickingClock,
     ran,
 )
 
@@ -67,17 +67,17 @@ class DiesAfterTheDispatchPost:
 
 @pytest.fixture
 async def process(db: Database) -> AsyncIterator[Processes]:
+    clock = FakeClock(datetime.now(UTC))
     stack = await start_local_stack(
         db,
         options=Options(lease_seconds=LEASE.total_seconds(), heartbeat_seconds=5.0),
         ack_timeout=2.0,
         retry_delays=(0.0, 0.05, 0.05),
-        clock=TickingClock(),
+        clock=clock,
         model=offline.offline_model(),
     )
     stack.service.context.observer = Counting(stack.service.metrics)
     try:
-        clock = cast(TickingClock, stack.service.clock)
         yield Processes(stack, Driver(stack.workspace, default_timeout=20.0), clock)
     finally:
         await stack.stop()

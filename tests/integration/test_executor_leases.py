@@ -54,23 +54,11 @@ from flotilla.storage.run_request_leases import holders
 from flotilla.storage.run_requests import get_request, requests_t
 from flotilla.storage.runs import leases_t
 from tests.e2e.slice.scripts import tools_of
+from tests.fakes.clock import FakeClock
 
 LEASE = timedelta(seconds=30)
 REQUEST = "research the history of our launch emails and write a short report"
 WRITER_ANSWER = "[offline model] writer:"
-
-
-class TickingClock:
-    """The processes' shared clock: moved by the test, and by `tick` on every read while
-    set (time passes between claiming a row and claiming its run's lease)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-        self.tick = timedelta(0)
-
-    def __call__(self) -> datetime:
-        self.now += self.tick
-        return self.now
 
 
 class HangsInTheWriter:
@@ -126,7 +114,7 @@ class Held:
 class Processes:
     stack: LocalStack
     driver: Driver
-    clock: TickingClock
+    clock: FakeClock  # the processes' shared clock, moved by the test
     root: Message | None = None
 
     @property
@@ -230,7 +218,7 @@ async def processes(db: Database) -> AsyncIterator[Any]:
 
     @asynccontextmanager
     async def starter(model: Model, heartbeat: float = 5.0) -> AsyncIterator[Processes]:
-        clock = TickingClock()
+        clock = FakeClock(datetime.now(UTC))
         stack = await start_local_stack(
             db,
             options=Options(lease_seconds=LEASE.total_seconds(), heartbeat_seconds=heartbeat),

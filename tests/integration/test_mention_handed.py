@@ -15,11 +15,12 @@ from flotilla.agents.reconciling.inbox import Incoming, Recorded, record_reply, 
 from flotilla.agents.reconciling.outbox import OutboxSender
 from flotilla.storage.db import Database
 from flotilla.storage.outbox import enqueue_claimed_unless_present, enqueue_effects, outbox_t
-from tests.integration.reconcile_support import Clock, RecordingPort, outbox_keys
+from tests.fakes.clock import FakeClock
+from tests.integration.reconcile_support import T0, RecordingPort, outbox_keys
 
 
 async def _mention(
-    db: Database, clock: Clock, sender: OutboxSender | None, ts: str = "1.0"
+    db: Database, clock: FakeClock, sender: OutboxSender | None, ts: str = "1.0"
 ) -> Recorded | None:
     return await record_request(
         db,
@@ -34,7 +35,7 @@ async def _mention(
 
 
 async def test_a_mention_s_turn_is_handed_over_claimed_and_performed_once(db: Database) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     recorded = await _mention(db, clock, sender)
@@ -51,7 +52,7 @@ async def test_a_mention_s_turn_is_handed_over_claimed_and_performed_once(db: Da
 async def test_a_turn_handed_to_a_process_that_died_is_taken_once_its_lease_expired(
     db: Database,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     dead = OutboxSender(db, RecordingPort(), clock=clock)
     recorded = await _mention(db, clock, dead)
     assert recorded is not None and recorded.handed  # …and never delivered: killed
@@ -64,7 +65,7 @@ async def test_a_turn_handed_to_a_process_that_died_is_taken_once_its_lease_expi
 
 
 async def test_without_a_sender_the_turn_waits_in_the_outbox_for_any(db: Database) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     recorded = await _mention(db, clock, None)  # a stopping process hands nothing over
     assert recorded is not None and not recorded.handed
     port = RecordingPort()
@@ -72,7 +73,7 @@ async def test_without_a_sender_the_turn_waits_in_the_outbox_for_any(db: Databas
 
 
 async def test_a_claimed_insert_of_a_key_that_exists_inserts_nothing(db: Database) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     row: dict[str, Any] = {
         "idempotency_key": "k1",
         "kind": "commander_turn",
@@ -90,7 +91,7 @@ async def test_a_claimed_insert_of_a_key_that_exists_inserts_nothing(db: Databas
 
 
 async def test_an_interjection_s_turn_is_handed_over_the_same_way(db: Database) -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     recorded = await _mention(db, clock, None)

@@ -30,10 +30,10 @@ from flotilla.storage.plan_steps import steps_t
 from flotilla.storage.prepared import DriverConnection
 from flotilla.storage.sql import ConcurrentPlanChange
 from tests.conftest import PostgresSchema, postgres_url
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
     T0,
-    Clock,
     chain,
     new_conversation,
     outbox_keys,
@@ -60,7 +60,7 @@ async def test_a_write_after_a_locked_writer_is_a_conflict_and_writes_nothing(
     pg: Database,
 ) -> None:
     cid = await new_conversation(pg, "opt.1")
-    await Reconciler(pg, clock=Clock()).start_plan(cid, chain(2), assignees=AGENTS)
+    await Reconciler(pg, clock=FakeClock(T0)).start_plan(cid, chain(2), assignees=AGENTS)
     locks = ConversationLocks()
     read = await locks.run_optimistic(pg, cid, lambda d: load_versioned(d, cid, event_key="e1"))
     assert read is not None and not read.event_seen
@@ -83,8 +83,8 @@ async def test_racing_reconcilers_apply_each_result_once(pg: Database) -> None:
     """Ten reconcilers (each with its own in-process locks, as replicas have) deliver the
     same results at once: every step is dispatched once, the plan completes."""
     cid = await new_conversation(pg, "opt.2")
-    await Reconciler(pg, clock=Clock()).start_plan(cid, chain(4), assignees=AGENTS)
-    replicas = [Reconciler(pg, locks=ConversationLocks(), clock=Clock()) for _ in range(10)]
+    await Reconciler(pg, clock=FakeClock(T0)).start_plan(cid, chain(4), assignees=AGENTS)
+    replicas = [Reconciler(pg, locks=ConversationLocks(), clock=FakeClock(T0)) for _ in range(10)]
     for index in range(1, 5):
         outcome = StepSucceeded(index=index, attempt=1, summary=f"done {index}")
         decisions = await asyncio.gather(
@@ -108,7 +108,7 @@ async def test_a_reconcile_whose_write_conflicts_reads_again_and_writes_once(
     reconcile reads, decides and writes again – the result recorded once, the next step
     dispatched once."""
     cid = await new_conversation(pg, "opt.3")
-    reconciler = Reconciler(pg, clock=Clock())
+    reconciler = Reconciler(pg, clock=FakeClock(T0))
     await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
     before = await pg_lock_version(pg, cid)
     writes: list[int] = []
@@ -137,7 +137,7 @@ async def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(pg: Database) ->
     SQLAlchemy's IntegrityError, as on SQLAlchemy's own path; the pooled connection is
     usable afterwards."""
     cid = await new_conversation(pg, "opt.4")
-    await Reconciler(pg, clock=Clock()).start_plan(cid, chain(1), assignees=AGENTS)
+    await Reconciler(pg, clock=FakeClock(T0)).start_plan(cid, chain(1), assignees=AGENTS)
     locks = ConversationLocks()
 
     async def write_twice(conn: DriverConnection) -> None:
@@ -163,7 +163,7 @@ async def test_a_step_changed_behind_the_version_fails_the_write_whole(pg: Datab
     """A step not as read under a matching lock version (a writer that bypassed both) fails
     the one statement: `ConcurrentPlanChange`, nothing of it kept (the event not recorded)."""
     cid = await new_conversation(pg, "opt.5")
-    await Reconciler(pg, clock=Clock()).start_plan(cid, chain(1), assignees=AGENTS)
+    await Reconciler(pg, clock=FakeClock(T0)).start_plan(cid, chain(1), assignees=AGENTS)
     locks = ConversationLocks()
     read = await locks.run_optimistic(pg, cid, lambda d: load_versioned(d, cid))
     assert read is not None

@@ -27,10 +27,10 @@ from flotilla.storage.plans import load_latest_plan
 from flotilla.storage.prepared import Prepared
 from flotilla.storage.sql import ConcurrentPlanChange
 from tests.db_counts import counting
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
     T0,
-    Clock,
     RecordingPort,
     diamond,
     new_conversation,
@@ -48,7 +48,7 @@ async def _scenario(
     `after_start` called once the plan is stored."""
     db = Database(f"sqlite+aiosqlite:///{path}")
     await upgrade(db)
-    clock = Clock()
+    clock = FakeClock(T0)
     sender = OutboxSender(db, RecordingPort(), clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
     cid = await new_conversation(db, "t")
@@ -156,7 +156,7 @@ async def test_several_steps_change_in_one_guarded_statement(tmp_path: Path) -> 
     (`ConcurrentPlanChange`) and nothing of it is kept."""
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'flotilla.db'}")
     await upgrade(db)
-    clock = Clock()
+    clock = FakeClock(T0)
     reconciler = Reconciler(db, clock=clock)
     cid = await new_conversation(db, "t")
     await reconciler.start_plan(cid, diamond(), assignees=AGENTS, max_parallel=2)

@@ -31,9 +31,10 @@ from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
 from flotilla.storage.outbox import outbox_t
 from flotilla.storage.plan_steps import steps_t
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
-    Clock,
+    T0,
     RecordingPort,
     chain,
     diamond,
@@ -46,7 +47,7 @@ from tests.integration.reconcile_support import (
 
 async def test_start_plan_stores_steps_and_dispatches_the_first(db: Database) -> None:
     cid = await new_conversation(db, "1.1", text="launch note")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     decision = await reconciler.start_plan(
         cid, proposal({}, {"input": "for {{request}}: {{step_1.output_summary}}"}), assignees=AGENTS
     )
@@ -59,7 +60,7 @@ async def test_start_plan_stores_steps_and_dispatches_the_first(db: Database) ->
 
 async def test_a_chain_runs_to_completion_with_one_dispatch_per_step(db: Database) -> None:
     cid = await new_conversation(db, "1.2")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     await reconciler.start_plan(cid, chain(4), assignees=AGENTS)
     for _ in range(4):
         await finish_running(reconciler, cid)
@@ -73,7 +74,7 @@ async def test_a_chain_runs_to_completion_with_one_dispatch_per_step(db: Databas
 
 async def test_reconciling_again_changes_nothing_and_enqueues_nothing(db: Database) -> None:
     cid = await new_conversation(db, "1.3")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     started = await reconciler.start_plan(cid, diamond(), assignees=AGENTS)
     done = StepSucceeded(index=1, attempt=1, summary="x")
     first = await reconciler.reconcile(cid, event_key="Ev1", outcomes=[done])
@@ -92,7 +93,7 @@ async def test_reconciling_again_changes_nothing_and_enqueues_nothing(db: Databa
 
 async def test_stale_attempts_are_ignored(db: Database) -> None:
     cid = await new_conversation(db, "1.4")
-    clock = Clock()
+    clock = FakeClock(T0)
     reconciler = Reconciler(db, clock=clock)
     await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
     fail = StepFailed(index=1, attempt=1, reason="overloaded", retryable=True)
@@ -111,7 +112,7 @@ async def test_validation_errors_store_nothing_and_one_running_plan_per_thread(
     db: Database,
 ) -> None:
     cid = await new_conversation(db, "1.5")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     with pytest.raises(PlanValidationError):
         await reconciler.start_plan(cid, proposal({"assignee": "ghost"}), assignees=AGENTS)
     assert await reconciler.plan(cid) is None
@@ -122,7 +123,7 @@ async def test_validation_errors_store_nothing_and_one_running_plan_per_thread(
 
 async def test_card_refreshes_coalesce_while_one_is_waiting(db: Database) -> None:
     cid = await new_conversation(db, "1.6")
-    clock = Clock()
+    clock = FakeClock(T0)
     reconciler = Reconciler(db, clock=clock)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
@@ -140,7 +141,7 @@ async def test_card_refreshes_coalesce_while_one_is_waiting(db: Database) -> Non
 
 async def test_outbox_delivers_each_effect_once(db: Database) -> None:
     cid = await new_conversation(db, "1.7")
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     reconciler = Reconciler(db, clock=clock)
@@ -161,7 +162,7 @@ async def test_outbox_delivers_each_effect_once(db: Database) -> None:
 
 async def test_transient_failure_backs_off_through_an_outbox_timer(db: Database) -> None:
     cid = await new_conversation(db, "1.8")
-    clock = Clock()
+    clock = FakeClock(T0)
     reconciler = Reconciler(db, clock=clock)
     sender = OutboxSender(db, RecordingPort(on_retry_due=reconciler.reconcile), clock=clock)
     await reconciler.start_plan(cid, chain(1), assignees=AGENTS)
@@ -186,13 +187,13 @@ async def test_fifty_concurrent_reconciles_dispatch_each_ready_step_once(
     """50 deliveries of the same result at once; without shared in-process locks the
     database lock alone must serialise them."""
     cid = await new_conversation(db, "1.9")
-    shared = Reconciler(db, clock=Clock())
+    shared = Reconciler(db, clock=FakeClock(T0))
     fan_out = proposal({}, *({"wait_for": [1]} for _ in range(5)))
     await shared.start_plan(cid, fan_out, assignees=AGENTS, max_parallel=5)
     done = StepSucceeded(index=1, attempt=1, summary="x")
 
     async def deliver(i: int) -> None:
-        reconciler = shared if shared_locks else Reconciler(db, clock=Clock())
+        reconciler = shared if shared_locks else Reconciler(db, clock=FakeClock(T0))
         await reconciler.reconcile(cid, event_key=f"Ev{i}", outcomes=[done])
 
     await asyncio.gather(*(deliver(i) for i in range(50)))
@@ -212,7 +213,7 @@ async def test_fifty_concurrent_reconciles_dispatch_each_ready_step_once(
 
 async def test_blocked_step_and_user_form_survive_storage(db: Database) -> None:
     cid = await new_conversation(db, "1.10")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     form = {
         "fields": [
             {"name": "region", "label": "Which region?", "kind": "select", "options": ["EU", "US"]}
@@ -248,7 +249,7 @@ async def test_blocked_step_and_user_form_survive_storage(db: Database) -> None:
 
 async def test_commander_operations_are_stored(db: Database) -> None:
     cid = await new_conversation(db, "1.11")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     await reconciler.start_plan(cid, chain(2), assignees=AGENTS)
     failed = StepFailed(index=1, attempt=1, reason="no access", retryable=False)
     decision = await reconciler.reconcile(cid, outcomes=[failed])
@@ -288,7 +289,7 @@ async def test_outbox_retries_transient_port_failures_and_gives_up_on_permanent(
     db: Database,
 ) -> None:
     cid = await new_conversation(db, "1.12")
-    clock = Clock()
+    clock = FakeClock(T0)
     await Reconciler(db, clock=clock).start_plan(cid, chain(1), assignees=AGENTS)
     port = FlakyPort(TransientError("Slack answered 503"))
     sender = OutboxSender(db, port, clock=clock)

@@ -18,9 +18,11 @@ from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
 from flotilla.storage.locks import sqlite_engine
 from flotilla.storage.outbox import outbox_t
+from tests.eventually import eventually
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
-    Clock,
+    T0,
     RecordingPort,
     chain,
     finish_running,
@@ -49,7 +51,7 @@ async def states(db: Database) -> set[tuple[str, str]]:
 
 async def test_a_step_is_two_transactions_with_its_effects_delivered(sqlite_db: Database) -> None:
     db = sqlite_db
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
@@ -75,7 +77,7 @@ async def test_handed_rows_are_delivered_without_a_claim_and_cards_coalesce(
     db: Database,
 ) -> None:
     """The executor's path when a handover woke it: no transaction but the reconcile's."""
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
@@ -100,7 +102,7 @@ async def test_a_handed_over_row_left_undelivered_is_claimed_after_its_lease(
 ) -> None:
     """The process that committed the reconcile dies before delivering: the row is claimed
     for it (nobody else takes it) until the lease ran out, then delivered once, checked."""
-    clock = Clock()
+    clock = FakeClock(T0)
     log = tmp_path / "thread.jsonl"
     dead = OutboxSender(db, RecordingPort(log), clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=dead)
@@ -122,7 +124,7 @@ async def test_a_row_handed_over_while_the_sender_is_busy_is_posted_once(db: Dat
     while the sender is still delivering earlier ones (paced posts after an outage), and
     those take longer than the row's claim. The sender's own claim then finds the row
     due and delivers it as a redelivery; the handed copy must not be performed as well."""
-    clock = Clock()
+    clock = FakeClock(T0)
     performer = RecordingPort()
     sender = OutboxSender(db, performer, clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
@@ -151,7 +153,7 @@ async def test_a_handed_over_row_whose_claim_ran_out_is_left_to_the_replica_that
 ) -> None:
     """The process the row was handed to gets to it only after its claim ran out and
     another replica claimed and posted it: it does not post it again."""
-    clock = Clock()
+    clock = FakeClock(T0)
     log = tmp_path / "thread.jsonl"
     slow = OutboxSender(db, slow_port := RecordingPort(log), clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=slow)
@@ -171,7 +173,7 @@ async def test_a_delivery_waiting_longer_than_its_claim_keeps_the_row(
     """Chaos experiment 1 (three replicas, 5 s leases, posts queued one a second in a busy
     channel): a delivery still waiting for its turn when its claim would run out renews
     the claim, so another replica does not claim the row and post it as well."""
-    clock = Clock()
+    clock = FakeClock(T0)
     log = tmp_path / "thread.jsonl"
     lease = timedelta(seconds=0.4)
     queued = RecordingPort(log)
@@ -204,20 +206,16 @@ async def test_a_delivery_waiting_longer_than_its_claim_keeps_the_row(
 async def renewed(db: Database, *, beyond: datetime) -> None:
     """Until the dispatch's row is claimed beyond `beyond` (at most a few seconds: the
     test then shows what happens without a renewal)."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(3):
-            await _claimed_beyond(db, beyond)
 
-
-async def _claimed_beyond(db: Database, beyond: datetime) -> None:
-    while True:
+    async def claimed_beyond() -> bool:
         async with db.read() as conn:
             due = await conn.scalar(
                 select(outbox_t.c.available_at).where(outbox_t.c.kind == "post_dispatch")
             )
-        if due is not None and due.replace(tzinfo=beyond.tzinfo) > beyond:
-            return
-        await asyncio.sleep(0.02)
+        return due is not None and due.replace(tzinfo=beyond.tzinfo) > beyond
+
+    with contextlib.suppress(AssertionError):
+        await eventually(claimed_beyond, 3, what="the dispatch's claim renewed")
 
 
 async def test_a_row_claimed_again_before_its_mark_landed_is_not_performed_again(
@@ -226,7 +224,7 @@ async def test_a_row_claimed_again_before_its_mark_landed_is_not_performed_again
     """A sender's delivered rows are marked sent by a later transaction; should a claim take
     one first (its mark was in flight, or lost), the sender marks it, never performs it
     again – e.g. a form's answer shown by its click must not be rewritten once more."""
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
@@ -246,7 +244,7 @@ async def test_a_row_claimed_again_before_its_mark_landed_is_not_performed_again
 async def test_a_reconcile_that_finds_no_plan_keeps_the_senders_marks(db: Database) -> None:
     """The sender's delivered rows ride on the next reconcile to be marked sent; one that
     finds no plan writes nothing, so the marks wait for the next transaction."""
-    clock = Clock()
+    clock = FakeClock(T0)
     sender = OutboxSender(db, RecordingPort(), clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)
     cid = await new_conversation(db, "h.marks")

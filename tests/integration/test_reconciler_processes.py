@@ -14,10 +14,10 @@ from sqlalchemy import text
 from flotilla.agents.reconciling.outbox import OutboxSender
 from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
     T0,
-    Clock,
     RecordingPort,
     chain,
     diamond,
@@ -63,7 +63,7 @@ async def test_two_processes_reconciling_the_same_conversations(
     db: Database, tmp_path: Path
 ) -> None:
     """Both processes deliver every result (as two replicas would) and reconcile at once."""
-    starter = Reconciler(db, clock=Clock())
+    starter = Reconciler(db, clock=FakeClock(T0))
     conversations = []
     shapes = [chain(6), diamond(), proposal({}, *({"wait_for": [1]} for _ in range(4)))]
     for i in range(6):
@@ -98,10 +98,10 @@ async def test_killed_between_commit_and_side_effect_delivers_once_after_restart
     await kill(proc)
     log = tmp_path / "thread.jsonl"
     port = RecordingPort(log)
-    sender = OutboxSender(db, port, clock=Clock(T0 + timedelta(hours=1)))
+    sender = OutboxSender(db, port, clock=FakeClock(T0 + timedelta(hours=1)))
     assert await sender.drain() == 2  # the dispatch and the card, decided before the kill
     assert await sender.drain() == 0
-    restarted = OutboxSender(db, RecordingPort(log), clock=Clock(T0 + timedelta(hours=2)))
+    restarted = OutboxSender(db, RecordingPort(log), clock=FakeClock(T0 + timedelta(hours=2)))
     assert await restarted.drain() == 0
     performed = port.keys()
     assert sorted(performed) == sorted(await outbox_keys(db))
@@ -112,7 +112,7 @@ async def test_killed_after_the_side_effect_before_marked_sent_is_not_repeated(
     db: Database, tmp_path: Path
 ) -> None:
     cid = await new_conversation(db, "3.1")
-    await Reconciler(db, clock=Clock()).start_plan(cid, chain(2), assignees=AGENTS)
+    await Reconciler(db, clock=FakeClock(T0)).start_plan(cid, chain(2), assignees=AGENTS)
     log = tmp_path / "thread.jsonl"
     proc = await worker(db, "perform-then-hang", str(log))
     await expect_line(proc, "performed")
@@ -121,7 +121,7 @@ async def test_killed_after_the_side_effect_before_marked_sent_is_not_repeated(
 
     port = RecordingPort(log)
     # after the dead sender's lease ran out, its claimed rows are due again
-    sender = OutboxSender(db, port, clock=Clock(T0 + timedelta(hours=2)))
+    sender = OutboxSender(db, port, clock=FakeClock(T0 + timedelta(hours=2)))
     assert await sender.drain() == 2
     assert first in port.checked  # asked "already in the thread?" instead of re-posting
     assert [e.key for e in port.performed if e.key == first] == []

@@ -20,9 +20,10 @@ from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
 from flotilla.storage.migrate import upgrade
 from tests.conftest import PostgresSchema, postgres_url
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
-    Clock,
+    T0,
     RecordingPort,
     chain,
     diamond,
@@ -78,7 +79,7 @@ async def test_a_reconcile_is_at_most_three_round_trips(
     proxied: tuple[Database, WireProxy],
 ) -> None:
     db, proxy = proxied
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     warm = await new_conversation(db, "rt.0")
     await reconciler.start_plan(warm, chain(3), assignees=AGENTS)
     await step_round_trips(reconciler, proxy, warm)  # prepares the statements
@@ -94,7 +95,7 @@ async def test_a_repeated_event_is_applied_once_in_at_most_three_round_trips(
     proxied: tuple[Database, WireProxy],
 ) -> None:
     db, proxy = proxied
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     cid = await new_conversation(db, "rt.3")
     await reconciler.start_plan(cid, chain(3), assignees=AGENTS)
     outcome = StepSucceeded(index=1, attempt=1, summary="ok")
@@ -114,7 +115,7 @@ async def test_a_step_with_its_effects_delivered_is_at_most_three_round_trips(
     """With the process's sender wired (as the executor wires it), the effects are claimed in
     the reconcile's own statement and delivered without a claim: no round trip more."""
     db, proxy = proxied
-    clock = Clock()
+    clock = FakeClock(T0)
     port = RecordingPort()
     sender = OutboxSender(db, port, clock=clock)
     reconciler = Reconciler(db, clock=clock, outbox=sender)

@@ -11,9 +11,10 @@ import pytest
 
 from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
-    Clock,
+    T0,
     chain,
     finish_running,
     new_conversation,
@@ -21,7 +22,7 @@ from tests.integration.reconcile_support import (
 
 
 async def test_each_commit_is_remembered_as_stored(sqlite_db: Database) -> None:
-    reconciler = Reconciler(sqlite_db, clock=Clock())
+    reconciler = Reconciler(sqlite_db, clock=FakeClock(T0))
     cid = await new_conversation(sqlite_db, "r.1")
     await reconciler.start_plan(cid, chain(3), assignees=AGENTS)
     for _ in range(3):
@@ -37,7 +38,7 @@ async def test_a_commit_its_caller_never_saw_leaves_no_older_plan_remembered(
     """The reconcile's caller is cancelled while its transaction commits on the worker
     thread: the commit is stored but never remembered, so no plan is remembered at all
     (the one before would be older than what is stored)."""
-    reconciler = Reconciler(sqlite_db, clock=Clock())
+    reconciler = Reconciler(sqlite_db, clock=FakeClock(T0))
     cid = await new_conversation(sqlite_db, "r.2")
     await reconciler.start_plan(cid, chain(3), assignees=AGENTS)
     assert reconciler.remembered(cid) is not None
@@ -59,7 +60,7 @@ async def test_a_commit_its_caller_never_saw_leaves_no_older_plan_remembered(
 async def test_an_older_commit_remembered_late_does_not_replace_a_newer_one(
     sqlite_db: Database,
 ) -> None:
-    reconciler = Reconciler(sqlite_db, clock=Clock())
+    reconciler = Reconciler(sqlite_db, clock=FakeClock(T0))
     cid = await new_conversation(sqlite_db, "r.3")
     await reconciler.start_plan(cid, chain(3), assignees=AGENTS)
     older = reconciler.remembered(cid)

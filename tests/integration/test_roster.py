@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from flotilla.agents.scheduling.roster import Roster
 from flotilla.storage.agents import create_agent, update_agent
 from flotilla.storage.db import Database
+from tests.fakes.clock import FakeClock
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -15,8 +16,8 @@ async def test_one_read_serves_look_ups_until_forgotten_or_too_old(db: Database)
     async with db.write() as conn:
         await create_agent(conn, "T1", "writer", NOW, display_name="Writer")
         await create_agent(conn, "T1", "analyst", NOW, display_name="Analyst")
-    clock = [0.0]
-    roster = Roster(db, lambda: "T1", max_age_s=2.0, monotonic=lambda: clock[0])
+    clock = FakeClock()
+    roster = Roster(db, lambda: "T1", max_age_s=2.0, monotonic=clock.monotonic)
     assert await roster.enabled_names() == ["analyst", "writer"]
     writer = await roster.agent("writer")
     assert writer is not None and await roster.agent("ghost") is None
@@ -25,7 +26,7 @@ async def test_one_read_serves_look_ups_until_forgotten_or_too_old(db: Database)
     async with db.write() as conn:  # changed behind its back (e.g. by another replica)
         await update_agent(conn, "T1", "writer", NOW, enabled=False)
     assert await roster.enabled_names() == ["analyst", "writer"]  # not seen yet …
-    clock[0] = 2.0
+    clock.advance(2.0)
     assert await roster.enabled_names() == ["analyst"]  # … but within max_age_s
     assert roster.reads == 2
 

@@ -6,7 +6,7 @@ taken over once its lease ended – on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,21 +27,13 @@ from flotilla.storage.records import RunRequestRecord
 from flotilla.storage.run_requests import queued_requests
 from flotilla.storage.usage import record_usage
 from tests.e2e.slice.scripts import tools_of
+from tests.eventually import eventually
+from tests.fakes.clock import FakeClock
 
 WAIT = 60.0  # seconds: a bound on a hung run, never a sleep
 REQUEST = "research the history of our launch emails and write a short report"
 RESEARCH = "Research this"  # the researcher step's prompt begins so (offline plans)
 RESEARCHER_ANSWER = "[offline model] researcher:"
-
-
-class Clock:
-    """The processes' shared clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(hour=12)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class HeldResearch:
@@ -74,7 +66,7 @@ class Three:
     stack: LocalStack
     services: list[SlackService]
     driver: Driver
-    clock: Clock
+    clock: FakeClock  # the processes' shared clock, moved by the test
 
     def ask(self) -> Message:
         return self.driver.mention("maya", "launch", self.stack.commander, REQUEST)
@@ -82,18 +74,6 @@ class Three:
     async def queue(self) -> list[RunRequestRecord]:
         async with self.stack.service.db.read() as conn:
             return await queued_requests(conn)
-
-    async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
-        """Await a condition on the shared database (looked at every few ms)."""
-
-        async def poll() -> None:
-            while not await check():
-                await asyncio.sleep(0.02)
-
-        try:
-            await asyncio.wait_for(poll(), WAIT)
-        except TimeoutError:
-            raise AssertionError(f"not within {WAIT:g} s: {what}") from None
 
     async def settle(self) -> None:
         for _ in range(20):
@@ -116,7 +96,7 @@ class Three:
 
 @asynccontextmanager
 async def three(db: Database, model: Model, scheduler: SchedulerOptions) -> AsyncIterator[Three]:
-    clock = Clock()
+    clock = FakeClock(datetime.now(UTC).replace(hour=12))
     options = Options(lease_seconds=30.0, heartbeat_seconds=5.0, scheduler=scheduler)
     stack = await start_local_stack(
         db, options=options, ack_timeout=2.0, retry_delays=(0.0, 0.05), clock=clock, model=model
@@ -158,7 +138,9 @@ async def test_caps_hold_across_three_processes_and_no_step_runs_twice(db: Datab
             next_up = any(r.wait_reason == "waiting: next in line" for r in queue)
             return held.running == 2 and next_up
 
-        await p.until(two_held_and_one_in_line, "two researcher runs held, a third in line")
+        await eventually(
+            two_held_and_one_in_line, WAIT, what="two researcher runs held, a third in line"
+        )
         queue = await p.queue()
         holders = [r.holder for r in granted(queue)]
         assert len(holders) == 2  # the deployment's cap
@@ -166,8 +148,10 @@ async def test_caps_hold_across_three_processes_and_no_step_runs_twice(db: Datab
         assert {s.owner for s in p.services} >= set(holders)
 
         held.release.set()
-        await p.until(
-            lambda: _all_completed(p, roots), "every plan completed in one of the processes"
+        await eventually(
+            lambda: _all_completed(p, roots),
+            WAIT,
+            what="every plan completed in one of the processes",
         )
         await p.settle()
         assert held.most_at_once <= 2
@@ -189,7 +173,7 @@ async def test_a_killed_process_run_is_taken_over_after_its_lease(db: Database) 
     scheduler = SchedulerOptions(capacity=3, process_capacity=1, poll_seconds=0.1)
     async with three(db, held.model(), scheduler) as p:
         root = p.ask()
-        await p.until(lambda: _holds(held), "the researcher's run is held")
+        await eventually(lambda: held.running == 1, WAIT, what="the researcher's run is held")
         (run,) = [r for r in granted(await p.queue()) if r.agent_name == "researcher"]
         dead = next(s for s in p.services if s.owner == run.holder)
         await dead.executor.abandon()  # kill -9: nothing released
@@ -199,21 +183,19 @@ async def test_a_killed_process_run_is_taken_over_after_its_lease(db: Database) 
         again = [r for r in await p.queue() if r.run_key == run.run_key]
         assert again[0].holder == dead.owner  # its lease holds: nobody takes it yet
 
-        p.clock.now += timedelta(seconds=31)  # the dead process's lease is over
+        p.clock.advance(timedelta(seconds=31))  # the dead process's lease is over
         held.release.set()
         for service in alive:
             service.executor.admission.wake()
-        await p.until(lambda: _all_completed(p, [root]), "the plan completed elsewhere")
+        await eventually(
+            lambda: _all_completed(p, [root]), WAIT, what="the plan completed elsewhere"
+        )
         p.services = alive
         await p.settle()
         texts = [m.text for m in p.driver.thread("launch", root.ts)]
         assert sum(t.startswith(RESEARCHER_ANSWER) for t in texts) == 1, "\n".join(texts)
         (plan,) = await p.plans([root])
         assert plan is not None and [s.attempts for s in plan.steps] == [1, 1, 1]
-
-
-async def _holds(held: HeldResearch) -> bool:
-    return held.running == 1
 
 
 async def test_a_channel_budget_holds_for_every_process(db: Database) -> None:
@@ -238,7 +220,7 @@ async def test_a_channel_budget_holds_for_every_process(db: Database) -> None:
         async def told_why() -> bool:
             return any(r.wait_kind == "budget" for r in await p.queue())
 
-        await p.until(told_why, "the commander's turn waits for the budget")
+        await eventually(told_why, WAIT, what="the commander's turn waits for the budget")
         for service in p.services:  # every process looks, none grants it
             await service.executor.admission.run_pass()
         (waiting,) = await p.queue()
@@ -246,7 +228,7 @@ async def test_a_channel_budget_holds_for_every_process(db: Database) -> None:
         assert waiting.wait_reason == "waiting: channel budget (resets 00:00 UTC)"
         assert [m.text for m in p.driver.thread("launch", root.ts)][1:] == []  # no answer
 
-        p.clock.now += timedelta(days=1)  # the budget resets: the commander plans
+        p.clock.advance(timedelta(days=1))  # the budget resets: the commander plans
         for service in p.services:
             service.executor.admission.wake()
 
@@ -255,4 +237,4 @@ async def test_a_channel_budget_holds_for_every_process(db: Database) -> None:
             assert conversation is not None
             return await first.reconciler.plan(conversation.id) is not None
 
-        await p.until(planned, "the commander's turn ran after the reset")
+        await eventually(planned, WAIT, what="the commander's turn ran after the reset")

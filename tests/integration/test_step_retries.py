@@ -14,9 +14,10 @@ from flotilla.agents.planning.plan import (
 )
 from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
+from tests.fakes.clock import FakeClock
 from tests.integration.reconcile_support import (
     AGENTS,
-    Clock,
+    T0,
     new_conversation,
     outbox_keys,
     proposal,
@@ -25,7 +26,7 @@ from tests.integration.reconcile_support import (
 
 async def test_retries_are_stored_loaded_and_capped(db: Database) -> None:
     cid = await new_conversation(db, "9.1")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     await reconciler.start_plan(cid, proposal({"on_failure": "ask_commander"}), assignees=AGENTS)
     for attempt in range(1, MAX_COMMANDER_RETRIES + 2):
         failed = StepFailed(index=1, attempt=attempt, reason="bad", retryable=False)
@@ -33,11 +34,11 @@ async def test_retries_are_stored_loaded_and_capped(db: Database) -> None:
         if attempt <= MAX_COMMANDER_RETRIES:
             await reconciler.reconcile(cid, operations=[RetryStep(index=1)], assignees=AGENTS)
             # read back by a reconciler that holds nothing in memory: from the rows
-            plan = await Reconciler(db, clock=Clock()).plan(cid)
+            plan = await Reconciler(db, clock=FakeClock(T0)).plan(cid)
             assert plan is not None and plan.steps[0].retries == attempt
     with pytest.raises(OperationRejected, match="already retried 3 times"):
         await reconciler.reconcile(cid, operations=[RetryStep(index=1)], assignees=AGENTS)
-    plan = await Reconciler(db, clock=Clock()).plan(cid)
+    plan = await Reconciler(db, clock=FakeClock(T0)).plan(cid)
     assert plan is not None
     step = plan.steps[0]
     assert (step.status, step.attempts, step.retries) == ("failed", 4, MAX_COMMANDER_RETRIES)
@@ -45,7 +46,7 @@ async def test_retries_are_stored_loaded_and_capped(db: Database) -> None:
 
 async def test_a_change_that_leaves_the_plan_stalled_queues_a_stall_check(db: Database) -> None:
     cid = await new_conversation(db, "9.2")
-    reconciler = Reconciler(db, clock=Clock())
+    reconciler = Reconciler(db, clock=FakeClock(T0))
     steps = proposal({"on_failure": "ask_commander"}, {"wait_for": []}, {"wait_for": [1, 2]})
     started = await reconciler.start_plan(cid, steps, assignees=AGENTS, max_parallel=2)
     plan_id = started.plan.id

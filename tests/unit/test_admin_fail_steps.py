@@ -11,6 +11,7 @@ from flotilla.agents.planning.effects import AskCommander
 from flotilla.agents.reconciling.reconciler import Reconciler
 from flotilla.storage.db import Database
 from flotilla.storage.plans import conversations_waiting_on_agent
+from tests.fakes.clock import FakeClock
 from tests.integration import reconcile_support as support
 from tests.unit.reconcile_helpers import T0, make_plan, started
 
@@ -60,7 +61,7 @@ def test_running_steps_and_other_agents_are_left_alone() -> None:
 
 async def test_reconciler_fails_stored_steps_once(db: Database) -> None:
     cid = await support.new_conversation(db, "9.1")
-    reconciler = Reconciler(db, clock=support.Clock())
+    reconciler = Reconciler(db, clock=FakeClock(support.T0))
     await reconciler.start_plan(
         cid, support.proposal({}, {"assignee": "writer", "wait_for": [1]}), assignees=support.AGENTS
     )

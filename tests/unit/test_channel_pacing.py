@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flotilla.bot.channel_pacing import ChannelBucket, ChannelPacer
+from tests.fakes.clock import FakeClock
 
 arrivals = st.lists(st.floats(min_value=0, max_value=60, allow_nan=False), max_size=80).map(sorted)
 
@@ -48,14 +49,14 @@ def test_the_default_pacing_keeps_any_10_seconds_at_12_posts() -> None:
 
 
 async def test_a_busy_channel_never_slows_another() -> None:
-    now = [0.0]
+    clock = FakeClock()
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
         await asyncio.sleep(0)
 
-    pacer = ChannelPacer(1.0, 2, clock=lambda: now[0], sleep=sleep)
+    pacer = ChannelPacer(1.0, 2, clock=clock.monotonic, sleep=sleep)
     busy = [await pacer.wait("C-busy") for _ in range(5)]
     assert busy == [0.0, 0.0, 1.0, 2.0, 3.0]
     assert await pacer.wait("C-quiet") == 0.0  # not queued behind the busy channel

@@ -9,27 +9,20 @@ import logging
 import pytest
 
 from flotilla.bot.edge import RateLimitedLog, Refused, RequestGate
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clock import FakeClock
 
 
 def test_one_line_per_source_per_minute_then_the_count_of_the_rest(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="flotilla.bot.edge")
-    clock = Clock()
-    limited = RateLimitedLog(60.0, clock=clock, keys=2)
+    clock = FakeClock()
+    limited = RateLimitedLog(60.0, clock=clock.monotonic, keys=2)
     assert limited.warning("10.0.0.1", "refused a")
     assert not limited.warning("10.0.0.1", "refused b")
     assert not limited.warning("10.0.0.1", "refused c")
     assert limited.warning("10.0.0.2", "refused d")  # another source has its own minute
-    clock.now += 60
+    clock.advance(60)
     assert limited.warning("10.0.0.1", "refused e")
     assert [r.getMessage() for r in caplog.records] == [
         "refused a",

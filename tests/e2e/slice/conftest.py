@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +21,10 @@ from flotilla.bot.service import Options, SlackService
 from flotilla.local_slack import Driver, Message
 from flotilla.local_slack.api import METHODS, Call
 from tests.e2e.slice.scripts import Script
+from tests.fakes.clock import FakeClock
 
 FAST_RETRIES = (0.0, 0.05, 0.05)
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
-
-
-class FakeClock:
-    """The service's clock, moved by the test (backoffs without waiting)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def scripted(script: Script) -> FunctionModel:
@@ -52,7 +40,7 @@ def scripted(script: Script) -> FunctionModel:
 class Run:
     stack: LocalStack
     driver: Driver
-    clock: FakeClock
+    clock: FakeClock  # the service's clock, moved by the test (backoffs without waiting)
 
     @property
     def service(self) -> SlackService:
@@ -123,7 +111,7 @@ def start(tmp_path: Path) -> Callable[..., Any]:
         retry_delays: tuple[float, ...] = FAST_RETRIES,
         **options: Any,
     ) -> AsyncIterator[Run]:
-        clock = FakeClock()
+        clock = FakeClock(datetime.now(UTC))
         stack = await start_local_stack(
             db or f"sqlite+aiosqlite:///{tmp_path / 'e2e.db'}",
             options=Options(**options),

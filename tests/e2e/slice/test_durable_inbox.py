@@ -20,6 +20,7 @@ from flotilla.bot.views.plan_card import CANCEL_ACTION
 from flotilla.local_slack import Message
 from tests.conftest import PostgresSchema, postgres_url
 from tests.e2e.slice.conftest import REQUEST, Run
+from tests.eventually import eventually
 
 REFUSE_INBOX = """
 CREATE TABLE refuse_inbox (flag INTEGER);
@@ -42,6 +43,10 @@ async def inbox_rows(run: Run) -> list[tuple[str, bool]]:
         return [(kind, processed is not None) for kind, processed in rows]
 
 
+async def all_processed(run: Run) -> bool:
+    return all(processed for _, processed in await inbox_rows(run))
+
+
 async def plan_card(run: Run, root: Message) -> Message:
     await run.says(root, "needs your input")
     return next(m for m in run.messages(root) if "Plan (" in m.text)
@@ -62,12 +67,7 @@ async def stored_then_processed(run: Run) -> None:
     assert sorted(kind for kind, _ in rows) == ["app_home_opened", "block_actions", "command"]
     # A listener's row is finished after its answer, and Bolt runs listeners past the ack,
     # which no settle waits for (the command's finish was seen still on its way under load)
-    for _ in range(500):
-        if all(processed for _, processed in rows):
-            break
-        await asyncio.sleep(0.02)  # a database condition: looked at every 20 ms, ≤ 10 s
-        rows = await inbox_rows(run)
-    assert all(processed for _, processed in rows), rows
+    await eventually(lambda: all_processed(run), 10, what="every stored request processed")
     # the command's answer came from the stored request's listener
     assert any("plan" in e.text.lower() for e in run.driver.ephemerals("maya"))
 

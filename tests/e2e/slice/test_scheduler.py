@@ -7,7 +7,6 @@ quota` shows and changes the limits (audited)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from tests.e2e.slice.faults import Gate
 from tests.e2e.slice.scripts import Script, answered, call, combine, plans, tools_of
 from tests.e2e.slice.test_admin_command import command
 from tests.e2e.slice.test_admin_home import home_text
+from tests.eventually import eventually
 
 
 def step(
@@ -236,18 +236,15 @@ async def urgent_waits_for_a_slot(run: Run) -> None:
     """Until an urgent run waits only for a slot (a batch run gives it one at its next
     model-turn boundary)."""
 
-    async def waits() -> None:
-        while True:
-            async with run.service.db.read() as conn:
-                queue = await queued_requests(conn)
-            if any(
-                r.state == "waiting" and r.priority <= URGENT_PRIORITY and r.wait_kind == "capacity"
-                for r in queue
-            ):
-                return
-            await asyncio.sleep(0.02)
+    async def waits() -> bool:
+        async with run.service.db.read() as conn:
+            queue = await queued_requests(conn)
+        return any(
+            r.state == "waiting" and r.priority <= URGENT_PRIORITY and r.wait_kind == "capacity"
+            for r in queue
+        )
 
-    await asyncio.wait_for(waits(), 20)
+    await eventually(waits, 20, what="an urgent run waiting only for a slot")
 
 
 class CommanderGate(Gate):

@@ -59,7 +59,7 @@ async def answered(run: Run, root: Message, form: Message) -> Message:
 async def test_a_form_answered_in_its_message_is_rewritten_without_a_web_api_call(
     start: Callable[..., Any], updated: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot")
+    caplog.set_level(logging.INFO, logger="flotilla.bot")
     async with start(model=scripted(plans({"BUDGET": BUDGET_STEPS}))) as run:
         root = run.ask("BUDGET please")
         form = await run.says(root, "needs your input")
@@ -105,7 +105,7 @@ async def test_a_refused_response_url_falls_back_to_chat_update(
     caplog: pytest.LogCaptureFixture,
     refused: str,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot")
+    caplog.set_level(logging.INFO, logger="flotilla.bot")
     async with start(model=scripted(plans({"BUDGET": BUDGET_STEPS}))) as run:
         interactivity = interactivity_of(run.stack.workspace)
         if refused == "expired_url":  # every url older than its 30 minutes

@@ -55,7 +55,7 @@ def has_submit(message: Message) -> bool:
 async def test_a_form_of_several_fields_is_answered_in_its_message_and_the_plan_goes_on(
     start: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot")
+    caplog.set_level(logging.INFO, logger="flotilla")
     async with start(model=scripted(plans({"BUDGET": STEPS}))) as run:
         root = run.ask("BUDGET please")
         form = await run.says(root, "needs your input")

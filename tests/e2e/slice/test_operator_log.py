@@ -18,8 +18,8 @@ IDS = ("team", "channel", "thread_ts", "plan")
 async def test_a_plan_is_told_in_the_log_with_its_ids(
     start: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="agents")
-    caplog.set_level(logging.INFO, logger="bot")
+    caplog.set_level(logging.INFO, logger="flotilla.agents")
+    caplog.set_level(logging.INFO, logger="flotilla.bot")
     async with start() as run:
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")

@@ -2,7 +2,7 @@
 
 Handlers take parsed payloads, check who may do what, and hand work to the reconciler
 or a job. They return refusals as sentences (shown ephemerally by the listener). A form's
-answer has its own module, `bot/form_answers.py`.
+answer is not handled here: its listener hands it to `agents/delivering/form_answers.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from flotilla.agents.reconciling.inbox import (
     stored_result,
 )
 from flotilla.agents.running import plan_reads, step_runs
-from flotilla.agents.tools.file_policy import FilePolicy, refusal, refusal_note
+from flotilla.agents.tools.attachment_refusals import refused_note
+from flotilla.agents.tools.file_policy import FilePolicy, refusal
 from flotilla.bot.listeners.payloads import (
     FLOTILLA_EVENTS,
     MAX_REQUEST_CHARS,
@@ -60,6 +61,8 @@ def _incoming(message: SlackMessage, policy: FilePolicy) -> Incoming:
 
 
 def received_file(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
+    """An attachment as Slack described it, with its refusal (type, declared size) decided
+    at once; a form's files too (`bot/listeners/forms.py`)."""
     name = file.name or file.title or file.id
     return ReceivedFile(
         slack_file_id=file.id,
@@ -70,15 +73,6 @@ def received_file(file: SlackFile, policy: FilePolicy) -> ReceivedFile:
         permalink=file.permalink,
         refusal=refusal(name, file.mimetype, file.size, policy),
     )
-
-
-def refused_note(incoming: Incoming) -> str | None:
-    """The sentence about a message's attachments that are not taken, if any."""
-    refused = [f.refusal for f in incoming.files if f.refusal]
-    for file in incoming.files:
-        if file.refusal:
-            log.info("attachment %s not taken: %s", file.slack_file_id, file.refusal)
-    return refusal_note(refused) if refused else None
 
 
 async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: str | None) -> None:
@@ -104,7 +98,7 @@ async def on_mention(service: SlackService, event: Mapping[str, Any], event_id: 
         return
     conversation = recorded.conversation
     service.context.remember(conversation)  # committed: its thread's next events find it here
-    refused = refused_note(incoming)
+    refused = refused_note(incoming.files)
     if refused is not None:
         said = conversation
         service.events.start(lambda: _say(service, said, refused))
@@ -158,7 +152,7 @@ async def on_message(service: SlackService, event: Mapping[str, Any]) -> None:
     )
     if recorded == "seen":
         return  # seen already (a retried delivery)
-    refused = refused_note(incoming) if author == "person" else None
+    refused = refused_note(incoming.files) if author == "person" else None
     if refused is not None:
         service.events.start(lambda: _say(service, conversation, refused))
     if forged:

@@ -6,8 +6,9 @@ message an interaction came from. It is not a Web API method, so it costs no cha
 (nor its rate tier). It does not always work: a response_url lasts 30 minutes and 5 uses, a
 click replayed from the durable inbox may be older than that, and Slack (or the way to it)
 can fail. Then the rewrite says False and the answer's outbox row does it with chat.update
-(`bot/form_answers.py`): the update is never lost, and a failure here is one info line,
-not a warning or a traceback.
+(`agents/delivering/form_answers.py`): the update is never lost, and a failure here is one
+info line, not a warning or a traceback. The answer is rendered here (`answer_shown`), as
+the answered form's Block Kit (`bot/views/forms.py`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,41 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 from slack_bolt.async_app import AsyncBoltContext, AsyncRespond
 from slack_sdk.webhook import WebhookResponse
 
-from flotilla.bot.form_answers import Rewrite
+from flotilla.agents.delivering.form_answers import ShowAnswer
+from flotilla.agents.planning.plan import Step
 from flotilla.bot.listeners.inbound import BlockActions
 from flotilla.bot.listeners.inbox import REPLAYED
+from flotilla.bot.views.forms import answered_form
 
 log = logging.getLogger(__name__)
 RESPOND_SECONDS = 10.0  # then chat.update instead (Bolt's own limit would be 30 s)
+
+Rewrite = Callable[[str, list[dict[str, Any]]], Awaitable[bool]]
+"""Rewrites an answered form's own message in place with (text, blocks) – a click's
+response_url, chosen by the listener; False when it could not (then chat.update does)."""
+
+
+def answer_shown(
+    click: BlockActions, respond: AsyncRespond | None, context: AsyncBoltContext
+) -> ShowAnswer | None:
+    """How to show a form's answer in the clicked message: rendered, then rewritten through
+    the click's response_url (`through_response_url`); None when there is none to use."""
+    rewrite = through_response_url(click, respond, context)
+    if rewrite is None:
+        return None
+
+    async def show(step: Step, values: dict[str, str], answered_by: str) -> bool:
+        text, blocks = answered_form(step, values, answered_by)
+        return await rewrite(text, [b.to_dict() for b in blocks])
+
+    return show
 
 
 def through_response_url(

@@ -12,7 +12,7 @@ from typing import Any
 from tests.db_counts import DbCounts, counting
 from tests.e2e.slice.diamond import walk_diamond
 
-FORM_SITES = ("bot/form_answers.py", "bot/listeners/forms.py")
+FORM_SITES = ("agents/delivering/form_answers.py", "bot/listeners/forms.py")
 
 
 async def _counted_walk(start: Callable[..., Any]) -> DbCounts:

@@ -35,7 +35,9 @@ def tracebacks(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name.startswith("flotilla.bot.") and "refused" in r.message]
+    return [
+        r for r in caplog.records if r.name.startswith("flotilla.bot.") and "refused" in r.message
+    ]
 
 
 async def stored_rows(run: Run) -> int:

@@ -21,6 +21,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from flotilla.agents.core.lru import LRUCache
+from flotilla.agents.core.retry_policy import (
+    SLACK_CALL_RATE_LIMITED_RETRIES,
+    SLACK_CALL_SERVER_ERROR_RETRIES,
+)
 from flotilla.bot.channel_pacing import ChannelPacer
 from flotilla.bot.secrets import TokenCipher
 from flotilla.storage.records import AgentRecord
@@ -49,8 +53,10 @@ def make_client(token: str | None, base_url: str) -> AsyncWebClient:
     """A Web API client that also waits out 429s (Retry-After) and retries 5xx answers, and
     asks `auth.test` once."""
     client = CachingWebClient(token=token, base_url=base_url)
-    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
-    client.retry_handlers.append(AsyncServerErrorRetryHandler(max_retry_count=2))
+    rate_limited = AsyncRateLimitErrorRetryHandler(max_retry_count=SLACK_CALL_RATE_LIMITED_RETRIES)
+    client.retry_handlers.append(rate_limited)
+    server_error = AsyncServerErrorRetryHandler(max_retry_count=SLACK_CALL_SERVER_ERROR_RETRIES)
+    client.retry_handlers.append(server_error)
     return client
 
 

@@ -110,6 +110,11 @@ BEFORE_ACK = RetryPolicy(
 )
 BEFORE_ACK_BUDGET = timedelta(seconds=2)  # of Slack's 3 s: the store's tries, waits included
 
+# Inside one Web API call, slack_sdk's retry handlers wait out a 429 (its Retry-After) and
+# retry a 5xx this many times before the call fails with a TransientError (the job policy)
+SLACK_CALL_RATE_LIMITED_RETRIES = 3
+SLACK_CALL_SERVER_ERROR_RETRIES = 2
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicies:

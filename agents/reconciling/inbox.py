@@ -54,19 +54,22 @@ async def retry_storage(
 ) -> T:
     """`work()`, tried again under the `before_ack` retry policy while it fails with a
     storage error (the database busy or briefly away) and `budget` seconds are not spent;
-    then it raises. `sleep`: how the waits between tries are spent (tests pass their own)."""
-    started, failures = time.monotonic(), 0
+    then it raises. `sleep`: how the waits between tries are spent (tests pass their own);
+    the budget counts the tries' time and the waits."""
+    spent, failures = 0.0, 0
     while True:
+        began = time.monotonic()
         try:
             return await work()
         except Exception as exc:
+            spent += time.monotonic() - began
             failures += 1
             wait = BEFORE_ACK.delay(failures).total_seconds()
-            spent = time.monotonic() - started
             if not is_storage_error(exc) or spent + wait > budget:
                 raise
             log.info("storage busy or away (%s); trying again", type(exc).__name__)
         await sleep(wait)  # a backoff between tries, not a wait for a condition
+        spent += wait
 
 
 async def store_inbound(

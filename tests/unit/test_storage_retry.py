@@ -41,13 +41,22 @@ async def test_other_errors_are_not_tried_again() -> None:
 
 
 async def test_it_gives_up_within_its_budget() -> None:
-    tries = 0
+    tries, waits = 0, []
 
     async def store() -> None:
         nonlocal tries
         tries += 1
         raise LOCKED
 
+    async def sleep(seconds: float) -> None:  # the waits, counted instead of slept
+        waits.append(seconds)
+
     with pytest.raises(OperationalError):
-        await retry_storage(store, budget=0.2)
-    assert 1 < tries < 5  # 0.05 s, then 0.1 s: the next delay would pass the budget
+        await retry_storage(store, sleep=sleep)
+    # the before-ack policy: 50 ms doubling; the next wait (1 s) would pass the 2 s budget
+    assert waits == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8])
+    assert tries == 6
+    waits.clear()
+    with pytest.raises(OperationalError):
+        await retry_storage(store, budget=0.2, sleep=sleep)
+    assert waits == pytest.approx([0.05, 0.1])

@@ -217,7 +217,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Starts a local Slack-compatible workspace, prints the address of its Slack-like page "
         "(opened in a browser when there is a display) and talks to it from the terminal.\n\n"
         "Reads: FLOTILLA_DATABASE_URL (default: flotilla-dev.db), FLOTILLA_MODEL and the "
-        "provider keys, FLOTILLA_MAX_PARALLEL, FLOTILLA_MAX_TRANSIENT_FAILURES.",
+        "provider keys, FLOTILLA_MAX_PARALLEL, FLOTILLA_RETRY_*.",
     ),
     "demo": (
         "play a scripted scenario and print the thread",

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flotilla.agents.core.retry_policy import STEP
+
 OnFailure = Literal["abort_plan", "continue", "ask_commander"]
 StepStatus = Literal["pending", "in_progress", "done", "failed", "skipped", "blocked"]
 PlanStatus = Literal["running", "paused", "completed", "aborted", "cancelled"]
@@ -164,7 +166,8 @@ Outcome = StepSucceeded | StepFailed | StepBlocked | StepAnswered | StepCancelle
 MAX_STEPS = 50
 MAX_TITLE = 150
 MAX_INPUT = 3000
-DEFAULT_MAX_TRANSIENT_FAILURES = 3
+# tries of a step for transient failures, unless the plan was given its own
+DEFAULT_MAX_TRANSIENT_FAILURES = STEP.maximum_attempts
 # the commander's retry_step operations allowed on one step (then it must skip, add or abort)
 MAX_COMMANDER_RETRIES = 3
 USER = "user"

@@ -39,11 +39,11 @@ from flotilla.agents.scheduling.admission_policy import (
     budgets_now,
     limits_of,
     quota_keys,
+    tenant_of,
     weights_by_tenant,
     with_overrides,
 )
 from flotilla.agents.scheduling.roster import Roster
-from flotilla.agents.scheduling.run_request_views import running_of, waiting_of
 from flotilla.agents.scheduling.scheduler import Admission, Limits, Running, RunRequest, admit
 from flotilla.agents.scheduling.wait_marks import WaitMarks
 from flotilla.storage.agents import get_agent
@@ -384,3 +384,33 @@ def _plan_of(record: RunRequestRecord) -> set[tuple[int, int]]:
     if record.plan_id is None or record.conversation_id is None or record.step_index is None:
         return set()
     return {(record.conversation_id, record.plan_id)}
+
+
+# --- stored requests as the pure policy sees them -------------------------------------------------
+
+
+def waiting_of(r: RunRequestRecord) -> RunRequest:
+    """A waiting request as the pure policy sees it (its tenant: workspace and channel)."""
+    return RunRequest(
+        key=r.run_key,
+        tenant=tenant_of(r.team_id, r.channel_id),
+        agent=r.agent_name,
+        enqueued_at=r.enqueued_at,
+        priority=r.priority,
+        tools=tuple(r.tools),
+        estimate_tokens=r.estimate_tokens,
+        workspace=r.team_id,
+    )
+
+
+def running_of(r: RunRequestRecord) -> Running:
+    """A granted request as the pure policy sees it."""
+    return Running(
+        key=r.run_key,
+        tenant=tenant_of(r.team_id, r.channel_id),
+        agent=r.agent_name,
+        started_at=r.granted_at or r.enqueued_at,
+        priority=r.priority,
+        tools=tuple(r.tools),
+        workspace=r.team_id,
+    )

@@ -15,6 +15,7 @@ from pydantic_ai.exceptions import ModelHTTPError, ModelRequestRejectedError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from flotilla.agents.core.retry_policy import JOB
 from flotilla.agents.delivering.plan_endings import FINAL_ANSWER_TASK
 from flotilla.agents.running import offline
 from flotilla.agents.running.offline import first_prompt
@@ -25,9 +26,8 @@ from tests.e2e.slice.faults import LostAnswer
 from tests.e2e.slice.scripts import Script, answered, call, combine, flaky, plans, steer, text
 
 ANSWER = "[offline model] What the team found for “"
-RETRY_AFTER_JOB = (
-    16  # past agents/running/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
-)
+# past the job retry policy's wait (a job handed over after Slack 5xx is taken again)
+RETRY_AFTER_JOB = JOB.cap.total_seconds() + 1
 NO_SYNTHESIS = [
     {
         "index": 1,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from flotilla.agents.core.retry_policy import JOB
 from flotilla.local_slack import Message
 from flotilla.local_slack.api import METHODS, ApiError, Call
 from flotilla.storage.conversations import thread_messages
@@ -21,7 +22,7 @@ from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.test_form_answer_kept import on  # noqa: F401 (the fixture)
 
 RESULT = "flotilla_result"
-RETRY_AFTER_JOB = 16  # past agents/running/jobs.py RETRY_AFTER (a job handed over after Slack 5xx)
+RETRY_AFTER_JOB = JOB.cap.total_seconds() + 1  # past the job retry policy's wait (Slack 5xx)
 REQUEST = "research our launch numbers and write a note"
 
 

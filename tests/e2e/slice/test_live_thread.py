@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from flotilla.agents.core.errors import TransientError
+from flotilla.agents.core.retry_policy import JOB
 from flotilla.agents.planning.plan import Plan
 from flotilla.agents.reconciling.final_texts import FinishedAnswer
 from flotilla.agents.reconciling.ports import StepTag
@@ -23,9 +24,8 @@ from tests.e2e.slice.conftest import Run
 from tests.e2e.slice.faults import FaultyPort
 
 RESULT = "flotilla_result"
-RETRY_AFTER_JOB = (
-    16  # past agents/running/job_failures.py RETRY_AFTER (a job handed over after Slack 5xx)
-)
+# past the job retry policy's wait (a job handed over after Slack 5xx is taken again)
+RETRY_AFTER_JOB = JOB.cap.total_seconds() + 1
 
 
 def calls(run: Run) -> Counter[str]:

@@ -14,7 +14,7 @@ are read first in that same transaction (`SlotRequest.complete`): no read of the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,7 +35,12 @@ from flotilla.agents.planning.effects import (
 from flotilla.agents.planning.plan import COMMANDER, USER, Plan, StepFailed
 from flotilla.agents.running import step_runs
 from flotilla.agents.scheduling.admission import PARK, SlotFacts
-from flotilla.agents.scheduling.admission_policy import SchedulerOptions, marks_of, priority_of
+from flotilla.agents.scheduling.admission_policy import (
+    FastPath,
+    fast_path,
+    marks_of,
+    priority_of,
+)
 from flotilla.storage.conversations import store_message
 from flotilla.storage.db import Also, Database
 from flotilla.storage.outbox import finish_effect, hold_effect
@@ -73,15 +78,6 @@ def lease_key_of(effect: Scheduled) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class FastPath:
-    """The caps a grant at once checks (the rest of the policy needs a pass)."""
-
-    capacity: int
-    process_capacity: int
-    agent_cap: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class SlotRequest:
     """A run's request for a slot: its columns, and whether it may be granted at once.
 
@@ -110,13 +106,6 @@ def in_line(slot: SlotRequest) -> SlotRequest:
         return in_line(await complete(conn))
 
     return replace(slot, fast=None, complete=completed)
-
-
-def fast_path(options: SchedulerOptions, agent: str, tools: Sequence[str]) -> FastPath | None:
-    """The caps for a grant at once; None when a tool quota or a budget must be weighed."""
-    if any(options.budgets.values()) or set(tools) & set(options.tool_caps):
-        return None
-    return FastPath(options.capacity, options.process_capacity, options.agent_caps.get(agent))
 
 
 def agent_of(effect: Scheduled) -> str:

@@ -8,7 +8,7 @@ channel or the workspace spent since the start of the day or month (UTC).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -165,3 +165,27 @@ async def budgets_now(
             if found:
                 out[key] = min(found, key=lambda b: b.remaining)
     return out
+
+
+# --- a grant at once ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """The caps a request is granted against at once, in its claim's own statement, when
+    nobody waits (`storage/run_request_leases.py` `claim_slot`): with no one in line and no
+    budget or tool quota to weigh, an admission pass would grant it whenever the deployment,
+    this process and its agent have a free slot (fair order and weights only rank waiting
+    runs), so these three caps are all the claim checks."""
+
+    capacity: int
+    process_capacity: int
+    agent_cap: int | None
+
+
+def fast_path(options: SchedulerOptions, agent: str, tools: Sequence[str]) -> FastPath | None:
+    """The caps for a grant at once; None when a tool quota or a budget must be weighed
+    (then only an admission pass – `admit` – decides)."""
+    if any(options.budgets.values()) or set(tools) & set(options.tool_caps):
+        return None
+    return FastPath(options.capacity, options.process_capacity, options.agent_caps.get(agent))

@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from flotilla.agents.planning.effects import step_key
 from flotilla.agents.running import offline
-from flotilla.agents.running.slot_requests import FastPath, SlotRequest, claim_slot
+from flotilla.agents.running.slot_requests import SlotRequest, claim_slot
+from flotilla.agents.scheduling.admission_policy import FastPath
 from flotilla.bot.identities import Poster
 from flotilla.bot.listeners.payloads import DISPATCH_EVENT
 from flotilla.bot.local import start_local_stack

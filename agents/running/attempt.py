@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from flotilla.agents.running.job_settling import Settling
 from flotilla.agents.running.preemption import TurnBoundary
@@ -23,13 +22,10 @@ class Attempt:
 
     key: str  # the outbox row its job holds (the effect that started it)
     run_key: str  # its lease: the run request it was granted, or the run's own lease
-    kind: str  # the kind of effect that started it (`run_step`, `ask_commander`, …)
     plan_id: int | None
     step: int | None
     attempt: int | None
     conversation_id: int | None
-    agent: str | None  # the agent its slot was asked for (None: not scheduled)
-    lease_until: datetime  # when the lease taken at its claim ends, unless the heartbeat renews it
     # a scheduled run's way of giving its slot to urgent work at a model-turn boundary
     yields: TurnBoundary | None = None
     # a scheduled run's settle, made in the transaction of its outcome's reconcile

@@ -146,7 +146,7 @@ class JobRunner:
                 return
             heartbeat = asyncio.create_task(self._heartbeat(job, lease_key))
             ended: BaseException | None = None
-            attempt = self._attempt(job, lease_key, slot, heartbeat)
+            attempt = self._attempt(job, lease_key, heartbeat)
             settling = attempt.settles
             try:
                 await work(attempt)  # a failure reported after it settles on its own
@@ -174,9 +174,7 @@ class JobRunner:
             self.jobs.pop(job.key, None)
             self.context.observer.jobs_running(len(self.jobs))
 
-    def _attempt(
-        self, job: Job, lease_key: str, slot: SlotRequest | None, heartbeat: asyncio.Task[None]
-    ) -> Attempt:
+    def _attempt(self, job: Job, lease_key: str, heartbeat: asyncio.Task[None]) -> Attempt:
         """The attempt this job's claim made: a scheduled run yields to urgent work at a
         model-turn boundary (when this process starts passed runs) and settles in its
         outcome's reconcile."""
@@ -185,13 +183,10 @@ class JobRunner:
         return Attempt(
             key=job.key,
             run_key=lease_key,
-            kind=job.kind,
             plan_id=job.plan_id,
             step=job.step,
             attempt=job.attempt,
             conversation_id=job.conversation_id,
-            agent=str(slot.values.get("agent_name")) if slot is not None else None,
-            lease_until=self.context.clock() + self.context.options.lease,
             yields=turn_boundary(self.context, job, self.owner) if yields else None,
             settles=settling_of(lease_key, job.key, self.owner, heartbeat) if settles else None,
         )
@@ -421,9 +416,10 @@ class JobFailures:
             failures = await fail_held_effect(
                 conn, job.key, error=str(error), available_at=self.context.clock() + wait
             )
-            if not policy.retries(error, failures):
+            retrying = policy.retries(error, failures)
+            if not retrying:
                 await give_up_held_effect(conn, job.key, error=str(error))
-        if policy.retries(error, failures):
+        if retrying:
             log.info("%s will be tried again (%d): %s", job.key, failures, error)
             return
         log.warning("%s gave up after %d tries: %s", job.key, failures, error)

@@ -44,7 +44,14 @@ from flotilla.agents.scheduling.admission_policy import (
     with_overrides,
 )
 from flotilla.agents.scheduling.roster import Roster
-from flotilla.agents.scheduling.scheduler import Admission, Limits, Running, RunRequest, admit
+from flotilla.agents.scheduling.scheduler import (
+    Admission,
+    Limits,
+    Running,
+    RunRequest,
+    admit,
+    with_room,
+)
 from flotilla.agents.scheduling.wait_marks import WaitMarks
 from flotilla.storage.agents import get_agent
 from flotilla.storage.db import Database
@@ -300,8 +307,7 @@ class AdmissionLoop:
         limits = limits_of(options, budgets)
         limits = replace(limits, weights=weights_by_tenant(options, tenants))
         mine = sum(1 for r in granted if r.holder == self.owner)
-        room = min(limits.capacity - len(granted), self.options.process_capacity - mine)
-        limits = replace(limits, capacity=len(granted) + max(0, room))
+        limits = with_room(limits, len(granted), mine, self.options.process_capacity)
         served = await served_since(conn, now - options.share_window)
         decision = self.decide(
             [waiting_of(r) for r in waiting], [running_of(r) for r in granted], limits, now, served

@@ -173,10 +173,11 @@ async def budgets_now(
 @dataclass(frozen=True, slots=True)
 class FastPath:
     """The caps a request is granted against at once, in its claim's own statement, when
-    nobody waits (`storage/run_request_leases.py` `claim_slot`): with no one in line and no
-    budget or tool quota to weigh, an admission pass would grant it whenever the deployment,
-    this process and its agent have a free slot (fair order and weights only rank waiting
-    runs), so these three caps are all the claim checks."""
+    nobody waits (`storage/run_request_leases.py` `grant_at_once`): with no one in line and
+    no budget or tool quota to weigh, `admit` grants it whenever the deployment, this
+    process and its agent have a free slot (`with_room`; fair order and weights only rank
+    waiting runs), so these three caps are all the claim checks – the statement grants
+    exactly what `admit` would (`tests/integration/test_admission_one_rule.py`)."""
 
     capacity: int
     process_capacity: int

@@ -15,13 +15,19 @@ queues and Kueue's admission):
 Each run is judged on its own: a run whose agent is at its quota does not block the runs
 behind it (no head-of-line blocking). Budgets are checked against the tokens a run is
 estimated to spend, and a grant counts against the budget for the rest of the pass.
+
+This module is where admission is decided. Two statements in `storage/` apply its rules
+without a pass, each checked against them by a property test
+(`tests/integration/test_admission_one_rule.py`): a request granted as it is written when
+nobody waits (what `admit` grants with an empty queue – `admission_policy.fast_path`), and a
+batch run yielding its slot to urgent work (`may_yield`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -156,6 +162,28 @@ def admit(
     line = [k for k, w in waits.items() if w.kind == "capacity"]
     waits |= {key: _in_line(position) for position, key in enumerate(line, start=1)}
     return Admission(tuple(grants), waits)
+
+
+def with_room(limits: Limits, held: int, held_here: int, process_capacity: int) -> Limits:
+    """The limits of one pass in one process: the deployment's free slots, but no more than
+    this process may still take (`held`: slots held now, `held_here`: by this process) – a
+    process grants only runs it starts itself."""
+    room = min(limits.capacity - held, process_capacity - held_here)
+    return replace(limits, capacity=held + max(0, room))
+
+
+def may_yield(holder_priority: int, waiter_priority: int, waiter_kind: str | None) -> bool:
+    """Whether a running run gives its slot, at its next model-turn boundary, to a waiting
+    one: the waiter is urgent, more urgent than the holder, and waits for nothing but a
+    slot (no quota or budget it would still be held by); the holder is batch-like work
+    (`PREEMPTIBLE_FROM`). Stored runs are asked in one statement
+    (`storage/run_request_leases.py` `urgent_waits`, checked against this rule)."""
+    return (
+        holder_priority >= PREEMPTIBLE_FROM
+        and waiter_priority <= URGENT
+        and waiter_priority < holder_priority
+        and waiter_kind == "capacity"
+    )
 
 
 def _ws(workspace: str) -> str:

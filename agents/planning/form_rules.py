@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 from flotilla.agents.planning.effects import FormAnswer
 from flotilla.agents.planning.plan import USER, FormSpec, Plan, Step
+from flotilla.agents.planning.plan_transitions import CANCELLED_NOTE
 
 Answerers = Literal["requester", "anyone"]
 """Who may answer a form: the person who made the request (and admins), or anyone."""
@@ -21,7 +22,9 @@ Answerers = Literal["requester", "anyone"]
 NO_PLAN = "This form belongs to a plan that no longer exists."
 ANSWERED = "This form was already answered."
 MOVED_ON = "This form is no longer open: the plan has moved on."
-_FINISHED = ("done", "skipped", "failed")
+CANCELLED = "This form is closed: the plan was cancelled."
+SKIPPED = "This form is closed: its step was skipped."
+_FINISHED = ("done", "failed")
 
 
 class FormRef(Protocol):
@@ -91,6 +94,9 @@ def closed(step: Step | None) -> str:
     who = step.question.answered_by if step is not None and step.question else None
     if who:
         return answered_by(who)
+    if step is not None and step.status == "skipped":
+        cancelled = (step.failure_reason or "").startswith(CANCELLED_NOTE)
+        return CANCELLED if cancelled else SKIPPED
     if step is None or step.status in _FINISHED:
         return ANSWERED
     return MOVED_ON

@@ -53,6 +53,7 @@ from flotilla.agents.planning.plan_tally import replaced, tally
 from flotilla.agents.planning.plan_validation import STEP_REF, TEMPLATE
 
 Result = tuple[Plan, list[Effect]]
+CANCELLED_NOTE = "cancelled: "  # how a cancelled plan's unfinished steps are noted
 # --- reading a plan ---------------------------------------------------------------------
 
 
@@ -349,7 +350,7 @@ def abort_plan(plan: Plan, reason: str) -> Plan:
 
 def cancel_plan(plan: Plan, reason: str) -> Plan:
     """Cancel the plan: every step not finished becomes skipped, in-flight ones included."""
-    note = f"cancelled: {reason}"
+    note = f"{CANCELLED_NOTE}{reason}"
     return _stop(plan, "cancelled", note, ("blocked", "in_progress"))
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from flotilla.agents.planning import form_rules
 from flotilla.agents.planning.effects import FormAnswer, form_answer_key
-from flotilla.agents.planning.form_rules import ANSWERED, MOVED_ON, NO_PLAN
+from flotilla.agents.planning.form_rules import ANSWERED, CANCELLED, MOVED_ON, NO_PLAN, SKIPPED
 from flotilla.agents.planning.plan import USER, FormField, FormSpec, Plan, Question, Step
 from flotilla.bot.views.forms import FormKey
 
@@ -22,6 +22,7 @@ KNOWN = re.compile(
     r"|This form was already answered by <@U[A-Z0-9]+>\."
     r"|This form was already answered\."
     r"|This form is no longer open: the plan has moved on\."
+    r"|This form is closed: (the plan was cancelled|its step was skipped)\."
     r"|Only <@U[A-Z0-9]+>, who made the request, can answer this form\."
 )
 
@@ -117,7 +118,9 @@ def test_a_closed_form_says_who_answered_or_why_it_closed() -> None:
     answered = blocked_step(answer={"colour": "red"}, by="U9")
     assert form_rules.closed(answered) == "This form was already answered by <@U9>."
     assert form_rules.closed(user_step("done")) == ANSWERED
-    assert form_rules.closed(user_step("skipped")) == ANSWERED
+    assert form_rules.closed(user_step("skipped")) == SKIPPED
+    cancelled = user_step("skipped").model_copy(update={"failure_reason": "cancelled: by U1"})
+    assert form_rules.closed(cancelled) == CANCELLED
     assert form_rules.closed(None) == ANSWERED
     assert form_rules.closed(user_step("pending")) == MOVED_ON
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from flotilla.bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION, FormKey
 from flotilla.bot.views.plan_card import CANCEL_ACTION
+from flotilla.local_slack.driver import block_action
 from tests.e2e.slice.conftest import REQUEST, Run, scripted
 from tests.e2e.slice.scripts import call, plans, steer, text
 
@@ -19,6 +20,12 @@ async def test_cancel_from_the_card(start: Callable[..., Any]) -> None:
     async with start() as run:
         root = run.ask(REQUEST)
         form = await run.says(root, "needs your input")
+        [(element, block_id)] = [  # the form's button
+            (el, block["block_id"])
+            for block in form.blocks or []
+            if block.get("type") == "actions"
+            for el in block["elements"]
+        ]
 
         await run.driver.click("dev", card_of(run, root), CANCEL_ACTION)  # not the requester
         await run.driver.wait_for(lambda: run.driver.ephemerals("dev"), what="a refusal")
@@ -41,6 +48,21 @@ async def test_cancel_from_the_card(start: Callable[..., Any]) -> None:
         assert "The plan was cancelled" in closed.text
         assert not any(b.get("type") == "actions" for b in closed.blocks or [])
         assert not [m for m in run.messages(root) if m.text.startswith("@writer")]
+
+        # a client still showing the form's button (not refreshed yet) clicks it: told why
+        before = len(run.driver.ephemerals("maya"))
+        await run.driver.ws.interactivity.message_action(
+            run.driver.person("maya"),
+            run.stack.commander,
+            closed,
+            block_action(element, block_id, None, "2.0"),
+        )
+        await run.driver.wait_for(
+            lambda: len(run.driver.ephemerals("maya")) > before, what="why the form is closed"
+        )
+        assert (
+            run.driver.ephemerals("maya")[-1].text == "This form is closed: the plan was cancelled."
+        )
 
 
 async def test_an_interjection_edits_a_pending_step(start: Callable[..., Any]) -> None:

@@ -95,9 +95,19 @@ def priority_of(
 
 
 def quota_keys(tools: Iterable[str], mcp_servers: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    """An agent's quota keys: its tools and `mcp:<host>` for each of its MCP servers."""
+    """An agent's quota keys: its tools and `mcp:<host>` for each of its MCP servers. A tool
+    given per domain (`http_fetch:<domain>`) counts as the tool too, so a cap on
+    `http_fetch` holds for every agent that may fetch, and one on `http_fetch:<domain>` for
+    that domain."""
+    keys: dict[str, None] = {}
+    for tool in tools:
+        tool_name, _, domain = tool.partition(":")
+        if domain and tool_name:
+            keys[tool_name] = None
+        keys[tool] = None
     hosts = (urlsplit(str(s.get("url", ""))).hostname or "unknown" for s in mcp_servers)
-    return (*tools, *(f"mcp:{host}" for host in hosts))
+    keys |= {f"mcp:{host}": None for host in hosts}
+    return tuple(keys)
 
 
 def tenant_of(team_id: str, channel_id: str) -> str:

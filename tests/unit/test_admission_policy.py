@@ -14,6 +14,7 @@ from flotilla.agents.scheduling.admission_policy import (
     marks_of,
     period_starts,
     priority_of,
+    quota_keys,
     with_overrides,
 )
 from flotilla.agents.scheduling.scheduler import (
@@ -112,3 +113,17 @@ def test_grants_never_spend_more_than_a_budget_has_left(
     assert granted <= max(remaining, 0) or not decision.grants
     for key, wait in decision.waits.items():
         assert wait.kind == "budget" and wait.sentence == "waiting: channel budget used up", key
+
+
+def test_a_tool_given_per_domain_counts_as_the_tool_and_its_domain() -> None:
+    keys = quota_keys(
+        ["search", "http_fetch:example.com", "http_fetch:example.org"],
+        [{"url": "https://crm.example.com/mcp"}],
+    )
+    assert keys == (
+        "search",
+        "http_fetch",
+        "http_fetch:example.com",
+        "http_fetch:example.org",
+        "mcp:crm.example.com",
+    )

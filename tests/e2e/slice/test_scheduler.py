@@ -21,6 +21,7 @@ from flotilla.agents.running.offline import first_prompt
 from flotilla.agents.scheduling.admission_policy import SchedulerOptions
 from flotilla.agents.scheduling.scheduler import URGENT as URGENT_PRIORITY
 from flotilla.local_slack import Message
+from flotilla.storage.agents import update_agent
 from flotilla.storage.audit import audit_trail
 from flotilla.storage.run_requests import queued_requests
 from flotilla.storage.usage import record_usage
@@ -147,6 +148,32 @@ async def test_a_step_waits_while_its_agent_is_at_its_quota(start: Callable[...,
         assert "waiting: researcher busy (1/1)" in card_blocks(run, root)
         plan = await run.plan(root)
         assert [s.status for s in plan.steps] == ["in_progress", "done", "done", "in_progress"]
+        gate.release.set()
+        await run.says(root, "What the team found", from_="Flotilla")
+        await run.quiesce()
+        assert "busy" not in card_blocks(run, root)
+
+
+async def test_a_web_fetch_cap_holds_for_agents_given_domains(start: Callable[..., Any]) -> None:
+    # an agent given web domains has the tool as `http_fetch:<domain>`: a cap on `http_fetch`
+    # counts it (it once did not, and a cap of 1 granted both)
+    gate = Gate("HOLD")
+    web = [step(1, "researcher", "HOLD look up"), step(2, "analyst", "HOLD look up too")]
+    model = model_with(plans({"WEB": web}), gate)
+    scheduler = SchedulerOptions(capacity=4, tool_caps={"http_fetch": 1}, poll_seconds=0.05)
+    async with start(model=model, max_parallel=4, scheduler=scheduler) as run:
+        service = run.service
+        async with service.db.write() as conn:
+            for name, domain in (("researcher", "example.com"), ("analyst", "example.org")):
+                await update_agent(
+                    conn, service.team_id, name, run.clock(), tools=[f"http_fetch:{domain}"]
+                )
+        service.roster.forget()
+        root = run.ask("WEB pages, both at once")
+        await gate.reached()
+        await card_shows(run, root, "waiting: http_fetch busy (1/1)")
+        plan = await run.plan(root)
+        assert sorted(s.status for s in plan.steps) == ["in_progress", "in_progress"]
         gate.release.set()
         await run.says(root, "What the team found", from_="Flotilla")
         await run.quiesce()

@@ -23,7 +23,7 @@ from flotilla.agents.planning.plan import TERMINAL_PLAN, Plan
 from flotilla.bot.listeners.payloads import NOTICE_EVENT
 from flotilla.bot.posting_port import PostingPort
 from flotilla.bot.slack_features import TASK_DISPLAY
-from flotilla.bot.views.plan_tasks import plan_chunks, signature
+from flotilla.bot.views.plan_tasks import plan_chunks, sent_key, signature
 from flotilla.storage.conversations import thread_messages, update_message
 from flotilla.storage.records import ConversationRecord
 
@@ -88,19 +88,18 @@ class PlanDisplay:
             ts = str(response["ts"])
             await self.port.keep(conversation, ts, "", None, self._metadata(plan.id, True))
             shown = (ts, {})
-            sent = {c["id"]: signature(c) for c in chunks if c["type"] == "task_update"}
-            shown[1].update(sent)
+            shown[1].update({sent_key(c): signature(c) for c in chunks})
         else:
             ts, sent = shown
             chunks = plan_chunks(plan, sent)
             if chunks and not ended:
                 await client.chat_appendStream(channel=channel, ts=ts, chunks=chunks)
-            sent.update({c["id"]: signature(c) for c in chunks})
+            sent.update({sent_key(c): signature(c) for c in chunks})
         if ended:
             await client.chat_stopStream(
                 channel=channel,
                 ts=shown[0],
-                chunks=plan_chunks(plan, {}) or None,
+                chunks=plan_chunks(plan, shown[1], every=True) or None,
                 metadata=self._metadata(plan.id, False),
             )
             async with self.port.db.write() as conn:

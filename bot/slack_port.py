@@ -74,6 +74,8 @@ class SlackPort(StepMessages, FileTransfers):
         self.bot_id: str | None = None
         self.roster = Roster(db, lambda: self.team_id)  # the service's Context shares it
         self._cards: LRUCache[int, PlanCard] = LRUCache(CARD_CACHE_SIZE)  # plan id -> card
+        # plan id -> the wait notes its card shows (edited for them beside a native display)
+        self._card_waits: LRUCache[int, tuple[tuple[int, str], ...]] = LRUCache(CARD_CACHE_SIZE)
         self.features = SlackFeatures(db, clock)
         self.statuses = SessionStatuses(client, self.features, lambda: self.team_id)
         self.plan_display = PlanDisplay(self)
@@ -280,10 +282,13 @@ class SlackPort(StepMessages, FileTransfers):
                     self._cards.put(plan.id, card)
         now = self.clock()
         await self.show_status(conversation, session_status(plan, now), activity(plan, now))
-        # the native display shows progress; then the card shows only its start and end
+        # the native display shows progress; then the card shows its start, its end, and
+        # why steps wait – edited only when that changes (each edit paced per channel)
         native = card_ts is not None and await self.plan_display.show(conversation, plan)
-        if native:
+        waits = waits_shown(plan)
+        if native and (self._card_waits.get(plan.id) or ()) == waits:
             return False
+        self._card_waits.put(plan.id, waits)
         mentions = {name: who.mention for name, who in (await self.identities()).items()}
         text, blocks = plan_card(
             plan,
@@ -383,3 +388,9 @@ class SlackPort(StepMessages, FileTransfers):
                     if meta is not None and meta.get("key") == key:
                         return str(message["ts"])
         return None
+
+
+def waits_shown(plan: Plan) -> tuple[tuple[int, str], ...]:
+    """Why the plan's running steps wait for a slot, as its card says it (step, sentence)."""
+    running = {s.index for s in plan.steps if s.status == "in_progress"}
+    return tuple(sorted((i, why) for i, why in plan.waits.items() if i in running))

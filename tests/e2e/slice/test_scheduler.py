@@ -96,6 +96,12 @@ def held(steps: list[dict[str, Any]], assignee: str | None = None) -> list[dict[
     ]
 
 
+def task_details(run: Run, root: Message) -> dict[str, str]:
+    """What the native plan display's tasks say beside their status (task id -> details)."""
+    [shown] = [m for m in run.messages(root) if m.task_display_mode == "plan"]
+    return {key: str(t["details"]) for key, t in shown.tasks.items() if t.get("details")}
+
+
 def waiting_third(blocks: str) -> int:
     """The step the card shows 3rd in line (its line, then the waiting note under it)."""
     lines = "\n".join(
@@ -115,13 +121,24 @@ async def test_steps_in_line_say_their_place_and_lose_it_when_they_start(
     gate = Gate("HOLD")
     model = model_with(plans({"FOUR": held(FOUR)}), gate)
     scheduler = SchedulerOptions(capacity=1, poll_seconds=0.05)
-    async with start(model=model, max_parallel=4, scheduler=scheduler) as run:
+    # with the default settings: Slack's native plan display shows the plan's progress
+    native = dict(native_plan_display=True)
+    async with start(model=model, max_parallel=4, scheduler=scheduler, **native) as run:
         root = run.ask("FOUR things at once")
         await gate.reached()
         await card_shows(run, root, "waiting: 3rd in line")
         blocks = card_blocks(run, root)
         assert "waiting: next in line" in blocks and "waiting: 2nd in line" in blocks
         third = waiting_third(blocks)
+        await run.driver.wait_for(  # the native display's task says it too
+            lambda: task_details(run, root).get(f"step-{third}") == "waiting: 3rd in line",
+            what="the native display to say why the step waits",
+        )
+        assert sorted(task_details(run, root).values()) == [
+            "waiting: 2nd in line",
+            "waiting: 3rd in line",
+            "waiting: next in line",
+        ]
         plans_answer = await command(run, "maya", "plans")
         assert f"step {third} waiting: 3rd in line" in plans_answer, plans_answer
         queue = await command(run, "maya", "queue")
@@ -133,6 +150,7 @@ async def test_steps_in_line_say_their_place_and_lose_it_when_they_start(
         await run.quiesce()
         assert (await run.plan(root)).status == "completed"
         assert "waiting:" not in card_blocks(run, root)  # gone once they started
+        assert set(task_details(run, root).values()) <= {"done"}  # no step says it waits
         assert await command(run, "maya", "queue") == "Nothing is waiting and nothing is running."
 
 

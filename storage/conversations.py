@@ -126,17 +126,12 @@ async def update_message(
     metadata: dict[str, Any] | None,
 ) -> None:
     """Keep an edited message's new text and metadata (Flotilla's own edits)."""
-    await conn.execute(_message_update(channel_id, ts, text, metadata))
+    await conn.execute(message_update(channel_id, ts, text, metadata))
 
 
-def update_message_in(
-    conn: Connection, channel_id: str, ts: str, *, text: str, metadata: dict[str, Any] | None
-) -> None:
-    """`update_message` in a caller's synchronous transaction (e.g. a reconcile's)."""
-    conn.execute(_message_update(channel_id, ts, text, metadata))
-
-
-def _message_update(channel_id: str, ts: str, text: str, metadata: dict[str, Any] | None) -> Update:
+def message_update(channel_id: str, ts: str, text: str, metadata: dict[str, Any] | None) -> Update:
+    """The statement that changes a stored message's text and metadata (run here, or by a
+    unit of work that carries it)."""
     return (
         update(messages_t)
         .where(messages_t.c.channel_id == channel_id, messages_t.c.ts == ts)

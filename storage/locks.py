@@ -15,6 +15,7 @@ conversation's lock, which commit or rollback releases:
   (released on commit, rollback or a dropped connection) and work behind pgbouncer's
   transaction pooling. `work` runs through `run_sync` on the async connection.
 
+`run_unit` picks the way for a reconcile: `run` on SQLite, `run_optimistic` on PostgreSQL.
 `run_optimistic` is the reconcile's path on PostgreSQL: no lock is taken; `work` – a coroutine
 function – runs on a pooled connection's asyncpg connection, awaited directly outside any
 transaction (each statement its own transaction: no BEGIN, no COMMIT round trip, no
@@ -31,10 +32,10 @@ import asyncio
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import Executable, create_engine, event, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
@@ -113,6 +114,29 @@ class ConversationLocks:
                 return await conn.run_sync(locked)
         finally:
             self._release(conversation)
+
+    async def run_unit(
+        self,
+        db: Database,
+        conversation: int,
+        locked: Work[T],
+        optimistic: DriverWork[T],
+        *,
+        ahead: Sequence[Executable] = (),
+    ) -> T:
+        """One unit of work of a conversation as the database runs it best – the choice
+        between the two ways lives here, not with the callers: on SQLite, whose write
+        transactions run one at a time, `locked` (`run`), which writes everything the unit
+        carries; on PostgreSQL `optimistic` (`run_optimistic`, one version-checked statement),
+        after `ahead` – the unit's other writes, which that statement cannot carry – in a
+        write transaction of its own."""
+        if db.is_sqlite:
+            return await self.run(db, conversation, locked)
+        if ahead:
+            async with db.write() as conn:
+                for statement in ahead:
+                    await conn.execute(statement)
+        return await self.run_optimistic(db, conversation, optimistic)
 
     async def run_optimistic(
         self, db: Database, conversation: int, work: DriverWork[T], *, max_tries: int = 50

@@ -4,10 +4,11 @@ A streamed answer is kept in the thread's stored messages from its start, marked
 `streaming` with the text it started with (`bot/answer_stream.py`). When the stream is
 finished in Slack, its final text and metadata are still to be stored: `AnswerStream.finish`
 hands them back as a `FinalText` instead of storing them in a write of its own, and the
-step's outcome carries them into its reconcile (`step_runs.report`). On SQLite the write is
-made in the reconcile's transaction (`with_final_text`, beside the job's settle): the outcome
-and the answer's final text commit together. PostgreSQL's reconcile is an optimistic read
-and one version-checked write, so there the text is stored on its own, before it.
+step's report carries them into its reconcile as data (`reconcile_units.AttemptWrites`). On
+SQLite the write is made in the reconcile's transaction, beside the job's release: the
+outcome and the answer's final text commit together. PostgreSQL's reconcile is an
+optimistic read and one version-checked write, so there the text is stored on its own,
+just before it (`storage/locks.py` `run_unit`).
 
 Why a later step never sees a text that is not final: the steps that depend on this one,
 and the plan's final answer, are dispatched by the reconcile that stores the text; a step
@@ -23,19 +24,11 @@ Storing it is idempotent: the same text and metadata on the same message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
-from flotilla.storage.conversations import update_message, update_message_in
+from flotilla.storage.conversations import update_message
 from flotilla.storage.db import Database
-
-# a job's settle in its reconcile's transaction: the keys of the outbox rows it settled,
-# marked sent with the rows the reconcile marks (one statement, `storage.outbox.mark_sent`)
-Settle = Callable[[Connection, datetime], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +40,6 @@ class FinalText:
     ts: str
     text: str
     metadata: dict[str, Any] | None
-
-    def store_in(self, conn: Connection) -> None:
-        """In the caller's (synchronous) transaction."""
-        update_message_in(conn, self.channel_id, self.ts, text=self.text, metadata=self.metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +59,3 @@ async def store_final_text(db: Database, final: FinalText | None) -> None:
         await update_message(
             conn, final.channel_id, final.ts, text=final.text, metadata=final.metadata
         )
-
-
-def with_final_text(settle: Settle | None, final: FinalText | None) -> Settle | None:
-    """`settle` (a job's, or none) that stores `final` too, in the same transaction."""
-    if final is None:
-        return settle
-
-    def both(conn: Connection, now: datetime) -> Sequence[str]:
-        final.store_in(conn)
-        return settle(conn, now) if settle is not None else ()
-
-    return both

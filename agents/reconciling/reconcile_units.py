@@ -9,7 +9,10 @@ Two ways to run the same decision:
   outside any transaction: one read (plan, lock version, event seen), the pure decision, one
   version-checked write of everything (`storage/optimistic.py`); a conflict makes the
   caller run it again.
-Both write the rows `plan_write` computes from the decision.
+Both write the rows `plan_write` computes from the decision. Which one runs is the
+storage's choice (`storage/locks.py` `ConversationLocks.run_unit`): the callers build both.
+A reporting attempt's writes (`AttemptWrites`, below) come as data in the call; the locked
+unit writes them all, the optimistic one none (the storage writes what it can ahead of it).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Executable
 from sqlalchemy.engine import Connection
 
 from flotilla.agents.core.retry_policy import STEP, RetryPolicy
@@ -26,7 +30,9 @@ from flotilla.agents.planning.decisions import Decision, decide
 from flotilla.agents.planning.effects import to_row
 from flotilla.agents.planning.plan import CommanderOperation, Outcome, Plan
 from flotilla.agents.planning.plan_store import plan_from_rows, step_row
+from flotilla.agents.reconciling.final_texts import FinalText
 from flotilla.storage import plans as store
+from flotilla.storage.conversations import message_update
 from flotilla.storage.events import record_event
 from flotilla.storage.optimistic import PlanWrite, load_versioned, write_versioned
 from flotilla.storage.outbox import claimed_record, enqueue_claimed, enqueue_effects
@@ -34,6 +40,93 @@ from flotilla.storage.outbox_marks import mark_sent
 from flotilla.storage.plan_steps import insert_steps, update_steps
 from flotilla.storage.prepared import DriverConnection
 from flotilla.storage.records import OutboxRecord
+from flotilla.storage.run_request_leases import finish_held_request
+
+# --- what a reporting attempt writes beside its reconcile, as data ----------------------
+#
+# What an attempt writes as it reports, as data: the reconcile's unit of work writes it.
+#
+# An attempt – a step's run, or a commander turn that starts a plan – ends by reporting: its
+# outcome (or the plan it starts) is reconciled, and up to three writes belong with it:
+# - its streamed answer's final text (`final_texts.FinalText`);
+# - its run's close: the tokens it spent and its finished history (`RunSession` statements);
+# - its release: its run request finished while this process still holds it (the slot
+#   freed, the run's lease let go) and its outbox row marked sent.
+#
+# The reporting code hands them over as an `AttemptWrites` (`Reconciler.report`); how they
+# are written is the storage's choice (`ConversationLocks.run_unit`). Where writes run one at
+# a time (SQLite) all of them go into the reconcile's own transaction: the outcome and its
+# writes commit together, so a process killed between them leaves neither or both. Where
+# a reconcile is one version-checked statement (PostgreSQL), the final text and the close are
+# written before it, in a transaction of their own, and the release is left to the job
+# (`Reported.others_wait` is None), which lets go of its lease on its own right after. A
+# plan's start is a locked transaction on every database: it carries them all.
+#
+# Why a later step never sees a text that is not final, and why a release is conditional on
+# the grant still being held: `final_texts.py` and `storage/run_request_leases.py`.
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A scheduled attempt's run request, to be finished while `owner` holds its grant, and
+    its outbox row, to be marked sent."""
+
+    run_key: str  # its run request (its lease)
+    row_key: str  # its outbox row
+    owner: str  # this process
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptWrites:
+    """What an attempt's report writes beside its reconcile (each part optional)."""
+
+    final: FinalText | None = None  # its answer's final text
+    close: Sequence[Executable] = ()  # its run's close (usage, then history)
+    release: Release | None = None  # its run request and outbox row
+
+    def ahead(self) -> list[Executable]:
+        """The statements that may be written ahead of the reconcile: all but the release."""
+        final = self.final
+        texts = (
+            []
+            if final is None
+            else [message_update(final.channel_id, final.ts, final.text, final.metadata)]
+        )
+        return [*texts, *self.close]
+
+
+NO_WRITES = AttemptWrites()
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A reported attempt: the decision stored (None: no plan – nothing of it written) and
+    whether its release committed with it: then whether other runs wait for the slot it
+    freed; None when it did not (the job releases its run request itself)."""
+
+    decision: Decision | None
+    others_wait: bool | None = None
+
+
+def write_with_reconcile(
+    conn: Connection, writes: AttemptWrites, now: datetime
+) -> tuple[Sequence[str], bool | None]:
+    """Every part, in the reconcile's (synchronous, locked) transaction: the final text, the
+    close, the release. The outbox rows to be marked sent with the reconcile's own marks
+    (one statement, `storage/outbox_marks.py`), and the release's answer (None: the grant
+    was not held any more – a lost lease is its new holder's to settle – nothing released)."""
+    if writes is NO_WRITES:  # most reconciles: nothing to build
+        return (), None
+    for statement in writes.ahead():
+        conn.execute(statement)
+    release = writes.release
+    if release is None:
+        return (), None
+    others_wait = finish_held_request(conn, release.run_key, release.owner, now)
+    return ((), None) if others_wait is None else ((release.row_key,), others_wait)
+
+
+# --- the units of work -------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +148,7 @@ class Stored:
     decision: Decision
     claimed: list[OutboxRecord] = field(default_factory=list)
     sent_marked: bool = True  # False: the sender's delivered rows are still to be marked
+    others_wait: bool | None = None  # an attempt's release written with it: runs wait?
 
 
 Unit = Callable[[Connection], Stored | None]
@@ -76,8 +170,9 @@ class ReconcileCall:
     retry: RetryPolicy = STEP  # when a step's transient failure is tried again
     held: Plan | None = None  # the plan last written by this process (its steps are skipped)
     preclaim: PreClaim | None = None
-    # more writes of the caller's in the locked reconcile's transaction (a job's settle)
-    settle: Callable[[Connection, datetime], Sequence[str]] | None = None
+    # a reporting attempt's writes (`AttemptWrites`): all of them in the locked unit; the
+    # optimistic one leaves them to the storage (`ConversationLocks.run_unit`) and the job
+    writes: AttemptWrites = NO_WRITES
 
     @property
     def known(self) -> tuple[int, int] | None:
@@ -110,16 +205,16 @@ def locked_reconcile(call: ReconcileCall) -> Unit:
         if loaded is None:
             return None
         decision = call.decide(loaded, apply=fresh)
-        settled = call.settle(conn, call.now) if call.settle is not None else ()
+        settled, others_wait = write_with_reconcile(conn, call.writes, call.now)
         if not decision.changed:
             sent = call.preclaim.sent if call.preclaim is not None else ()
             mark_sent(conn, sent, call.now, keys=settled)
-            return Stored(decision)
+            return Stored(decision, others_wait=others_wait)
         write = plan_write(
             decision, call.now, card_waiting=loaded.card_waiting, preclaim=call.preclaim
         )
         claimed = store_write(conn, write, call.now, preclaim=call.preclaim, settled=settled)
-        return Stored(decision, claimed)
+        return Stored(decision, claimed, others_wait=others_wait)
 
     return work
 

@@ -13,8 +13,10 @@ another writer changed the conversation in between (`agents/reconciling/reconcil
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy import Executable
 from sqlalchemy.engine import Connection
 
 from flotilla.agents.core.clock import Clock, utcnow
@@ -35,16 +37,21 @@ from flotilla.agents.planning.plan import (
 )
 from flotilla.agents.planning.plan_store import plan_from_rows
 from flotilla.agents.planning.plan_validation import validate_plan
-from flotilla.agents.reconciling.final_texts import Settle
 from flotilla.agents.reconciling.outbox import OutboxSender
 from flotilla.agents.reconciling.reconcile_units import (
+    NO_WRITES,
+    AttemptWrites,
+    DriverUnit,
     PreClaim,
     ReconcileCall,
+    Reported,
     Stored,
+    Unit,
     locked_reconcile,
     optimistic_reconcile,
     plan_write,
     store_write,
+    write_with_reconcile,
 )
 from flotilla.storage import plans as store
 from flotilla.storage.conversations import request_text
@@ -56,6 +63,20 @@ from flotilla.storage.plans import CARD_POSTING, PlanCard
 # --- the thin async layer: lock, load, decide, store ------------------------------------
 
 AfterCommit = Callable[[list[Effect]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStart:
+    """A plan to start (`Reconciler.start_plan`'s arguments, as a commander turn reports it)."""
+
+    proposal: PlanProposal
+    assignees: Collection[str]
+    disabled: Collection[str] = ()
+    max_parallel: int = 1
+    max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES
+    intro: str = ""
+
+
 # what a reconcile hands its process's outbox sender at once (plan-card refreshes coalesce
 # in the sender, `OutboxSender.deliver_handed`); timers wait in the outbox until due
 HANDED_OVER_KINDS = frozenset(
@@ -128,24 +149,36 @@ class Reconciler:
         max_parallel: int = 1,
         max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
         intro: str = "",
-        settle: Settle | None = None,
     ) -> Decision:
         """Validate and store a new plan, and dispatch its first step(s), in one transaction.
-        `intro`: the commander's words about the plan, which its card opens with; `settle`:
-        the commander turn's settle, written in the same transaction (as `reconcile`'s).
+        `intro`: the commander's words about the plan, which its card opens with.
 
         Raises `PlanValidationError` (nothing stored) or `OperationRejected` when the
         conversation already has a plan that is not finished.
         """
-        checked = validate_plan(proposal, assignees=assignees, disabled=disabled)
-        return await self.start_steps(
+        start = PlanStart(
+            proposal, assignees, disabled, max_parallel, max_transient_failures, intro
+        )
+        reported = await self.report_start(conversation_id, start)
+        assert reported.decision is not None  # a started plan always has a decision
+        return reported.decision
+
+    async def report_start(
+        self, conversation_id: int, start: PlanStart, writes: AttemptWrites = NO_WRITES
+    ) -> Reported:
+        """`start_plan` for a commander turn that reports: the plan it starts, with its
+        writes (`reconcile_units.AttemptWrites`) in the plan's transaction – the plan's is a locked
+        transaction on every database, so it carries them all, its release included."""
+        checked = validate_plan(start.proposal, assignees=start.assignees, disabled=start.disabled)
+        stored = await self._start(
             conversation_id,
             new_steps(checked),
-            max_parallel=max_parallel,
-            max_transient_failures=max_transient_failures,
-            intro=intro,
-            settle=settle,
+            max_parallel=start.max_parallel,
+            max_transient_failures=start.max_transient_failures,
+            intro=start.intro,
+            writes=writes,
         )
+        return Reported(stored.decision, stored.others_wait)
 
     async def start_steps(
         self,
@@ -155,12 +188,29 @@ class Reconciler:
         max_parallel: int = 1,
         max_transient_failures: int = DEFAULT_MAX_TRANSIENT_FAILURES,
         intro: str = "",
-        settle: Settle | None = None,
     ) -> Decision:
         """`start_plan` for steps that are already valid (no limits checked here)."""
+        stored = await self._start(
+            conversation_id,
+            steps,
+            max_parallel=max_parallel,
+            max_transient_failures=max_transient_failures,
+            intro=intro,
+        )
+        return stored.decision
+
+    async def _start(
+        self,
+        conversation_id: int,
+        steps: Sequence[Step],
+        *,
+        max_parallel: int,
+        max_transient_failures: int,
+        intro: str,
+        writes: AttemptWrites = NO_WRITES,
+    ) -> Stored:
         now = self.clock()
         preclaim = self._preclaim(now)
-        settle = settle if self.db.writes_one_at_a_time else None
 
         def work(conn: Connection) -> Stored:
             current = store.load_latest_plan(conn, conversation_id)
@@ -187,16 +237,19 @@ class Reconciler:
                 steps=tuple(steps),
             )
             decision = start(plan, now)
-            settled = settle(conn, now) if settle is not None else ()
+            settled, others_wait = write_with_reconcile(conn, writes, now)
             write = plan_write(decision, now, card_waiting=False, preclaim=preclaim)
             claimed = store_write(conn, write, now, preclaim=preclaim, settled=settled)
-            return Stored(decision, claimed)
+            return Stored(decision, claimed, others_wait=others_wait)
 
-        decision = await self._locked(conversation_id, work, preclaim)
-        assert decision is not None  # a started plan always has a decision
+        stored = await self._run(conversation_id, preclaim, work)
+        assert stored is not None  # a started plan always has a decision
+        await self._committed(stored, preclaim)
         if preclaim is not None:
-            self._cards_taken.put(decision.plan.id, PlanCard(CARD_POSTING, intro, taken=True))
-        return decision
+            self._cards_taken.put(
+                stored.decision.plan.id, PlanCard(CARD_POSTING, intro, taken=True)
+            )
+        return stored
 
     def card_taken(self, plan_id: int) -> PlanCard | None:
         """The card of a plan started here, whose first post this process took as it stored
@@ -213,17 +266,52 @@ class Reconciler:
         assignees: Collection[str] = (),
         disabled: Collection[str] = (),
         actor: str | None = None,
-        settle: Settle | None = None,
     ) -> Decision | None:
         """Apply what happened and dispatch what is ready; idempotent. None: no plan.
 
         `event_key` (a Slack event id, or channel+ts) is recorded in the same
         transaction: a repeated delivery of the same event applies nothing.
-        `settle`: the reporting job's settle, written in the same transaction when there
-        is a plan – on SQLite only (`agents/running/job_settling.py`); else not called.
         Raises `OperationRejected`/`PlanValidationError` for a commander operation that
         is not allowed (then nothing of this call is stored).
         """
+        reported = await self._reconcile(
+            conversation_id,
+            event_key=event_key,
+            outcomes=outcomes,
+            operations=operations,
+            assignees=assignees,
+            disabled=disabled,
+            actor=actor,
+        )
+        return reported.decision
+
+    async def report(
+        self,
+        conversation_id: int,
+        *,
+        outcomes: Sequence[Outcome],
+        assignees: Collection[str],
+        writes: AttemptWrites,
+    ) -> Reported:
+        """`reconcile` a step attempt's outcome with its writes (`AttemptWrites`): all of
+        them in the reconcile's transaction where the database allows it, else the final
+        text and close ahead of it and the release left to the job (`others_wait` None)."""
+        return await self._reconcile(
+            conversation_id, outcomes=outcomes, assignees=assignees, writes=writes
+        )
+
+    async def _reconcile(
+        self,
+        conversation_id: int,
+        *,
+        event_key: str | None = None,
+        outcomes: Sequence[Outcome] = (),
+        operations: Sequence[CommanderOperation] = (),
+        assignees: Collection[str] = (),
+        disabled: Collection[str] = (),
+        actor: str | None = None,
+        writes: AttemptWrites = NO_WRITES,
+    ) -> Reported:
         now = self.clock()
         preclaim = self._preclaim(now)
         call = ReconcileCall(
@@ -238,19 +326,13 @@ class Reconciler:
             retry=self.step_retry,
             held=self._cache.get(conversation_id),
             preclaim=preclaim,
-            settle=settle if self.db.writes_one_at_a_time else None,
+            writes=writes,
         )
-        if self.db.writes_one_at_a_time:
-            return await self._locked(conversation_id, locked_reconcile(call), preclaim)
-        unit = optimistic_reconcile(call)
-        try:
-            stored = await self.locks.run_optimistic(self.db, conversation_id, unit)
-        except BaseException:
-            self._restore_sent(preclaim)
-            raise
-        if stored is None or not stored.sent_marked:  # nothing written: marked later
-            self._restore_sent(preclaim)
-        return await self._committed(stored, preclaim)
+        units = locked_reconcile(call), optimistic_reconcile(call)
+        ahead = writes.ahead() if writes is not NO_WRITES else ()
+        stored = await self._run(conversation_id, preclaim, *units, ahead=ahead)
+        decision = await self._committed(stored, preclaim)
+        return Reported(decision, stored.others_wait if stored is not None else None)
 
     async def fail_steps_of(self, conversation_id: int, agent: str, reason: str) -> Decision | None:
         """`decide_agent_gone` under the conversation's lock, stored like `reconcile`."""
@@ -266,32 +348,41 @@ class Reconciler:
                 store_write(conn, plan_write(decision, now, card_waiting=loaded.card_waiting), now)
             return Stored(decision)
 
-        return await self._locked(conversation_id, work)
+        return await self._committed(await self._run(conversation_id, None, work))
 
     def _preclaim(self, now: datetime) -> PreClaim | None:
         if self.outbox is None:
             return None
         return PreClaim(now + self.outbox.lease, self.handed_over, self.outbox.take_sent())
 
-    async def _locked(
+    async def _run(
         self,
         conversation_id: int,
-        work: Callable[[Connection], Stored | None],
-        preclaim: PreClaim | None = None,
-    ) -> Decision | None:
-        """Run `work` in one transaction under the conversation's lock; remember and
-        announce what it committed. The conversation's remembered plan is forgotten until
-        then: a commit this coroutine never sees (cancelled while it waits) leaves none older
-        to be taken unread (`remembered`)."""
+        preclaim: PreClaim | None,
+        locked: Unit,
+        optimistic: DriverUnit | None = None,
+        *,
+        ahead: Sequence[Executable] = (),
+    ) -> Stored | None:
+        """Run a unit of work: `locked` in one transaction under the conversation's lock,
+        or – given `optimistic` – as the storage runs a reconcile best
+        (`ConversationLocks.run_unit`). The conversation's remembered plan is forgotten
+        until the commit is announced (`_committed`): a commit this coroutine never sees
+        (cancelled while it waits) leaves none older to be taken unread (`remembered`)."""
         self._cache.pop(conversation_id, None)
         try:
-            stored = await self.locks.run(self.db, conversation_id, work)
+            if optimistic is None:
+                stored = await self.locks.run(self.db, conversation_id, locked)
+            else:
+                stored = await self.locks.run_unit(
+                    self.db, conversation_id, locked, optimistic, ahead=ahead
+                )
         except BaseException:
             self._restore_sent(preclaim)
             raise
-        if stored is None:  # no plan: nothing written, the marks with it
+        if stored is None or not stored.sent_marked:  # nothing written: marked later
             self._restore_sent(preclaim)
-        return await self._committed(stored, preclaim)
+        return stored
 
     def _restore_sent(self, preclaim: PreClaim | None) -> None:
         """The sender's delivered rows were not marked: a later transaction marks them."""

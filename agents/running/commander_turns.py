@@ -12,10 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from flotilla.agents.core.errors import (
@@ -42,6 +40,8 @@ from flotilla.agents.planning.plan import MAX_COMMANDER_RETRIES, TERMINAL_PLAN, 
 from flotilla.agents.planning.plan_store import plan_from_rows
 from flotilla.agents.planning.plan_transitions import stalled
 from flotilla.agents.planning.session_status import activity, session_status
+from flotilla.agents.reconciling.reconcile_units import AttemptWrites
+from flotilla.agents.reconciling.reconciler import PlanStart
 from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.commander import CommanderTurn, CommanderWake, commander_turn
 from flotilla.agents.running.job_settling import Settling
@@ -321,30 +321,28 @@ async def _start_plan(
     names: list[str],
     settles: Settling | None,
 ) -> Decision:
-    """Start the turn's plan; its run's close (`turn.close`, SQLite) and, when nothing
-    follows the start, its job's settle are written in the plan's transaction. A start
-    that stores nothing (refused, or the database away) leaves the close to be written on
-    its own – or kept for the retry when the database is away."""
+    """Start the turn's plan, reported with the turn's writes: its run's close
+    (`turn.close`) and, when nothing follows the start, its job's settle – in the plan's
+    transaction. A start that stores nothing (refused, or the database away) leaves the
+    close to be written on its own – or kept for the retry when the database is away."""
     assert turn.plan is not None
     closing = turn.close
-    settling = settles if ctx.db.writes_one_at_a_time and not turn.operations else None
+    settling = settles if not turn.operations else None  # operations follow: settled after
+    release = None
     if settling is not None:
         await settling.stop_heartbeat()  # it would see its request finished
-
-    def closed_and_settled(conn: Connection, now: datetime) -> Sequence[str]:
-        if closing is not None:
-            closing.write_in(conn)
-        return settling.settle_in(conn, now) if settling is not None else ()
-
+        release = settling.release
+    close = closing.statements() if closing is not None else ()
+    start = PlanStart(
+        turn.plan,
+        names,
+        max_parallel=ctx.options.max_parallel,
+        max_transient_failures=ctx.options.max_transient_failures,
+        intro=turn.reply or "",  # what the plan is: the card opens with it
+    )
     try:
-        changed = await ctx.reconciler.start_plan(
-            conversation.id,
-            turn.plan,
-            assignees=names,
-            max_parallel=ctx.options.max_parallel,
-            max_transient_failures=ctx.options.max_transient_failures,
-            intro=turn.reply or "",  # what the plan is: the card opens with it
-            settle=closed_and_settled if closing or settling else None,
+        reported = await ctx.reconciler.report_start(
+            conversation.id, start, AttemptWrites(close=close, release=release)
         )
     except Exception:
         if closing is not None:
@@ -355,10 +353,11 @@ async def _start_plan(
         raise
     if closing is not None:  # stored closed with the plan
         closing.committed()
-    if settling is not None:  # committed with the plan (`agents/running/job_settling.py`)
-        settling.committed()
-    log.info("plan started", extra=ids(conversation) | {"plan": changed.plan.id})
-    return changed
+    if settling is not None:
+        settling.reported(reported.others_wait)
+    assert reported.decision is not None  # a started plan always has a decision
+    log.info("plan started", extra=ids(conversation) | {"plan": reported.decision.plan.id})
+    return reported.decision
 
 
 async def _turn(
@@ -384,7 +383,7 @@ async def _turn(
             model=model,
             wake=wake,
             reads=read,
-            close_later=ctx.db.writes_one_at_a_time,
+            close_later=True,  # a plan it starts is stored with its close
             yields=attempt.yields if attempt is not None else None,
         )
     except RunError as exc:

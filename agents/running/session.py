@@ -41,7 +41,6 @@ from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolResults
 from pydantic_ai.usage import RunUsage, UsageLimits
 from sqlalchemy import ColumnElement
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from flotilla.agents.core import telemetry
@@ -323,14 +322,14 @@ class RunSession:
         self._recorded()
         return answer
 
-    def close_in(self, conn: Connection, messages: Sequence[ModelMessage]) -> None:
-        """`close` as "finished", written in a caller's synchronous transaction (a commander
+    def close_statements(self, messages: Sequence[ModelMessage]) -> list[Any]:
+        """`close` as "finished", as statements a caller's unit of work writes (a commander
         turn's, with the plan it starts); `closed` once that committed."""
-        for write in self._writes("finished", messages, conn.dialect.name):
-            conn.execute(write)
+        return self._writes("finished", messages, self.db.engine.dialect.name)
 
     def closed(self) -> None:
-        """The transaction `close_in` wrote in committed: the session is stored closed."""
+        """The transaction that wrote `close_statements` committed: the session is stored
+        closed."""
         self._recorded()
         _UNSAVED.pop(self.job.run_key)
 
@@ -382,13 +381,15 @@ class RunSession:
 @dataclass(frozen=True, slots=True)
 class PendingClose:
     """A finished run whose close is left to its caller: written in the caller's own
-    transaction (`write_in`, then `committed`), or else on its own (`close`)."""
+    unit of work (`statements`, then `committed`), or else on its own (`close`)."""
 
     session: RunSession
     messages: Sequence[ModelMessage]
 
-    def write_in(self, conn: Connection) -> None:
-        self.session.close_in(conn, self.messages)
+    def statements(self) -> list[Any]:
+        """The close as statements, for a unit of work that writes it (`committed` once it
+        committed)."""
+        return self.session.close_statements(self.messages)
 
     def committed(self) -> None:
         self.session.closed()

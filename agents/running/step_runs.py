@@ -40,7 +40,8 @@ from flotilla.agents.planning.plan import (
     StepSucceeded,
 )
 from flotilla.agents.planning.plan_store import plan_from_rows
-from flotilla.agents.reconciling.final_texts import FinalText, store_final_text, with_final_text
+from flotilla.agents.reconciling.final_texts import FinalText, store_final_text
+from flotilla.agents.reconciling.reconcile_units import AttemptWrites
 from flotilla.agents.reconciling.run_results import StepQuestion
 from flotilla.agents.running.attempt import Attempt
 from flotilla.agents.running.commander import commander_step_spec
@@ -373,24 +374,21 @@ async def report(
 ) -> None:
     """Hand an outcome to the reconciler (idempotent: a repeated outcome changes nothing);
     `final`: its answer's final text, stored with it (`agents/reconciling/final_texts.py`);
-    `settling`: the attempt's settle, written with it where writes run one at a time
-    (`agents/running/job_settling.py`)."""
+    `settling`: the attempt's settle, carried by the report (`agents/running/job_settling.py`)."""
     ctx.observer.outcome(type(outcome).__name__.removeprefix("Step").lower())
     assignees = await ctx.enabled_names()
-    if not ctx.db.writes_one_at_a_time:  # an optimistic reconcile: the text is stored before it
-        await store_final_text(ctx.db, final)
-        await ctx.reconciler.reconcile(conversation_id, outcomes=[outcome], assignees=assignees)
-        return
+    release = None
     if settling is not None:
         await settling.stop_heartbeat()  # it would see its request finished: a lost lease
-    settle = with_final_text(settling.settle_in if settling is not None else None, final)
-    decision = await ctx.reconciler.reconcile(
-        conversation_id, outcomes=[outcome], assignees=assignees, settle=settle
+        release = settling.release
+    writes = AttemptWrites(final=final, release=release)
+    reported = await ctx.reconciler.report(
+        conversation_id, outcomes=[outcome], assignees=assignees, writes=writes
     )
-    if decision is None:  # no plan: nothing was written with it
+    if reported.decision is None:  # no plan: nothing was written with it
         await store_final_text(ctx.db, final)
-    elif settling is not None:  # committed with the settle (`agents/running/job_settling.py`)
-        settling.committed()
+    elif settling is not None:
+        settling.reported(reported.others_wait)
 
 
 async def fail_given_up(ctx: Context, effect: Effect, reason: str) -> None:

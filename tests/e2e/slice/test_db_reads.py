@@ -154,12 +154,13 @@ async def test_the_commander_turn_that_starts_the_plan_settles_in_its_transactio
     start: Callable[..., Any],
 ) -> None:
     """The turn's run request and outbox row are finished in the transaction that stores the
-    plan (SQLite: `job_settling`), not in one of their own after it; and the mention's turn
-    was handed to this process as it was recorded, so no claim looked for it."""
+    plan (its report's release, `job_settling`), not in one of their own after it; and the
+    mention's turn was handed to this process as it was recorded, so no claim looked for it."""
     callers = await _walk(start)
     report = "\n".join(f"{n:4} {line}" for line, n in callers.items() if "jobs.py" in line)
     assert _at(callers, "BEGIN", "_settle < agents/running/jobs.py") == 0, report
-    assert _at(callers, "UPDATE run_requests", "closed_and_settled") == 1, report  # the start's
+    started = "write_with_reconcile < agents/reconciling/reconciler.py"  # in the start's work
+    assert _at(callers, "UPDATE run_requests", started) == 1, report
 
 
 async def test_the_commander_turn_that_starts_the_plan_is_closed_in_its_transaction(

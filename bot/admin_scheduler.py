@@ -189,7 +189,8 @@ async def plan_waits(service: SlackService) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for r in queue:
         if r.plan_id is not None and r.state != "granted" and r.wait_reason:
-            out.setdefault(r.plan_id, []).append(f"step {r.step_index} {r.wait_reason}")
+            what = "final answer" if r.step_index is None else f"step {r.step_index}"
+            out.setdefault(r.plan_id, []).append(f"{what} {r.wait_reason}")
     return out
 
 
@@ -205,6 +206,11 @@ def _pairs(caps: Any, unit: str) -> str:
 
 def _what(r: RunRequestRecord) -> str:
     who = "the commander" if r.agent_name == "commander" else f"@{r.agent_name}"
-    step = f"plan {r.plan_id} step {r.step_index}" if r.plan_id is not None else "a reply"
+    if r.plan_id is None:
+        step = "a reply"
+    elif r.step_index is None:  # its commander turn, or its final answer
+        step = f"plan {r.plan_id} {'final answer' if r.effect_kind == 'plan_finished' else 'turn'}"
+    else:
+        step = f"plan {r.plan_id} step {r.step_index}"
     priority = PRIORITY_NAMES.get(r.priority, str(r.priority))
     return f"{step} – {who} in <#{r.channel_id}> ({priority})"

@@ -307,9 +307,7 @@ class Executor:
             )
             return False
         if isinstance(effect, PlanFinished):
-            return await plan_notices.finished(
-                self.context, self.runner, conversation, effect, redelivered=redelivered
-            )
+            return await self._finished(claimed, conversation, effect)
         if isinstance(effect, StepFailureNotice):
             await plan_notices.failure(self.context, conversation, effect, redelivered=redelivered)
             return False
@@ -330,6 +328,17 @@ class Executor:
             self._queued(claimed)
         return await self._start_long(claimed, conversation, plan, dispatch)
 
+    async def _finished(
+        self, claimed: Claimed, conversation: ConversationRecord, effect: PlanFinished
+    ) -> bool:
+        """A finished plan: said at once, or its final answer asks the scheduler for a slot
+        like any model run. True: the row is held."""
+        redelivered = claimed.delivery > 1
+        plan = await plan_notices.finished(
+            self.context, self.runner, conversation, effect, redelivered=redelivered
+        )
+        return plan is not None and await self._start_long(claimed, conversation, plan)
+
     async def _start_long(
         self,
         claimed: Claimed,
@@ -344,7 +353,7 @@ class Executor:
         effect = claimed.effect
         redelivered = claimed.delivery > 1
         run_key, work, at_claim = step_dispatch.work_of(
-            self.context, effect, conversation, redelivered
+            self.context, effect, conversation, redelivered, plan
         )
         if isinstance(effect, SCHEDULED):
             slot = await slot_request(self.context, self.admission, effect, conversation, plan)

@@ -11,8 +11,8 @@ from flotilla.agents.planning.effects import (
     PlanFinished,
     PlanStopped,
     StepFailureNotice,
-    final_answer_key,
 )
+from flotilla.agents.planning.plan import Plan
 from flotilla.agents.running import plan_reads, step_runs
 from flotilla.agents.running.jobs import JobRunner
 from flotilla.agents.running.run_context import Context
@@ -73,31 +73,37 @@ async def finished(
     effect: PlanFinished,
     *,
     redelivered: bool,
-) -> bool:
-    """A completed plan gets its final answer (a job: the commander's run), an aborted
-    one a sentence; True when a job now holds the row."""
+) -> Plan | None:
+    """A completed plan gets its final answer, an aborted one a sentence. The plan when
+    its final answer is to be written – a commander run, which the scheduler admits like
+    any run (the executor asks its slot); None when it was said here (or nothing is)."""
     log.info("plan finished: %s", effect.status, extra=step_runs.ids(conversation, effect))
     if effect.status == "aborted":
         await runner.cancel_runs(effect.plan_id, conversation_id=conversation.id)
     plan = await plan_reads.load(context, conversation.id, effect.plan_id)
     if plan is None:
-        return False
+        return None
     if effect.status == "aborted":
         await context.port.close_forms(conversation, plan, "The plan was stopped.")
     if plan_endings.needs_final_answer(plan):
-        ctx, write = context, plan_endings.write_final_answer
-        runner.hold(
-            effect,
-            final_answer_key(plan.id),
-            lambda _attempt: write(ctx, conversation, effect, plan, redelivered),
-        )
-        return True
+        return plan
     if redelivered and await context.port.thread_has_key(conversation, effect.key):
-        return False
+        return None
     if plan.status in ("aborted", "cancelled"):
         note = plan_endings.closing_sentence(plan, effect.reason)
         await context.port.say(conversation, note, key=effect.key)
-    return False
+    return None
+
+
+async def final_answer(
+    context: Context,
+    conversation: ConversationRecord,
+    effect: PlanFinished,
+    plan: Plan,
+    redelivered: bool,
+) -> None:
+    """The finished plan's final answer, once its run was granted a slot."""
+    await plan_endings.write_final_answer(context, conversation, effect, plan, redelivered)
 
 
 async def failure(

@@ -15,11 +15,13 @@ from flotilla.agents.planning.effects import (
     AskUser,
     Effect,
     MessageForCommander,
+    PlanFinished,
     PlanStalled,
     PostDispatch,
     ResumeStep,
     RunCommanderStep,
     ShowForm,
+    final_answer_key,
 )
 from flotilla.agents.planning.plan import Plan
 from flotilla.agents.running import commander_turns, plan_reads, step_runs
@@ -118,10 +120,24 @@ async def post_dispatch(
 
 
 def work_of(
-    ctx: Context, effect: Effect, conversation: ConversationRecord, redelivered: bool
+    ctx: Context,
+    effect: Effect,
+    conversation: ConversationRecord,
+    redelivered: bool,
+    plan: Plan | None = None,
 ) -> tuple[str | None, Work, Also | None]:
     """The run's lease key (None: a commander turn's own), the work of an effect, and what
-    its claim's transaction may read for it (a step's reads before its run)."""
+    its claim's transaction may read for it (a step's reads before its run). `plan`: a
+    finished plan as just read, for its final answer (else read when its slot is granted)."""
+    if isinstance(effect, PlanFinished):
+        finished = effect
+
+        async def final_answer(attempt: Attempt) -> None:  # when its slot is granted
+            read = plan or await plan_reads.load(ctx, conversation.id, finished.plan_id)
+            if read is not None:
+                await plan_notices.final_answer(ctx, conversation, finished, read, redelivered)
+
+        return final_answer_key(effect.plan_id), final_answer, None
     if isinstance(effect, RunCommanderStep):
         reads = step_runs.claim_reads(ctx, conversation, effect, redelivered=redelivered)
 

@@ -25,10 +25,12 @@ from flotilla.agents.core import telemetry
 from flotilla.agents.planning.effects import (
     AskCommander,
     MessageForCommander,
+    PlanFinished,
     PlanStalled,
     PostDispatch,
     ResumeStep,
     RunCommanderStep,
+    final_answer_key,
     step_key,
     to_row,
 )
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
 # granted_here: a pass of this process granted it a moment ago and starts it
 Claim = Literal["mine", "waiting", "elsewhere", "granted_here"]
 
+# every effect whose work asks a model: each run is admitted, counted and capped – a plan's
+# final answer too (`PlanFinished`, when the plan needs one: `plan_notices.finished`)
 SCHEDULED = (
     PostDispatch,
     RunCommanderStep,
@@ -62,9 +66,16 @@ SCHEDULED = (
     AskCommander,
     MessageForCommander,
     PlanStalled,
+    PlanFinished,
 )
 Scheduled = (
-    PostDispatch | RunCommanderStep | ResumeStep | AskCommander | MessageForCommander | PlanStalled
+    PostDispatch
+    | RunCommanderStep
+    | ResumeStep
+    | AskCommander
+    | MessageForCommander
+    | PlanStalled
+    | PlanFinished
 )
 
 
@@ -74,6 +85,8 @@ def lease_key_of(effect: Scheduled) -> str:
         return effect.key
     if isinstance(effect, ResumeStep):
         return step_key(effect.plan_id, effect.step, effect.attempt)
+    if isinstance(effect, PlanFinished):
+        return final_answer_key(effect.plan_id)
     return f"turn:{effect.key}"
 
 

@@ -83,11 +83,12 @@ def priority_of(
     batch_steps: int,
 ) -> int:
     """1 urgent … 5 batch: an admin's mark first (plan, then channel); then a person
-    waiting (a follow-up message, a form just answered) goes ahead; a long plan is batch."""
+    waiting (a follow-up message, a form just answered, a plan's final answer) goes ahead;
+    a long plan is batch."""
     for mark in (f"plan:{plan_id}", f"channel:{channel_id}"):
         if mark in marks and marks[mark] in MARKS:
             return MARKS[marks[mark]]
-    if kind in ("commander_turn", "resume_step"):
+    if kind in ("commander_turn", "resume_step", "plan_finished"):  # a person waits for it
         return INTERACTIVE
     if plan_steps > batch_steps:
         return LONG

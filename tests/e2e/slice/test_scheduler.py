@@ -198,6 +198,35 @@ async def test_a_web_fetch_cap_holds_for_agents_given_domains(start: Callable[..
         assert "busy" not in card_blocks(run, root)
 
 
+async def test_a_plans_final_answer_waits_its_turn_like_any_model_run(
+    start: Callable[..., Any],
+) -> None:
+    # every model request is admitted: with one slot, a final answer being written holds it,
+    # and another thread's request waits for it (the final answer once ran beside anything)
+    final = Gate("Write the final answer")
+    one = [step(1, "researcher", "look it up")]
+    model = model_with(plans({"ONE": one}), final)
+    scheduler = SchedulerOptions(capacity=1, poll_seconds=0.05)
+    async with start(model=model, scheduler=scheduler) as run:
+        first = run.ask("ONE lookup, please")
+        await final.reached()  # the first plan's final answer is being written
+        second = run.ask("ONE more lookup")
+
+        async def waits() -> bool:
+            queue = await command(run, "maya", "queue")
+            return "*Running* (1)" in queue and "*Waiting* (1)" in queue
+
+        await eventually(waits, what="the second request to wait for the only slot")
+        queue = await command(run, "maya", "queue")
+        assert "plan 1 final answer – the commander" in queue, queue
+        assert final.calls == 1  # nothing else asked the model meanwhile
+        final.release.set()
+        await run.says(first, "What the team found", from_="Flotilla")
+        await run.says(second, "What the team found", from_="Flotilla")
+        await run.quiesce()
+        assert (await run.plan(second)).status == "completed"
+
+
 async def spend(run: Run, tokens: int) -> None:
     """The channel spent `tokens` today (in the usage ledger)."""
     service = run.service

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from slack_sdk.errors import SlackApiError
@@ -34,6 +35,7 @@ class Finding:
     check: str
     level: Level
     sentence: str
+    passing: bool = False  # a problem that may pass by itself (a timeout, a 5xx, a 429)
 
 
 # --- database ---------------------------------------------------------------------------
@@ -57,26 +59,88 @@ async def open_database(settings: Settings) -> Database:
     return db
 
 
+def no_database_yet(settings: Settings) -> str | None:
+    """A sentence when the SQLite file of the settings does not exist yet (in a folder that
+    does); None otherwise. Asking a database for its revision must not create it."""
+    path = settings.sqlite_path()
+    if path is None:
+        return None
+    name = str(path).partition("?")[0]  # sqlite+aiosqlite:///file.db?timeout=5
+    if name == ":memory:" or name.startswith("file:") or not path.parent.is_dir():
+        return None
+    if Path(name).exists():
+        return None
+    return (
+        f"there is no database yet: {Path(name).absolute()} does not exist; "
+        "`flotilla db upgrade` (or `flotilla run`) creates it"
+    )
+
+
 def database_problem(settings: Settings, exc: BaseException) -> str:
-    """A sentence for a database that cannot be used, naming it without credentials."""
+    """A sentence for a database that cannot be used, naming it without credentials, with the
+    fix that fits: a server that does not answer, a database or a role that does not exist,
+    a refused password."""
     where = settings.database_label()
     if isinstance(exc, TimeoutError):
         reason = f"no answer within {CONNECT_TIMEOUT_S:g} seconds"
     else:
         cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
         reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
-    hint = "check FLOTILLA_DATABASE_URL"
     path = settings.sqlite_path()
     if path is not None:
         hint = f"check that the folder {str(path.parent) or '.'!r} exists and is writable"
-    elif "password" in reason.lower() or "authentication" in reason.lower():
-        hint = "check the user and password in FLOTILLA_DATABASE_URL"
     else:
-        hint = "check the host, the port and that PostgreSQL is running"
+        hint = _postgres_hint(settings, exc, reason)
     return f"cannot use the database {where}: {reason}; {hint}"
 
 
+def _postgres_hint(settings: Settings, exc: BaseException, reason: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.database_url)
+    state = _sqlstate(exc)
+    lowered = reason.lower()
+    if state == "3D000":  # invalid_catalog_name: the server answered, the database is missing
+        name = url.database or "flotilla"
+        return (
+            f"the server answered: create the database (`createdb {name}` or CREATE DATABASE "
+            f"{name}) or fix its name in FLOTILLA_DATABASE_URL"
+        )
+    if state == "28000" and "role" in lowered and "does not exist" in lowered:
+        user = url.username or "postgres"
+        return (
+            f"the server answered: create the role (CREATE ROLE {user} LOGIN PASSWORD '…') "
+            "or fix the user in FLOTILLA_DATABASE_URL"
+        )
+    if state == "28P01" or "password" in lowered or "authentication" in lowered:
+        return "check the user and password in FLOTILLA_DATABASE_URL"
+    if state == "28000":  # pg_hba.conf has no entry for this host, user and database
+        return (
+            "the server refused this connection (pg_hba.conf): allow it there, or connect as "
+            "another user or from another host"
+        )
+    if state is None and isinstance(exc, OSError | TimeoutError):
+        return "check the host, the port and that PostgreSQL is running"
+    return "check FLOTILLA_DATABASE_URL"
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of the driver's error under SQLAlchemy's wrapping, None without one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        state = getattr(current, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+        current = getattr(current, "orig", None) or current.__cause__
+    return None
+
+
 async def check_database(settings: Settings) -> list[Finding]:
+    missing = no_database_yet(settings)
+    if missing is not None:  # not created by a check: `flotilla run` creates it
+        return [Finding("database", "warning", missing)]
     try:
         db = await open_database(settings)
     except DatabaseUnavailable as exc:
@@ -231,7 +295,8 @@ async def _app_token(settings: Settings) -> list[Finding]:
 
 async def check_model(settings: Settings, model: str | None = None) -> list[Finding]:
     """One minimal real request to the configured model (`offline` needs no network)."""
-    from flotilla.agents.core.failures import classify_error
+    from flotilla.agents.core.errors import TransientError
+    from flotilla.agents.core.failures import classify_error, endpoint_advice
     from flotilla.agents.running.models import ModelSpecError, model_label, resolve_model
 
     spec = model or settings.model
@@ -250,8 +315,20 @@ async def check_model(settings: Settings, model: str | None = None) -> list[Find
                 ModelSettings(max_tokens=16),
                 ModelRequestParameters(),
             )
+    except TimeoutError:  # no answer at all: the network, a proxy, or a stuck endpoint
+        return [
+            Finding(
+                "model",
+                "error",
+                f"model {model_label(resolved)}: no answer within {MODEL_TIMEOUT_S:g} seconds; "
+                f"{endpoint_advice(model_label(resolved))}",
+                passing=True,
+            )
+        ]
     except Exception as exc:  # every failure is classified into a sentence for operators
-        return [Finding("model", "error", classify_error(exc, model_label(resolved)).detail)]
+        error = classify_error(exc, model_label(resolved))
+        passing = isinstance(error, TransientError)
+        return [Finding("model", "error", error.detail, passing=passing)]
     return [Finding("model", "ok", f"{spec} answered a test request")]
 
 
@@ -283,7 +360,6 @@ async def check_locally(settings: Settings) -> list[Finding]:
     """The same checks against a local Slack workspace (the commander installed from the
     manifest) and a throw-away SQLite database; the model is the configured one."""
     import tempfile
-    from pathlib import Path
 
     from pydantic import SecretStr
 

@@ -58,9 +58,10 @@ class FileSettings(BaseModel):
     file_retention_days: float = Field(
         default=7.0,
         gt=0,
+        le=3660,
         validation_alias=AliasChoices("FLOTILLA_FILE_RETENTION_DAYS"),
         description="How long file bytes are kept; housekeeping deletes them after (the "
-        "file records stay).",
+        "file records stay); at most ten years.",
     )
 
     @field_validator("file_types", "file_hosts", mode="before")

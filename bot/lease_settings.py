@@ -19,6 +19,7 @@ class LeaseSettings(BaseModel):
     heartbeat_seconds: float = Field(
         default=5.0,
         gt=0,
+        le=1800,
         validation_alias=AliasChoices("FLOTILLA_HEARTBEAT_SECONDS"),
         description="How often a running step renews its lease (and notices a cancel); "
         "less than half the lease.",
@@ -26,6 +27,7 @@ class LeaseSettings(BaseModel):
     inbox_claim_seconds: float = Field(
         default=60.0,
         ge=5,
+        le=86400,
         validation_alias=AliasChoices("FLOTILLA_INBOX_CLAIM_SECONDS"),
         description="A stored click, submission or command whose handling was cut short "
         "(a crash after the ack) is replayed after this many seconds.",

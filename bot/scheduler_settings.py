@@ -89,6 +89,22 @@ class SchedulerSettings(BaseModel):
             pairs[name.strip()] = number.strip()
         return pairs
 
+    @field_validator("agent_concurrency", "tool_concurrency")
+    @classmethod
+    def _caps_in_range(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, cap in value.items():
+            if not 0 <= cap <= 1000:
+                raise ValueError(f"{name}: {cap} runs is not a cap: use 1 to 1000 (0: no cap)")
+        return value
+
+    @field_validator("channel_weights")
+    @classmethod
+    def _weights_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        for channel, weight in value.items():
+            if not 0 < weight <= 1000:  # NaN and infinity too
+                raise ValueError(f"{channel}: the weight must be above 0 and at most 1000")
+        return value
+
     def budgets(self) -> dict[str, int]:
         """The token budgets by scope and period (0: none)."""
         return {

@@ -1,9 +1,10 @@
 """`flotilla run`: serve the real Slack workspace, in Socket Mode or over HTTP.
 
 The HTTP surface comes up first (/healthz answers while the rest loads; /readyz says
-"starting"), then the heavy modules load in a thread. Start-up checks Slack and the
-database and refuses to start when they fail (a sentence says what to fix); a failing
-model check starts anyway with a loud ERROR. On SIGTERM or SIGINT it stops taking events
+"starting"), then the heavy modules load in a thread. Start-up checks Slack, the database
+and the model and refuses to start when one fails (a sentence says what to fix); with
+`allow_model_errors` (`--allow-model-errors`) a failing model check starts anyway with a
+loud ERROR. On SIGTERM or SIGINT it stops taking events
 (Socket Mode closed, HTTP site stopped), gives in-flight work
 `FLOTILLA_SHUTDOWN_GRACE_SECONDS` to finish and hands the rest over.
 """
@@ -24,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from flotilla.bot.http import Serving, http_surface
-from flotilla.bot.settings import ConfigurationError, DatabaseUnavailable, Settings
+from flotilla.bot.settings import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    ModelUnavailable,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -194,6 +200,7 @@ async def _checked_and_served(
         os.environ.pop(name, None)
     db = await open_database(settings)
     try:
+        await _model_is_checked(settings)
         await _upgrade(settings, db)
         await _serve(settings, db, client, serving, runner, ready=ready, stop=stop)
     finally:
@@ -213,15 +220,36 @@ async def _upgrade(settings: Settings, db: Database) -> None:
 
 
 async def _model_is_checked(settings: Settings) -> None:
+    """`ModelUnavailable` when the model cannot work (a wrong name, no key or a refused key),
+    unless errors are allowed (then a loud ERROR line, and people read that the model is
+    unavailable). A model that does not answer right now (unreachable, a 5xx, rate limited)
+    is an outage, not a mistake: a loud ERROR line, and it serves – a restart during a
+    model outage must not take the app down."""
     from flotilla.bot.check import check_model
 
     for finding in await check_model(settings):
-        if finding.level == "error":
+        if finding.level != "error":
+            continue
+        problem = finding.sentence.rstrip(".")
+        if finding.passing:  # an outage (unreachable, 5xx, 429): runs retry, so serve
             log.error(
-                "the model does not work: %s. People will read that the model is "
-                "unavailable until this is fixed (run `flotilla check`).",
-                finding.sentence,
+                "the model does not answer: %s. Serving: runs retry until it answers, and "
+                "people read that it is being retried (run `flotilla check`).",
+                problem,
             )
+            continue
+        if not settings.allow_model_errors:
+            raise ModelUnavailable(
+                f"cannot start: the model does not work: {problem}.\nFix it (`flotilla check` "
+                "tries the model), or serve anyway with `flotilla run --allow-model-errors` "
+                "(or FLOTILLA_ALLOW_MODEL_ERRORS=true): people then read that the model is "
+                "unavailable."
+            )
+        log.error(
+            "the model does not work: %s. Serving anyway (FLOTILLA_ALLOW_MODEL_ERRORS): people "
+            "will read that the model is unavailable until this is fixed (run `flotilla check`).",
+            problem,
+        )
 
 
 async def _serve(
@@ -240,7 +268,6 @@ async def _serve(
     from flotilla.bot.secrets import TokenCipher
     from flotilla.bot.service import SlackService
 
-    await _model_is_checked(settings)
     key = settings.encryption_key.get_secret_value() if settings.encryption_key else None
     service = SlackService(
         db,

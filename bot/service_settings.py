@@ -60,6 +60,12 @@ class ServiceSettings(BaseModel):
     anthropic_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY")
     )
+    allow_model_errors: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("FLOTILLA_ALLOW_MODEL_ERRORS"),
+        description="`flotilla run` serves even when the model check fails (people then read "
+        "that the model is unavailable); otherwise it refuses to start.",
+    )
     max_parallel: int = Field(
         default=1, ge=1, le=50, validation_alias=AliasChoices("FLOTILLA_MAX_PARALLEL")
     )
@@ -78,7 +84,9 @@ class ServiceSettings(BaseModel):
         "or anyone in the channel.",
     )
     http_host: str = Field(default="0.0.0.0", validation_alias=AliasChoices("FLOTILLA_HTTP_HOST"))
-    http_port: int = Field(default=3000, validation_alias=AliasChoices("FLOTILLA_HTTP_PORT"))
+    http_port: int = Field(
+        default=3000, ge=1, le=65535, validation_alias=AliasChoices("FLOTILLA_HTTP_PORT")
+    )
     log_level: str = Field(
         default="INFO",
         validation_alias=AliasChoices("FLOTILLA_LOG_LEVEL"),
@@ -100,9 +108,10 @@ class ServiceSettings(BaseModel):
     event_retention_hours: float = Field(
         default=24.0,
         gt=0,
+        le=24 * 366,
         validation_alias=AliasChoices("FLOTILLA_EVENT_RETENTION_HOURS"),
         description="How long processed-event ids are kept for de-duplication (Slack "
-        "retries for minutes).",
+        "retries for minutes); at most a year.",
     )
 
     @field_validator("log_level", mode="before")

@@ -8,6 +8,9 @@ Every field is documented in the README's configuration table.
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import AliasChoices, ValidationError
@@ -31,6 +34,12 @@ class DatabaseUnavailable(ConfigurationError):
     """The database cannot be reached, or is not at the schema this version needs."""
 
     exit_code = 4
+
+
+class ModelUnavailable(ConfigurationError):
+    """The model check failed and `flotilla run` was not told to serve anyway."""
+
+    exit_code = 6
 
 
 # The topics are listed last first: pydantic orders the fields from the furthest base on, so
@@ -81,3 +90,62 @@ def load_settings() -> Settings:
         raise ConfigurationError(
             "invalid settings (from the environment or .env):\n  " + "\n  ".join(problems)
         ) from None
+
+
+# FLOTILLA_* names that are not settings: the test suite's own (`tests/`)
+NOT_SETTINGS = ("FLOTILLA_TEST_", "FLOTILLA_SCREENSHOTS")
+
+
+def setting_names() -> frozenset[str]:
+    """Every environment name a setting is read from, its older names included (taken from
+    the models' aliases, so a new setting is known here at once)."""
+    names: set[str] = set()
+    for field in Settings.model_fields.values():
+        alias = field.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        names.update(c.upper() for c in choices if isinstance(c, str))
+    return frozenset(names)
+
+
+def misnamed_settings(
+    environ: Mapping[str, str] | None = None, env_file: Path | None = None
+) -> list[str]:
+    """A sentence for each `FLOTILLA_*` name in the environment or in `.env` that no
+    setting reads (it is ignored), with the closest valid name when there is one."""
+    environ = os.environ if environ is None else environ
+    env_file = Path(str(Settings.model_config.get("env_file"))) if env_file is None else env_file
+    places: dict[str, list[str]] = {}
+    for name in environ:
+        places.setdefault(name, []).append("in the environment")
+    for name in _dotenv_names(env_file):
+        places.setdefault(name, []).append(f"in {env_file}")
+    known = setting_names()
+    # compared without the shared prefix, which would make every name look alike
+    by_stem = {name.removeprefix("FLOTILLA_"): name for name in known}
+    sentences = []
+    for name, where in sorted(places.items()):
+        upper = name.upper()
+        if not upper.startswith("FLOTILLA_") or upper in known or upper.startswith(NOT_SETTINGS):
+            continue
+        stem = upper.removeprefix("FLOTILLA_")
+        close = difflib.get_close_matches(stem, sorted(by_stem), n=1, cutoff=0.6)
+        advice = (
+            f"did you mean {by_stem[close[0]]}?"
+            if close
+            else "the README lists the settings under Configuration"
+        )
+        sentences.append(
+            f"{name} ({' and '.join(where)}) is not a Flotilla setting and is ignored: {advice}"
+        )
+    return sentences
+
+
+def _dotenv_names(env_file: Path) -> list[str]:
+    if not env_file.is_file():
+        return []
+    from dotenv import dotenv_values
+
+    try:
+        return list(dotenv_values(env_file, encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):  # load_settings says so; the names are a bonus
+        return []

@@ -87,7 +87,7 @@ def classify_error(exc: BaseException, model: str | None = None) -> RunError:
 
 def _provider_error(exc: ModelAPIError, where: str, model: str | None) -> RunError:
     status = exc.status_code if isinstance(exc, ModelHTTPError) else None
-    error = _refused(exc, status, where, model) or _not_answered(exc, status, where)
+    error = _refused(exc, status, where, model) or _not_answered(exc, status, where, model)
     if isinstance(error, TransientError) and exc.retry_after:  # the provider's Retry-After
         error.retry_after = timedelta(seconds=exc.retry_after)
     return error
@@ -118,15 +118,21 @@ def _refused(
         hint = ""
         if isinstance(exc, ModelHTTPError) and exc.suggested_model_id:
             hint = f" (did you mean {exc.suggested_model_id!r}?)"
+        if _provider(model) == "openai":  # an OpenAI-compatible endpoint: its URL may be off
+            found, fix = "the model name or the base URL", " and OPENAI_BASE_URL"
+        else:
+            found, fix = "the model name", ""
         return PermanentError(
-            f"{where}: the model name or the base URL was not found (HTTP 404){hint}; check "
-            "FLOTILLA_MODEL (or the agent's model) and OPENAI_BASE_URL.",
+            f"{where}: {found} was not found (HTTP 404){hint}; check FLOTILLA_MODEL (or the "
+            f"agent's model){fix}.",
             public=PUBLIC_UNREACHABLE,
         )
     return None
 
 
-def _not_answered(exc: ModelAPIError, status: int | None, where: str) -> RunError:
+def _not_answered(
+    exc: ModelAPIError, status: int | None, where: str, model: str | None
+) -> RunError:
     """Rate limits, timeouts, connection and server trouble (retried); other rejections."""
     if isinstance(exc, ModelRateLimitError) or status == 429:
         after = f", retry after {exc.retry_after:g}s" if exc.retry_after else ""
@@ -138,8 +144,7 @@ def _not_answered(exc: ModelAPIError, status: int | None, where: str) -> RunErro
     if isinstance(exc, ModelConnectionError):
         phase = f" ({exc.phase})" if exc.phase else ""
         return TransientError(
-            f"{where}: could not connect to the provider{phase}; check the network and "
-            "OPENAI_BASE_URL (or the model's @base_url).",
+            f"{where}: could not connect to the provider{phase}; {endpoint_advice(model)}.",
             public=PUBLIC_UNREACHABLE,
         )
     if isinstance(exc, ModelUnavailableError | ModelServerError) or (status or 0) >= 500:
@@ -168,9 +173,23 @@ def _where(exc: BaseException, model: str | None) -> str:
     return f"model {name}" if name else "agent run"
 
 
+def _provider(model: str | None) -> str:
+    return (model or "").partition(":")[0].removesuffix("-chat")
+
+
 def _key_setting(model: str | None) -> str:
-    provider = (model or "").partition(":")[0].removesuffix("-chat")
-    return _KEY_SETTINGS.get(provider, "the provider's API key")
+    return _KEY_SETTINGS.get(_provider(model), "the provider's API key")
+
+
+def endpoint_advice(model: str | None) -> str:
+    """What to check when `model`'s provider cannot be reached: the settings of that
+    provider only (an Anthropic model is not pointed anywhere by OPENAI_BASE_URL)."""
+    provider = _provider(model)
+    if provider == "openai":
+        return "check the network and OPENAI_BASE_URL (or the model's @base_url)"
+    if provider == "anthropic":
+        return "check the network (a proxy or firewall) and that Anthropic's API is reachable"
+    return "check the network and the provider's address"
 
 
 def _first_line(exc: BaseException) -> str:

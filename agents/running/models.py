@@ -84,8 +84,8 @@ def resolve_model(spec: str, keys: ProviderKeys = NO_KEYS) -> Model:
     prefix, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise ModelSpecError(
-            f"model {spec!r} is not valid: use 'offline', 'openai:<model>', "
-            "'openai-chat:<model>[@<base_url>]' or 'anthropic:<model>'"
+            f"model {spec!r} is not valid: {_did_you_mean(spec)}use 'offline', "
+            "'openai:<model>', 'openai-chat:<model>[@<base_url>]' or 'anthropic:<model>'"
         )
     name, base_url = split_base_url(rest)
     if base_url is not None and prefix not in ("openai", "openai-chat"):
@@ -102,6 +102,16 @@ def resolve_model(spec: str, keys: ProviderKeys = NO_KEYS) -> Model:
     except Exception as exc:  # unknown provider, missing SDK or key: one clear sentence
         # provider errors here say what is missing (a package, a key name), never a key value
         raise ModelSpecError(f"model {spec!r} cannot be used: {exc}") from exc
+
+
+def _did_you_mean(spec: str) -> str:
+    """`gpt-4o` -> "did you mean 'openai:gpt-4o'? ": a model name without its provider."""
+    name = spec.lower()
+    if name.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-")):
+        return f"did you mean 'openai:{spec}'? "
+    if name.startswith("claude"):
+        return f"did you mean 'anthropic:{spec}'? "
+    return ""
 
 
 def _openai_model(

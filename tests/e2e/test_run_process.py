@@ -22,6 +22,9 @@ from tests.fakes.openai_server import FakeOpenAI, text_message
 SUMMARY_REQUEST = "research our launch emails and write a short report"
 # a lease far longer than any wait here: only a hand-over lets another process take a step
 LONG_LEASE = {"FLOTILLA_RUN_LEASE_SECONDS": "600", "FLOTILLA_HEARTBEAT_SECONDS": "5"}
+# real `flotilla run` processes started and killed: one test at a time with the other such
+# tests (tests/e2e/test_scheduler_kill.py), in one xdist worker, so their starts never pile up
+pytestmark = pytest.mark.xdist_group("processes")
 
 
 class World:
@@ -191,7 +194,17 @@ async def test_sigterm_hands_a_running_step_to_the_next_process_at_once(world: W
         await model.close()
 
 
-async def test_a_wrong_model_key_starts_with_a_loud_error(world: World) -> None:
+async def test_a_model_that_cannot_work_refuses_to_start(world: World) -> None:
+    flotilla = world.process(FLOTILLA_MODEL="gpt-4o")  # no provider, no key
+    await flotilla.start()
+    assert await flotilla.wait() == 6
+    said = "\n".join(flotilla.raw)
+    assert "flotilla: cannot start: the model does not work: model 'gpt-4o' is not valid" in said
+    assert "--allow-model-errors" in said and "Traceback" not in said
+    assert not [m for m in messages(flotilla) if m.startswith("Flotilla started")]
+
+
+async def test_a_wrong_model_key_starts_with_a_loud_error_when_allowed(world: World) -> None:
     model = FakeOpenAI(api_keys={"sk-the-right-one"})
     await model.start()
     try:
@@ -199,13 +212,14 @@ async def test_a_wrong_model_key_starts_with_a_loud_error(world: World) -> None:
             FLOTILLA_MODEL="openai-chat:gpt-test",
             OPENAI_BASE_URL=model.base_url,
             OPENAI_API_KEY="sk-a-wrong-one",
+            FLOTILLA_ALLOW_MODEL_ERRORS="true",
         )
         await flotilla.start()
         error = await flotilla.line(lambda line: line["level"] == "ERROR")
         assert "the model does not work" in error["message"]
         assert "HTTP 401" in error["message"] and "OPENAI_API_KEY" in error["message"]
         assert "sk-a-wrong-one" not in error["message"]
-        await flotilla.started()  # it serves anyway: Slack and the database are fine
+        await flotilla.started()  # it serves anyway, as allowed: Slack and the database are fine
 
         # a person reads one short sentence; the operator's log has the details
         root = world.driver.mention("maya", "launch", world.app, SUMMARY_REQUEST)

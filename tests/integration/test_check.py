@@ -88,3 +88,31 @@ def test_check_local_passes_with_the_offline_model(
         assert check in out
     assert out.strip().endswith("all checks passed") and "offline answered" in out
     assert "xoxb-" not in out  # no token is printed
+
+
+async def test_an_app_installed_by_the_standalone_workspace_has_every_scope_flotilla_needs(
+    workspace: LocalWorkspace,
+) -> None:
+    """`python -m flotilla.local_slack --app NAME=URL` installs with ALL_SCOPES: `flotilla
+    run` against it must not refuse for a missing scope (it did for files:read/write)."""
+    from flotilla.local_slack.__main__ import ALL_SCOPES
+
+    app = workspace.install_app("Flotilla", scopes=ALL_SCOPES)
+    findings = await check_slack(
+        settings_for(workspace, SLACK_BOT_TOKEN=app.bot_token, SLACK_SIGNING_SECRET="s")
+    )
+    scopes = next(f for f in findings if f.check == "slack scopes")
+    assert scopes.level == "ok", scopes.sentence
+    assert set(commander_manifest()["oauth_config"]["scopes"]["bot"]) <= set(ALL_SCOPES)
+
+
+async def test_a_missing_sqlite_file_is_not_created_by_the_check(
+    workspace: LocalWorkspace, tmp_path: Path
+) -> None:
+    from flotilla.bot.check import check_database
+
+    path = tmp_path / "flotilla.db"
+    settings = settings_for(workspace, FLOTILLA_DATABASE_URL=f"sqlite+aiosqlite:///{path}")
+    [finding] = await check_database(settings)
+    assert finding.level == "warning" and "there is no database yet" in finding.sentence
+    assert "`flotilla run`" in finding.sentence and not path.exists()

@@ -79,3 +79,14 @@ def test_a_flotilla_sentence_is_its_own_public_text() -> None:
     assert error.public == error.detail == "The stored run has no final answer."
     custom = TransientError("Slack answered 503", public="Slack is slow; trying again.")
     assert custom.public != custom.detail and custom.retryable
+
+
+def test_the_advice_for_an_endpoint_fits_the_provider() -> None:
+    refused = ModelConnectionError("claude", "refused", phase="connect")
+    anthropic = classify_error(refused, "anthropic:claude").detail
+    assert "could not connect" in anthropic and "Anthropic's API" in anthropic
+    assert "OPENAI" not in anthropic
+    assert "OPENAI_BASE_URL" in classify_error(refused, "openai:gpt-4.1").detail
+    not_found = classify_error(http(404), "anthropic:claude").detail
+    assert "check FLOTILLA_MODEL" in not_found and "OPENAI" not in not_found
+    assert "base URL" not in not_found

@@ -6,7 +6,13 @@ import pytest
 from pydantic import ValidationError
 
 from flotilla.bot.service_settings import DATABASE_URL_DEFAULT, SLACK_API_URL_DEFAULT
-from flotilla.bot.settings import Settings
+from flotilla.bot.settings import (
+    ConfigurationError,
+    Settings,
+    load_settings,
+    misnamed_settings,
+    setting_names,
+)
 
 ENV_NAMES = [
     "FLOTILLA_DATABASE_URL",
@@ -139,3 +145,70 @@ def test_scheduler_settings_read_pairs_and_refuse_a_bad_one(
     monkeypatch.setenv("FLOTILLA_AGENT_CONCURRENCY", "researcher")
     with pytest.raises(ValidationError, match="name: number"):
         Settings()
+
+
+def test_every_environment_name_comes_from_the_models() -> None:
+    names = setting_names()
+    assert {"FLOTILLA_HTTP_PORT", "SLACK_BOT_TOKEN", "FLOTILLA_ALLOW_MODEL_ERRORS"} <= names
+    # the older names of a setting are read, so they are valid too
+    assert {"FLOTILLA_MAX_STEP_ATTEMPTS", "FLOTILLA_MAX_TRANSIENT_FAILURES"} <= names
+    assert len(names) > len(Settings.model_fields)
+
+
+def test_a_mistyped_name_in_the_environment_or_dotenv_is_named_with_the_closest(
+    tmp_path: Path,
+) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("FLOTILLA_MODLE=openai:gpt-4.1\nFLOTILLA_MODEL=offline\nOTHER_TOOL=1\n")
+    environ = {
+        "FLOTILLA_HTTP_PROT": "3001",
+        "FLOTILLA_SLACK_BOT_TOKEN": "xoxb-1",  # a known name with the prefix in front
+        "FLOTILLA_NOTHING_LIKE_IT": "1",
+        "FLOTILLA_MAX_STEP_ATTEMPTS": "3",  # an older name, still read
+        "FLOTILLA_TEST_POSTGRES_URL": "postgresql+asyncpg://…",  # the test suite's own
+        "SLACK_BOT_TOKN": "xoxb-2",  # not a FLOTILLA_ name: other tools' names are left alone
+        "PATH": "/usr/bin",
+    }
+    said = misnamed_settings(environ, env_file)
+    assert said == [
+        "FLOTILLA_HTTP_PROT (in the environment) is not a Flotilla setting and is ignored: "
+        "did you mean FLOTILLA_HTTP_PORT?",
+        f"FLOTILLA_MODLE (in {env_file}) is not a Flotilla setting and is ignored: "
+        "did you mean FLOTILLA_MODEL?",
+        "FLOTILLA_NOTHING_LIKE_IT (in the environment) is not a Flotilla setting and is "
+        "ignored: the README lists the settings under Configuration",
+        "FLOTILLA_SLACK_BOT_TOKEN (in the environment) is not a Flotilla setting and is "
+        "ignored: did you mean SLACK_BOT_TOKEN?",
+    ]
+    assert misnamed_settings({"FLOTILLA_MODEL": "offline"}, tmp_path / "none") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("FLOTILLA_HTTP_PORT", "99999", "less than or equal to 65535"),
+        ("FLOTILLA_HTTP_PORT", "0", "greater than or equal to 1"),
+        ("FLOTILLA_EVENT_RETENTION_HOURS", "inf", "less than or equal to"),
+        ("FLOTILLA_FILE_RETENTION_DAYS", "1e12", "less than or equal to"),
+        ("FLOTILLA_INBOX_CLAIM_SECONDS", "1e300", "less than or equal to"),
+        ("FLOTILLA_AGENT_CONCURRENCY", "researcher: -1", "is not a cap"),
+        ("FLOTILLA_TOOL_CONCURRENCY", "http_fetch: 5000", "is not a cap"),
+        ("FLOTILLA_CHANNEL_WEIGHTS", "C0123: inf", "above 0 and at most 1000"),
+        ("FLOTILLA_CHANNEL_WEIGHTS", "C0123: 0", "above 0 and at most 1000"),
+    ],
+)
+def test_a_number_out_of_range_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    """Before: FLOTILLA_HTTP_PORT=99999 passed and `run` failed with an OverflowError."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigurationError, match=f"{name}: .*{says}"):
+        load_settings()
+
+
+def test_every_float_setting_has_an_upper_bound() -> None:
+    """Seconds, hours and days become timedeltas: infinity or 1e300 must be refused."""
+    for name, field in Settings.model_fields.items():
+        if field.annotation is float:
+            bounds = [m for m in field.metadata if hasattr(m, "le") or hasattr(m, "lt")]
+            assert bounds, f"{name} has no upper bound"

@@ -347,7 +347,7 @@ def block_action(element: Json, block_id: str, value: Any, action_ts: str) -> Js
     action: Json = {"action_id": element["action_id"], "block_id": block_id}
     kind = element["type"]
     action["type"] = kind
-    if kind == "button":
+    if kind in ("button", "icon_button"):
         action["text"] = element["text"]
         if "value" in element:
             action["value"] = element["value"]

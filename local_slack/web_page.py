@@ -332,7 +332,8 @@ def find_element(blocks: list[Json], block_id: str, action_id: str) -> Json:
     for block in blocks:
         if block.get("block_id") != block_id:
             continue
-        candidates = list(block.get("elements", [])) if block.get("type") == "actions" else []
+        with_elements = block.get("type") in ("actions", "context_actions")
+        candidates = list(block.get("elements", [])) if with_elements else []
         candidates += [block[k] for k in ("accessory", "element") if isinstance(block.get(k), dict)]
         for element in candidates:
             if isinstance(element, dict) and element.get("action_id") == action_id:

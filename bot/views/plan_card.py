@@ -177,8 +177,11 @@ def plan_card(
     blocks.append(HeaderBlock(text=PlainTextObject(text=title, emoji=True)))
     lines = [step_line(s, plan, mentions, requester, stop.note) for s in plan.steps]
     blocks.extend(SectionBlock(text=MarkdownTextObject(text=chunk)) for chunk in _pack(lines))
-    running = now is not None and plan.status not in TERMINAL_PLAN
-    doing = f" · {activity(plan, now)}" if running and now is not None else ""
+    doing = ""
+    if now is not None and plan.status not in TERMINAL_PLAN:
+        said = activity(plan, now)
+        # a paused plan's status already says "waiting for a person": not said twice
+        doing = "" if said in stop.line else f" · {said}"
     blocks.append(
         ContextBlock(elements=[MarkdownTextObject(text=f"{stop.line} · {progress(plan)}{doing}")])
     )

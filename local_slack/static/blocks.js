@@ -1,12 +1,13 @@
-// Block Kit as Slack draws it: section, header, divider, context, actions, input, image,
-// rich_text and markdown blocks, with buttons, menus, pickers, checkboxes and text inputs.
+// Block Kit as Slack draws it: section, header, divider, context, actions, context_actions
+// (feedback and icon buttons), input, image, rich_text and markdown blocks, with buttons,
+// menus, pickers, checkboxes and text inputs.
 //
 // `ctx` carries what a surface needs: people and channels (for mentions), `act(block, element,
 // value)` for interactive elements, `confirm(obj)`, and for inputs the view's `state` values,
 // the values typed before a redraw (`restore`), the `errors` under fields and an `inputs` list
 // the surface reads back on submit.
-import { emoji } from "./emoji.js";
-import { link, markdown, mention, mrkdwn, plainText, textObject } from "./mrkdwn.js";
+import { emojiChar, emojiNode, emojiText } from "./emoji.js";
+import { link, markdown, mention, mrkdwn, plainNode, plainText, textObject } from "./mrkdwn.js";
 
 const h = (tag, cls, text) => {
   const el = document.createElement(tag);
@@ -39,7 +40,9 @@ const BLOCKS = {
     return el;
   },
   header(block) {
-    return h("div", "bk-header", plainText(block.text));
+    const el = h("div", "bk-header");
+    el.append(plainNode(block.text));
+    return el;
   },
   divider() {
     return h("hr", "bk-divider");
@@ -57,9 +60,21 @@ const BLOCKS = {
     for (const e of block.elements || []) el.append(element(e, block, ctx));
     return el;
   },
+  context_actions(block, ctx) {
+    const el = h("div", "bk-context-actions");
+    for (const e of block.elements || []) {
+      if (e.type === "feedback_buttons") el.append(feedbackButtons(e, block, ctx));
+      else if (e.type === "icon_button") {
+        const shown = !e.visible_to_user_ids || e.visible_to_user_ids.includes(ctx.me);
+        if (shown) el.append(iconButton(e, block, ctx));
+      } else el.append(h("span", "bk-unknown", `[${e.type}]`));
+    }
+    return el;
+  },
   input(block, ctx) {
     const el = h("div", "bk-input");
-    const label = el.appendChild(h("label", "bk-label", plainText(block.label)));
+    const label = el.appendChild(h("label", "bk-label"));
+    label.append(plainNode(block.label));
     if (block.optional) label.appendChild(h("span", "bk-optional", " (optional)"));
     const field = block.element || {};
     el.append(element(field, block, ctx));
@@ -70,13 +85,13 @@ const BLOCKS = {
     const error = ctx.errors && ctx.errors[block.block_id];
     if (error) {
       el.classList.add("has-error");
-      el.append(h("div", "bk-error", error));
+      el.appendChild(h("div", "bk-error")).append(emojiChar("⚠️", "warning"), error);
     }
     return el;
   },
   image(block) {
     const el = h("figure", "bk-image");
-    if (block.title) el.append(h("figcaption", "", plainText(block.title)));
+    if (block.title) el.appendChild(h("figcaption")).append(plainNode(block.title));
     el.append(image(block, "bk-image-img"));
     return el;
   },
@@ -103,7 +118,11 @@ function image(obj, cls) {
   img.alt = obj.alt_text || "";
   img.title = obj.alt_text || "";
   img.src = obj.image_url || "";
-  img.addEventListener("error", () => img.replaceWith(h("span", "bk-image-missing", `🖼 ${img.alt}`)));
+  img.addEventListener("error", () => {
+    const missing = h("span", "bk-image-missing");
+    missing.append(emojiChar("🖼️", "frame_with_picture"), img.alt);
+    img.replaceWith(missing);
+  });
   return img;
 }
 
@@ -124,12 +143,13 @@ function richPart(part, ctx) {
 function richElements(elements, ctx, parent) {
   for (const e of elements || []) {
     let node;
-    if (e.type === "text") node = document.createTextNode(e.text || "");
+    // Slack's client turns typed :codes: into emoji elements; this workspace keeps them as text
+    if (e.type === "text") node = e.style && e.style.code ? document.createTextNode(e.text || "") : emojiText(e.text || "", true);
     else if (e.type === "user") node = mention(e.user_id, "", ctx);
     else if (e.type === "usergroup") node = h("span", "mention", "@group");
     else if (e.type === "channel") node = mrkdwn(`<#${e.channel_id}>`, ctx);
     else if (e.type === "link") node = link(e.url, e.text || e.url, ctx);
-    else if (e.type === "emoji") node = document.createTextNode(e.unicode ? String.fromCodePoint(...e.unicode.split("-").map((c) => parseInt(c, 16))) : emoji(e.name) ?? `:${e.name}:`);
+    else if (e.type === "emoji") node = e.unicode ? emojiChar(String.fromCodePoint(...e.unicode.split("-").map((c) => parseInt(c, 16))), e.name) : emojiNode(e.name) ?? document.createTextNode(`:${e.name}:`);
     else if (e.type === "broadcast") node = h("span", "mention mention-me", "@" + e.range);
     else node = document.createTextNode("");
     parent.append(styled(node, e.style));
@@ -274,19 +294,55 @@ function choices(el, block, ctx, kind) {
 }
 
 function button(el, block, ctx) {
-  const b = h("button", "bk-button" + (el.style ? ` bk-${el.style}` : ""), plainText(el.text));
+  const b = h("button", "bk-button" + (el.style ? ` bk-${el.style}` : ""));
+  b.append(plainNode(el.text, "bk-button-text"));
+  if (el.accessibility_label) b.setAttribute("aria-label", el.accessibility_label);
+  return clicks(b, el, block, ctx, el.value ?? null);
+}
+
+/** On click: the confirm dialog if any, then the action sent to the app as `value`. */
+function clicks(b, el, block, ctx, value, after) {
   b.type = "button";
   b.addEventListener("click", async () => {
     if (el.confirm && !(await ctx.confirm(el.confirm))) return;
     if (el.url) window.open(el.url, "_blank", "noopener");
     b.disabled = true;
     try {
-      await ctx.act(block, el, el.value ?? null);
+      const answer = await ctx.act(block, el, value);
+      if (after && !(answer && answer.ok === false)) after();  // marked once the app has it
     } finally {
       b.disabled = false;
     }
   });
   return b;
+}
+
+/** Slack's 👍/👎 pair: two small borderless buttons; a click sends the element with the
+ * side clicked ("positive" or "negative"), and the clicked one stays marked. */
+function feedbackButtons(el, block, ctx) {
+  const group = h("span", "bk-feedback");
+  group.setAttribute("role", "group");
+  const sides = [["positive", el.positive_button || {}], ["negative", el.negative_button || {}]];
+  for (const [side, obj] of sides) {
+    const b = h("button", `bk-icon-button bk-feedback-${side}`);
+    b.append(plainNode(obj.text, "bk-button-text"));
+    b.title = obj.accessibility_label || plainText(obj.text);
+    b.setAttribute("aria-label", b.title);
+    b.setAttribute("aria-pressed", "false");
+    group.append(clicks(b, el, block, ctx, side, () => {
+      for (const other of group.querySelectorAll("button")) other.setAttribute("aria-pressed", String(other === b));
+    }));
+  }
+  return group;
+}
+
+/** An icon button (the trash icon is Slack's only one), with its text beside the icon. */
+function iconButton(el, block, ctx) {
+  const b = h("button", "bk-icon-button");
+  b.append(emojiNode(el.icon === "trash" ? "wastebasket" : String(el.icon)) ?? "", plainNode(el.text, "bk-button-text"));
+  b.title = el.accessibility_label || plainText(el.text);
+  b.setAttribute("aria-label", b.title);
+  return clicks(b, el, block, ctx, el.value ?? null);
 }
 
 function element(el, block, ctx) {

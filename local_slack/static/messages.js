@@ -3,6 +3,7 @@
 // is redrawn only when it changed, so what is typed into its inputs survives other updates.
 import { renderBlocks } from "./blocks.js";
 import { S, act, h, toast } from "./client.js";
+import { emojiChar, emojiNode } from "./emoji.js";
 import { mrkdwn } from "./mrkdwn.js";
 
 /** An app's status line under a thread ("Flotilla is thinking…"), kept while unchanged so
@@ -44,9 +45,10 @@ export function divider(text) {
 
 export function avatar(name, icons) {
   const el = h("div", "avatar");
-  const pic = icons && icons.emoji && mrkdwn(icons.emoji, { people: new Map(), channels: new Map() }).textContent;
-  if (pic && !pic.startsWith(":")) {
-    el.textContent = pic;
+  const code = icons && icons.emoji && /^:([^:\s]+(?:::skin-tone-\d)?):$/.exec(icons.emoji.trim());
+  const pic = code && emojiNode(code[1]);
+  if (pic) {
+    el.append(pic);
     el.classList.add("avatar-emoji");
     return el;
   }
@@ -101,7 +103,7 @@ function drawMessage(msg, ctx, inThread, key) {
   head.append(h("span", "author", msg.author_name));
   if (msg.is_app) head.append(h("span", "app-badge", "APP"));
   head.append(h("span", "time", time(msg.ts)));
-  if (msg.ephemeral) head.append(h("span", "only-you", "Only visible to you"));
+  if (msg.ephemeral) head.appendChild(h("span", "only-you")).append(emojiChar("👁️", "eye"), "Only visible to you");
   const inputs = [];  // the message's input blocks, read back when one of its buttons is clicked
   const msgCtx = { ...ctx, inputs, act: (block, element, value) => messageAction(msg, block, element, value, inputs) };
   const content = body.appendChild(h("div", "message-content"));
@@ -112,7 +114,7 @@ function drawMessage(msg, ctx, inThread, key) {
     (texts.length ? texts[texts.length - 1] : content).append(h("span", "edited", " (edited)"));
   }
   for (const file of msg.files || []) {
-    content.append(h("div", "file", `📎 ${file.name} (${file.mimetype}, ${file.size} bytes)`));
+    content.appendChild(h("div", "file")).append(emojiChar("📎", "paperclip"), `${file.name} (${file.mimetype}, ${file.size} bytes)`);
   }
   if (msg.streaming) content.append(h("span", "typing", "▍"));
   if (msg.subtype === "thread_broadcast" && !inThread) body.append(h("div", "broadcast", "replied to a thread"));
@@ -128,7 +130,8 @@ function drawMessage(msg, ctx, inThread, key) {
     });
   } else if (!inThread && !msg.deleted) {
     const tools = el.appendChild(h("div", "message-tools"));
-    const reply = tools.appendChild(h("button", "reply-button", "💬 Reply in thread"));
+    const reply = tools.appendChild(h("button", "reply-button"));
+    reply.append(emojiChar("💬", "speech_balloon"), "Reply in thread");
     reply.addEventListener("click", () => ctx.openThread(msg.channel, msg.thread_ts || msg.ts));
   }
   return el;
@@ -136,13 +139,16 @@ function drawMessage(msg, ctx, inThread, key) {
 
 /** A click in a message carries what the person typed into its inputs (Slack's `state`). */
 async function messageAction(msg, block, element, value, inputs) {
-  if (msg.ephemeral) return toast("Buttons in ephemeral messages are not supported here.");
+  if (msg.ephemeral) {
+    toast("Buttons in ephemeral messages are not supported here.");
+    return { ok: false };
+  }
   const values = {};
   for (const input of inputs) {
     const read = input.read();
     (values[input.blockId] = values[input.blockId] || {})[input.actionId] = read === "" ? null : read;
   }
-  await act("message_action", {
+  return act("message_action", {
     channel: msg.channel, ts: msg.ts, block_id: block.block_id, action_id: element.action_id, value, values,
   });
 }

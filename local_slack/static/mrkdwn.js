@@ -1,7 +1,7 @@
 // Slack's text formats as DOM nodes (never innerHTML): mrkdwn (*bold*, _italic_, ~strike~,
 // `code`, ```blocks```, > quotes, <@U…> mentions, <#C…>, <!here>, <url|label>, :emoji:),
 // the markdown of `markdown` blocks and streamed text, and plain_text.
-import { emoji, emojify } from "./emoji.js";
+import { emojiNode, emojiText, emojify } from "./emoji.js";
 
 const h = (tag, cls, text) => {
   const el = document.createElement(tag);
@@ -86,17 +86,17 @@ function inline(text, ctx, parent) {
   const found = [...text.matchAll(INLINE)];
   for (const m of found) {
     if (m.index < last) continue;
-    if (m.index > last) parent.append(unescape(text.slice(last, m.index)));
+    if (m.index > last) parent.append(emojiText(unescape(text.slice(last, m.index))));
     last = m.index + m[0].length;
     if (m[1] !== undefined) parent.append(angle(m[1], ctx));
     else if (m[2] !== undefined) parent.append(h("code", "code", unescape(m[2])));
     else if (m[3] !== undefined) inline(m[3], ctx, parent.appendChild(h("b")));
     else if (m[4] !== undefined) inline(m[4], ctx, parent.appendChild(h("i")));
     else if (m[5] !== undefined) inline(m[5], ctx, parent.appendChild(h("s")));
-    else if (m[6] !== undefined) parent.append(emoji(m[6]) ?? m[0]);
+    else if (m[6] !== undefined) parent.append(emojiNode(m[6]) ?? m[0]);
     else if (m[7] !== undefined) parent.append(link(unescape(m[7]), unescape(m[7]), ctx));
   }
-  if (last < text.length) parent.append(unescape(text.slice(last)));
+  if (last < text.length) parent.append(emojiText(unescape(text.slice(last))));
 }
 
 /** Lines of mrkdwn with quotes (`>` at a line's start), appended to `parent`. */
@@ -134,8 +134,19 @@ export function mrkdwn(text, ctx) {
 export function textObject(obj, ctx) {
   if (!obj) return h("span");
   if (obj.type === "mrkdwn" && !obj.verbatim) return mrkdwn(obj.text, ctx);
-  if (obj.type === "mrkdwn") return h("span", "mrkdwn", unescape(obj.text || ""));
-  return h("span", "plain", obj.emoji === false ? obj.text || "" : emojify(obj.text || ""));
+  if (obj.type === "mrkdwn") return withEmoji(h("span", "mrkdwn"), unescape(obj.text || ""));
+  return plainNode(obj);
+}
+
+/** A plain_text object as a `<span class="plain">`: emoji characters drawn, and its
+ * `:shortcodes:` too unless `emoji: false`. */
+export function plainNode(obj, cls = "plain") {
+  return withEmoji(h("span", cls), (obj && obj.text) || "", !obj || obj.emoji !== false);
+}
+
+function withEmoji(el, text, shortcodes = false) {
+  el.append(emojiText(text, shortcodes));
+  return el;
 }
 
 export function plainText(obj) {
@@ -165,7 +176,7 @@ function mdInline(text, ctx, parent) {
   let last = 0;
   for (const m of text.matchAll(MD_INLINE)) {
     if (m.index < last) continue;
-    if (m.index > last) parent.append(text.slice(last, m.index));
+    if (m.index > last) parent.append(emojiText(text.slice(last, m.index)));
     last = m.index + m[0].length;
     if (m[1] !== undefined) parent.append(h("code", "code", m[1]));
     else if (m[2] !== undefined || m[3] !== undefined) mdInline(m[2] ?? m[3], ctx, parent.appendChild(h("b")));
@@ -173,10 +184,10 @@ function mdInline(text, ctx, parent) {
     else if (m[6] !== undefined) mdInline(m[6], ctx, parent.appendChild(h("s")));
     else if (m[7] !== undefined) parent.append(link(m[8], m[7], ctx));
     else if (m[9] !== undefined) parent.append(mention(m[9], "", ctx));
-    else if (m[10] !== undefined) parent.append(emoji(m[10]) ?? m[0]);
+    else if (m[10] !== undefined) parent.append(emojiNode(m[10]) ?? m[0]);
     else if (m[11] !== undefined) parent.append(link(m[11], m[11], ctx));
   }
-  if (last < text.length) parent.append(text.slice(last));
+  if (last < text.length) parent.append(emojiText(text.slice(last)));
 }
 
 /** Markdown as a `<div class="markdown">`: headings, lists, quotes, code fences, paragraphs. */

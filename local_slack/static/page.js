@@ -2,6 +2,7 @@
 // composer that also runs slash commands. Everything shown comes from the workspace's state,
 // pushed over Server-Sent Events; everything done goes to POST act as the chosen person.
 import { $, S, act, h, toast } from "./client.js";
+import { emojiChar } from "./emoji.js";
 import { avatar, divider, messageNode, statusNode } from "./messages.js";
 import { confirm, renderHome, renderModal } from "./surfaces.js";
 
@@ -141,9 +142,16 @@ function renderTop(ctx) {
   $("#me-avatar").replaceChildren(avatar(me ? me.name : "?"));
 }
 
+/** A channel's name after its mark: "# " or the lock of a private channel. */
+function channelName(channel) {
+  const name = document.createDocumentFragment();
+  name.append(channel.is_private ? emojiChar("🔒", "lock") : "# ", channel.name);
+  return name;
+}
+
 function sideItem(label, active, onClick, cls) {
   const li = h("li", "side-item" + (active ? " active" : "") + (cls ? " " + cls : ""));
-  li.append(label);
+  li.append(...[label].flat());
   li.addEventListener("click", onClick);
   return li;
 }
@@ -161,14 +169,14 @@ function renderSidebar(ctx) {
   const v = S.view || {};
   const channels = S.snap.channels.filter((c) => !c.is_im);
   $("#channel-list").replaceChildren(...channels.map((c) => sideItem(
-    (c.is_private ? "🔒 " : "# ") + c.name, v.kind === "channel" && v.id === c.id,
+    channelName(c), v.kind === "channel" && v.id === c.id,
     () => openChannel(c.id), (c.is_member ? "" : "not-member") + unread(c.id))));
   const appUsers = new Set(S.snap.apps.map((a) => a.bot_user_id));
   const dms = S.snap.channels.filter((c) => c.is_im && !c.members.some((m) => appUsers.has(m)));
   $("#dm-list").replaceChildren(...dms.map((c) => sideItem("● " + c.label, v.id === c.id, () => openChannel(c.id), unread(c.id))));
   const apps = S.snap.apps.filter((a) => a.has_home || a.commands.length);
   $("#app-list").replaceChildren(...apps.map((a) => sideItem(
-    "🤖 " + a.name, v.kind === "app" && v.appId === a.app_id, () => openApp(a.app_id, "home"))));
+    [emojiChar("🤖", "robot_face"), a.name], v.kind === "app" && v.appId === a.app_id, () => openApp(a.app_id, "home"))));
 }
 
 function renderMain(ctx) {
@@ -201,8 +209,9 @@ function renderMain(ctx) {
   home.hidden = true;
   list.hidden = composer.hidden = false;
   const channel = ctx.channels.get(v.id);
-  const title = channel.is_im ? channel.label : (channel.is_private ? "🔒 " : "# ") + channel.name;
-  header.replaceChildren(h("span", "pane-title", title), h("span", "pane-meta", `${channel.members.length} members`));
+  const title = h("span", "pane-title");
+  title.append(channel.is_im ? channel.label : channelName(channel));
+  header.replaceChildren(title, h("span", "pane-meta", `${channel.members.length} members`));
   renderChannel(ctx, v.id, `Message ${channel.is_im ? channel.label : "#" + channel.name}`);
 }
 

@@ -169,6 +169,13 @@ def page_app(installed: InstalledApp, client: AsyncWebClient) -> AsyncApp:
         size = (values["size_block"]["size"]["selected_option"] or {}).get("value")
         await say(text=f"Got {name} in size {size}")
 
+    @app.action(re.compile("^(rate|remove)$"))  # context actions: feedback and icon buttons
+    async def on_context_action(ack: AsyncAck, body: dict[str, Any], say: AsyncSay) -> None:
+        await ack()
+        action = body["actions"][0]  # for feedback buttons: the clicked side's text and value
+        clicked = f"{action['type']}, {action['text']['text']}"
+        await say(text=f"{action['action_id']}: {action['value']} ({clicked})")
+
     @app.command("/ticket")
     async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack(f"Filing _{command['text']}_ for <@{command['user_id']}>")
@@ -230,7 +237,8 @@ async def test_a_mention_shows_the_apps_blocks_in_the_thread_beside_the_channel(
     await expect(card.locator("s")).to_have_text("gone")
     await expect(card.locator("a.link")).to_have_attribute("href", "https://example.com/docs")
     await expect(card.locator(".mention.mention-me")).to_have_text("@alice")
-    await expect(card.locator(".bk-section")).to_contain_text("🎉")
+    tada = card.locator('.bk-section .emoji[data-emoji="🎉"]')  # the page's picture for :tada:
+    await expect(tada.locator("svg")).to_have_count(1)
     await expect(card.locator("blockquote")).to_have_text("a quote")
     await expect(card.locator(".bk-field")).to_have_count(2)
     await expect(card.locator("hr.bk-divider")).to_have_count(1)
@@ -434,4 +442,103 @@ async def test_a_pushed_modal_goes_back_or_the_x_closes_the_stack(
     await expect(page.locator("#modal-backdrop")).to_be_hidden()
     assert running.workspace.state.top_modal(running.alice.id) is None
     assert CLOSED == [False, True]
+    assert_no_page_errors(page)
+
+
+def context_actions(only_for: str) -> list[dict[str, Any]]:
+    """An answer with Slack's context actions: 👍/👎 feedback buttons and icon buttons (one
+    shown only to `only_for`)."""
+    feedback = {
+        "type": "feedback_buttons",
+        "action_id": "rate",
+        "positive_button": {
+            "text": text(PLAIN, "👍"),
+            "value": "good",
+            "accessibility_label": "Good",
+        },
+        "negative_button": {
+            "text": text(PLAIN, "👎"),
+            "value": "bad",
+            "accessibility_label": "Bad",
+        },
+    }
+    remove = {"type": "icon_button", "icon": "trash", "action_id": "remove", "value": "answer-1"}
+    return [
+        {"type": "section", "text": text("mrkdwn", "Here is the answer")},
+        {
+            "type": "context_actions",
+            "elements": [
+                feedback,
+                {**remove, "text": text(PLAIN, "Remove")},
+                {
+                    **remove,
+                    "action_id": "purge",
+                    "text": text(PLAIN, "Purge"),
+                    "visible_to_user_ids": [only_for],
+                },
+            ],
+        },
+    ]
+
+
+async def test_context_actions_are_buttons_whose_clicks_reach_the_app(
+    running: Running, browser: Browser
+) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    blocks = context_actions(only_for=running.bob.id)
+    await running.client.chat_postMessage(channel=running.channel, text="answer", blocks=blocks)
+    answer = page.locator("#messages .message", has_text="Here is the answer")
+    actions = answer.locator(".bk-context-actions")
+    await expect(actions.locator("button")).to_have_count(3)  # 👍, 👎 and Remove; not Purge
+    await expect(answer.locator(".bk-unknown")).to_have_count(0)
+    await expect(answer).not_to_contain_text("context_actions")
+    thumbs_down = actions.get_by_role("button", name="Bad")
+    await expect(thumbs_down.locator('.emoji[data-emoji="👎"] svg')).to_have_count(1)
+    await expect(actions.locator(".emoji[data-emoji='🗑'] svg")).to_have_count(1)  # trash
+
+    await thumbs_down.click()
+    rated = page.locator("#messages .message-content", has_text="rate: bad")
+    await expect(rated).to_contain_text("rate: bad (feedback_buttons, ")  # the 👎 side's value
+    await expect(rated.locator('.emoji[data-emoji="👎"]')).to_have_count(1)  # and its text
+    await expect(thumbs_down).to_have_attribute("aria-pressed", "true")
+    await actions.get_by_role("button", name="Remove").click()
+    removed = page.locator("#messages .message-content", has_text="remove:")
+    await expect(removed).to_have_text("remove: answer-1 (icon_button, Remove)")
+    assert_no_page_errors(page)
+
+
+async def test_emoji_names_and_characters_are_the_pages_own_pictures(
+    running: Running, browser: Browser
+) -> None:
+    page = await open_page(browser, running.workspace.page_url + "?as=alice")
+    await say(page, "ok :thumbsup: :white_check_mark: ⏳ :mag: ⚠️ :not_an_emoji:")
+    said = page.locator("#messages .message", has_text="not_an_emoji").locator(".message-content")
+    drawn = said.locator(".emoji")
+    await expect(drawn).to_have_count(5)
+    pictures = [await e.get_attribute("data-emoji") for e in await drawn.all()]
+    assert pictures == ["👍", "✅", "⏳", "🔍", "⚠"]
+    await expect(said.locator(".emoji svg")).to_have_count(5)  # drawn: no emoji font needed
+    await expect(said.locator(".emoji-char")).to_have_count(0)
+    await expect(said).to_have_text(re.compile(r"^ok\s+:not_an_emoji:$"))  # unknown: as typed
+    await expect(said.get_by_role("img", name="white_check_mark")).to_have_count(1)
+
+    blocks: list[dict[str, Any]] = [  # a header's plain_text, a button, a context's mrkdwn
+        {"type": "header", "text": text(PLAIN, ":tada: Shipped")},
+        {"type": "context", "elements": [text("mrkdwn", "✅ 2 of 2 done :rocket:")]},
+        {
+            "type": "actions",
+            "elements": [
+                {"type": "button", "action_id": "noop", "text": text(PLAIN, ":eyes: Look")},
+            ],
+        },
+    ]
+    await running.client.chat_postMessage(channel=running.channel, text="shipped", blocks=blocks)
+    shipped = page.locator("#messages .message", has_text="Shipped")
+    for where, char in [
+        (".bk-header", "🎉"),
+        (".bk-context", "✅"),
+        (".bk-context", "🚀"),
+        (".bk-button", "👀"),
+    ]:
+        await expect(shipped.locator(f'{where} .emoji[data-emoji="{char}"] svg')).to_have_count(1)
     assert_no_page_errors(page)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from flotilla.bot.listeners.feedback import THANKS
 from flotilla.bot.local import LocalStack, start_local_stack
 from flotilla.bot.service import Options
 from flotilla.bot.trial import screenshot as readme_screenshot
@@ -96,6 +97,31 @@ async def test_walkthrough_in_the_browser(stack: LocalStack, browser: Browser) -
     assert_no_page_errors(page)
 
 
+async def test_feedback_buttons_under_answers_are_clicked_in_the_page(
+    stack: LocalStack, browser: Browser
+) -> None:
+    page = await open_page(browser, stack.workspace.page_url + "?as=maya")
+    await say(page, "@Flotilla research our launch numbers and write a note")
+    await page.locator("#messages .replies-link").click()
+    thread = page.locator("#thread-messages")
+    card = thread.locator(".message", has=page.locator(".bk-header"))
+    await expect(card.locator(".bk-context")).to_contain_text("completed")
+    marks = card.locator('.bk-section .emoji[data-emoji="✅"] svg')  # the steps' marks, drawn
+    await expect(marks).not_to_have_count(0)
+    rated = thread.locator(".message", has=page.locator(".bk-context-actions"))
+    await expect(rated).not_to_have_count(0)
+    await expect(thread.locator(".bk-unknown")).to_have_count(0)  # no "[context_actions block]"
+    answer = rated.first
+    thumbs_up = answer.get_by_role("button", name="This answer helped")
+    await expect(thumbs_up.locator('.emoji[data-emoji="👍"] svg')).to_have_count(1)
+    await expect(answer.get_by_role("button", name="This answer did not help")).to_have_count(1)
+    await thumbs_up.click()  # the block action reaches Flotilla, which keeps it and says so
+    thanks = thread.locator(".message.ephemeral", has_text=THANKS)
+    await expect(thanks).to_have_count(1)
+    await expect(thumbs_up).to_have_attribute("aria-pressed", "true")
+    assert_no_page_errors(page)
+
+
 async def test_an_agents_question_is_answered_inline_with_the_keyboard(
     stack: LocalStack, browser: Browser
 ) -> None:
@@ -168,5 +194,6 @@ async def test_an_admin_adds_an_agent_in_the_modal_and_app_home_shows_it(
 async def test_the_readme_screenshot_command_writes_a_png(tmp_path: Path) -> None:
     chromium = chromium_or_skip()
     out = tmp_path / "page.png"
+    # it refuses to write a picture without the whole form and the card's header in view
     await readme_screenshot(str(out), f"sqlite+aiosqlite:///{tmp_path / 'shot.db'}", chromium)
     assert out.read_bytes().startswith(b"\x89PNG\r\n")

@@ -15,8 +15,13 @@ from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
 from flotilla.agents.planning.decisions import decide
-from flotilla.agents.planning.plan import CancelPlan, Plan, Step, StepStatus
-from flotilla.agents.planning.plan_transitions import abort_plan, cancel_plan, fail_step
+from flotilla.agents.planning.plan import USER, CancelPlan, Plan, Step, StepStatus
+from flotilla.agents.planning.plan_transitions import (
+    abort_plan,
+    cancel_plan,
+    fail_step,
+    plan_status,
+)
 from flotilla.bot.views.plan_card import CANCEL_ACTION, plan_card, progress
 
 STATUSES: list[StepStatus] = ["pending", "in_progress", "done", "failed", "skipped", "blocked"]
@@ -213,3 +218,18 @@ def test_the_card_opens_with_the_commanders_words_about_the_plan() -> None:
     assert dicts(plan_card(plan, intro="   ")[1])[0]["type"] == "header"  # nothing said: no intro
     long_text, long_blocks = plan_card(plan, intro="x" * 5000)
     assert len(str(dicts(long_blocks)[0]["text"]["text"])) <= 3000  # type: ignore[index]
+
+
+def test_a_plan_waiting_for_a_form_says_so_once() -> None:
+    steps = (
+        Step(index=1, title="Research", assignee="researcher", status="done"),
+        Step(index=2, title="Which tiers?", assignee=USER, status="in_progress", wait_for=(1,)),
+    )
+    plan = Plan(id=3, conversation_id=1, steps=steps, status="paused")
+    assert plan_status(plan) == "paused"  # what the transitions make of these steps
+    now = datetime(2025, 1, 1, tzinfo=UTC)
+    line = context_of(plan_card(plan, now=now)[1])
+    assert line == "paused – waiting for a person · 1 of 2 done"
+    assert line.count("waiting for a person") == 1
+    running = five("done", "in_progress", "pending", "pending", "pending")
+    assert context_of(plan_card(running, now=now)[1]).endswith(" · working")  # still said

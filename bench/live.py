@@ -99,7 +99,7 @@ async def diamond(folder: Path, model: Any = None, name: str = "diamond") -> Cou
         root = driver.mention("maya", "launch", stack.commander, REQUEST)
         form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
         await driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
-        await driver.thread_has_message("launch", root.ts, containing="commander: Review")
+        await driver.thread_has_message("launch", root.ts, containing="[offline model] commander:")
         await settle(stack, driver)
         await driver.wait_for(  # the card's last edit (its Cancel button gone)
             lambda: all(

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 
-from flotilla.bot.settings import ConfigurationError, Settings, load_settings
+from flotilla.bot.settings import (
+    ConfigurationError,
+    ModelUnavailable,
+    Settings,
+    load_settings,
+    misnamed_settings,
+)
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1  # a bug: the sentence asks for --debug
@@ -21,6 +28,7 @@ EXIT_USAGE = 2  # a wrong command line (argparse uses 2 too)
 EXIT_CONFIG = ConfigurationError.exit_code  # 3: a setting is missing or wrong
 EXIT_DATABASE = 4  # the database cannot be reached or upgraded (DatabaseUnavailable)
 EXIT_CHECK = 5  # `flotilla check` found a problem
+EXIT_MODEL = ModelUnavailable.exit_code  # 6: `flotilla run` found the model not working
 EXIT_INTERRUPTED = 130
 DEV_DATABASE = "sqlite+aiosqlite:///flotilla-dev.db"
 
@@ -56,6 +64,8 @@ def _settings(*, console: bool = False) -> Settings:
 
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format, console=console)
+    for sentence in misnamed_settings():  # a typo must not pass unnoticed, nor stop anything
+        logging.getLogger("flotilla.settings").warning(sentence)
     # read once, here: libraries must not read them again (Bolt takes SLACK_BOT_TOKEN from
     # the environment by itself and then warns that the client's token wins)
     for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
@@ -68,6 +78,8 @@ def _settings(*, console: bool = False) -> Settings:
 
 def _run_command(args: argparse.Namespace) -> int:
     settings = _settings()
+    if args.allow_model_errors:
+        settings = settings.model_copy(update={"allow_model_errors": True})
     from flotilla.bot.serve import run
 
     asyncio.run(run(settings))
@@ -95,7 +107,8 @@ def _dev_command(args: argparse.Namespace) -> int:
     from flotilla.bot.serve import options_from
     from flotilla.bot.trial import dev
 
-    asyncio.run(dev(dev_database_url(settings), options_from(settings)))
+    url = dev_database_url(settings)
+    asyncio.run(dev(url, options_from(settings), exit_on_eof=args.exit_on_eof))
     return EXIT_OK
 
 
@@ -148,6 +161,15 @@ def _secrets_command(args: argparse.Namespace) -> int:
 
 def _db_command(args: argparse.Namespace) -> int:
     settings = _settings()
+    if args.action != "upgrade":  # only an upgrade creates a SQLite file that is not there
+        from flotilla.bot.check import no_database_yet
+
+        missing = no_database_yet(settings)
+        if missing is not None:
+            from flotilla.storage.migrate import head_revision
+
+            print(f"{missing} (head: {head_revision()})")
+            return EXIT_OK
     target = args.revision or ("head" if args.action == "upgrade" else "base")
     if args.action == "downgrade" and target == "base" and not args.yes:
         where = settings.database_label()
@@ -198,12 +220,14 @@ Handler = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
         "connect to Slack and serve (Socket Mode with SLACK_APP_TOKEN, else HTTP)",
-        "Checks Slack and the database first (refuses to start on a problem), upgrades the "
+        "Checks Slack, the database and the model first and refuses to start on a problem "
+        "(exit code 3 or 4; 6 for the model, unless --allow-model-errors), upgrades the "
         "schema, then serves until SIGTERM/SIGINT, when in-flight work gets "
         "FLOTILLA_SHUTDOWN_GRACE_SECONDS to finish before it is handed over.\n\nReads: "
         "SLACK_BOT_TOKEN, SLACK_APP_TOKEN or SLACK_SIGNING_SECRET, SLACK_API_URL, "
-        "FLOTILLA_DATABASE_URL, FLOTILLA_MODEL and the provider keys, FLOTILLA_HTTP_HOST/PORT, "
-        "FLOTILLA_LOG_LEVEL/FORMAT, and every other FLOTILLA_* setting (README).",
+        "FLOTILLA_DATABASE_URL, FLOTILLA_MODEL and the provider keys, "
+        "FLOTILLA_ALLOW_MODEL_ERRORS, FLOTILLA_HTTP_HOST/PORT, FLOTILLA_LOG_LEVEL/FORMAT, and "
+        "every other FLOTILLA_* setting (README: Configuration).",
     ),
     "check": (
         "check the Slack token and scopes, the mode, the database and the model",
@@ -245,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flotilla",
         description="Flotilla: one assistant, a whole team, in Slack.",
-        epilog="Settings come from the environment and .env (README: Settings).",
+        epilog="Settings come from the environment and .env (README: Configuration).",
     )
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -274,8 +298,19 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
         )
         sub[name].set_defaults(handler=handlers[name])
+    sub["run"].add_argument(
+        "--allow-model-errors",
+        action="store_true",
+        help="serve even when the model check fails (people then read that the model is "
+        "unavailable); also FLOTILLA_ALLOW_MODEL_ERRORS=true",
+    )
     sub["check"].add_argument(
         "--local", action="store_true", help="check against a local workspace and database"
+    )
+    sub["dev"].add_argument(
+        "--exit-on-eof",
+        action="store_true",
+        help="stop at the end of input (once Flotilla is at rest) instead of serving on",
     )
     db = sub["db"]
     db.add_argument("action", choices=["upgrade", "downgrade", "current"])

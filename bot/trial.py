@@ -20,8 +20,9 @@ from flotilla.bot.service import Options
 from flotilla.bot.views.forms import INLINE_ACTION, OPEN_ACTION, SUBMIT_ACTION
 from flotilla.bot.views.plan_card import CANCEL_ACTION
 from flotilla.local_slack import Driver, Message
-from flotilla.local_slack.console import Console
+from flotilla.local_slack.console import SETTLE_TIMEOUT, Console, say
 from flotilla.local_slack.driver import Attachment
+from flotilla.local_slack.transcript import render_text
 
 DEMO_REQUEST = (
     "compare our pricing with the top three competitors and draft a note for the sales team"
@@ -85,7 +86,7 @@ def parse_answer(text: str) -> dict[str, str]:
 class TrialConsole(Console):
     """The workspace console plus Flotilla's forms, card and thread view."""
 
-    def __init__(self, stack: LocalStack, out: Callable[[str], None] = print) -> None:
+    def __init__(self, stack: LocalStack, out: Callable[[str], None] = say) -> None:
         person = stack.people["maya"]
         super().__init__(Driver(stack.workspace), person, stack.channel, out)
         self.stack = stack
@@ -129,6 +130,9 @@ class TrialConsole(Console):
             if plan is None or plan.status not in ("running", "paused"):
                 self.out(NO_WAKE_HINT)
 
+    async def settle(self) -> None:
+        await at_rest(self.stack, self.driver)
+
     def show_new(self) -> None:
         super().show_new()
         state = self.driver.state
@@ -136,7 +140,8 @@ class TrialConsole(Console):
             edited = (message.edited or {}).get("ts")
             if edited and self._edits.get(message.ts) != edited and "Plan (" in message.text:
                 self._edits[message.ts] = edited
-                self.out("(plan card updated) " + re.sub(r"\s+", " ", message.text)[:200])
+                card = re.sub(r"\s+", " ", render_text(state, message.text))
+                self.out("(plan card updated) " + card[:200])
 
     def _print_thread(self) -> None:
         if self.thread_ts is None:
@@ -181,6 +186,18 @@ class TrialConsole(Console):
                 self.out("(this form has several fields: :answer name=value; name=value)")
 
 
+async def at_rest(stack: LocalStack, driver: Driver) -> None:
+    """Until Flotilla is at rest: every event delivered, no job running, nothing due in the
+    outbox (a plan waiting for a person's answer is at rest)."""
+    for _ in range(100):  # each round may start more work; rest comes within a few
+        await driver.deliveries_settled(SETTLE_TIMEOUT)
+        seen = len(stack.workspace.events.deliveries)
+        await stack.service.settle()
+        await driver.deliveries_settled(SETTLE_TIMEOUT)
+        if len(stack.workspace.events.deliveries) == seen and not stack.service.executor.jobs:
+            return
+
+
 def can_open_browser(
     env: Mapping[str, str] | None = None, *, interactive: bool | None = None
 ) -> bool:
@@ -203,9 +220,16 @@ def page_address(stack: LocalStack, person: str = "maya") -> str:
     return f"{stack.workspace.page_url}?as={person}#{stack.channel.id}"
 
 
-async def dev(database_url: str, options: Options, *, open_browser: bool | None = None) -> None:
-    """Run the local stack, its browser page and a console on stdin until `:quit` or end of
-    input. The page's address is printed first (and opened when a browser can be)."""
+async def dev(
+    database_url: str,
+    options: Options,
+    *,
+    open_browser: bool | None = None,
+    exit_on_eof: bool = False,
+) -> None:
+    """Run the local stack, its browser page and a console on stdin until `:quit` or Ctrl-C
+    (with `exit_on_eof`: until the end of input, once Flotilla is at rest). The page's
+    address is printed first (and opened when a browser can be)."""
     stack = await start_local_stack(database_url, options=options)
     try:
         console = TrialConsole(stack)
@@ -214,7 +238,7 @@ async def dev(database_url: str, options: Options, *, open_browser: bool | None 
         console.out(f"(its Web API for Slack clients: {stack.workspace.api_url})")
         if can_open_browser() if open_browser is None else open_browser:
             await asyncio.to_thread(webbrowser.open, address)
-        await console.run()
+        await console.run(exit_on_eof=exit_on_eof)
     finally:
         await stack.stop()
 
@@ -238,20 +262,20 @@ async def demo(database_url: str, options: Options) -> str:
         root, form = await _walk_to_the_form(stack, driver)
         answer = {"field:tiers": "Pro", "field:notes": "the annual discount"}
         await driver.click("maya", form, SUBMIT_ACTION, values=answer)
-        await driver.thread_has_message(
-            "launch", root.ts, from_="Flotilla", containing="commander: Review"
-        )
-        await stack.service.settle()
+        await at_rest(stack, driver)  # the plan has ended (any model: no words awaited)
         return driver.transcript("launch", root.ts)
     finally:
         await stack.stop()
 
 
+SCREENSHOT_HEIGHT_MAX = 2400  # pixels: a longer thread is shown scrolled to its form
+
+
 async def screenshot(path: str, database_url: str, chromium: str = "/usr/bin/chromium") -> None:
-    """A PNG of the browser page: the walkthrough's thread with the plan card beside the
-    channel and the form open in its message, partly filled in (headless system Chromium via
-    Playwright, a dev extra)."""
-    from playwright.async_api import async_playwright
+    """A PNG of the browser page: the walkthrough's thread beside the channel, whole – the
+    plan card at its top, the form in its message partly filled in further down (headless
+    system Chromium via Playwright, a dev extra)."""
+    from playwright.async_api import async_playwright, expect
 
     stack = await start_local_stack(database_url, options=Options())
     try:
@@ -262,10 +286,18 @@ async def screenshot(path: str, database_url: str, chromium: str = "/usr/bin/chr
             try:
                 page = await browser.new_page(viewport={"width": 1400, "height": 860})
                 await page.goto(f"{page_address(stack)}/{root.ts}")
-                notes = page.locator("#thread-messages .bk-input textarea")
-                await notes.fill("the annual discount")
-                card = page.locator("#thread-messages .message", has=page.locator(".bk-header"))
-                await card.scroll_into_view_if_needed()
+                thread = page.locator("#thread-messages")
+                form = thread.locator(".message", has_text="needs your input")
+                await form.locator(".bk-input textarea").fill("the annual discount")
+                await thread.locator(".message", has_text="Noted").wait_for()
+                # the page as tall as the thread, so the card and the form are both in the
+                # picture (in a window of usual height the form is scrolled past the card)
+                hidden = await thread.evaluate("t => t.scrollHeight - t.clientHeight")
+                height = min(860 + max(hidden, 0), SCREENSHOT_HEIGHT_MAX)
+                await page.set_viewport_size({"width": 1400, "height": height})
+                await thread.evaluate("t => { t.scrollTop = t.scrollHeight; }")
+                await expect(form).to_be_in_viewport(ratio=1)  # what the README promises
+                await expect(thread.locator(".bk-header", has_text="Plan (")).to_be_in_viewport()
                 await page.screenshot(path=path)
             finally:
                 await browser.close()

@@ -4,7 +4,8 @@
     python -m flotilla.local_slack --manifest manifest.yml        # Socket Mode
 
 prints the Web API URL, the browser page's address (see web_page.py) and each app's tokens,
-then lets you type as a person (see console.py).
+then lets you type as a person (see console.py): from a terminal, a pipe or a file; at the end
+of input it serves on until Ctrl-C, or stops with --exit-on-eof.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from flotilla.local_slack.console import Console
 from flotilla.local_slack.driver import Driver
 from flotilla.local_slack.workspace import LocalWorkspace
 
+# every scope an app installed with --app gets: at least those Flotilla's manifest asks for
 ALL_SCOPES = (
     "app_mentions:read",
     "channels:history",
@@ -28,6 +30,8 @@ ALL_SCOPES = (
     "chat:write.customize",
     "chat:write.public",
     "commands",
+    "files:read",
+    "files:write",
     "groups:history",
     "groups:read",
     "im:history",
@@ -65,6 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--channel", default="general")
     parser.add_argument("--rate-limits", action="store_true", help="answer 429 like Slack does")
     parser.add_argument("--no-console", action="store_true", help="serve only; do not read stdin")
+    parser.add_argument(
+        "--exit-on-eof",
+        action="store_true",
+        help="stop at the end of standard input (default: serve on until Ctrl-C)",
+    )
     return parser.parse_args(argv)
 
 
@@ -105,7 +114,7 @@ async def main(argv: list[str] | None = None) -> None:
         if args.no_console:
             await asyncio.Event().wait()
         else:
-            await Console(Driver(ws), people[0], channel).run()
+            await Console(Driver(ws), people[0], channel).run(exit_on_eof=args.exit_on_eof)
     finally:
         await ws.stop()
 

@@ -1,18 +1,28 @@
 """A terminal trial of the local workspace: type as a person into a channel and watch the
 channel as that person sees it (apps' replies, threads, ephemeral messages, modals, App Home).
+
+Lines come from any standard input: a terminal, a pipe, a file or /dev/null. Input that is no
+terminal (a script) is paced: each line waits until what the previous one started has come
+to rest, and is echoed after "» ". At the end of a script the console keeps showing the
+workspace (its browser page still works) until Ctrl-C, or returns with `exit_on_eof`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
+import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from flotilla.local_slack.driver import Attachment, Driver
 from flotilla.local_slack.records import Channel, InstalledApp, Message, Person, View
-from flotilla.local_slack.transcript import render_message, render_view
+from flotilla.local_slack.transcript import render_message, render_text, render_view
 from flotilla.local_slack.web_assistant import live_statuses
 
 HELP = """You are @{person} in #{channel}. Type a message to post it there.
@@ -26,6 +36,12 @@ HELP = """You are @{person} in #{channel}. Type a message to post it there.
   :as NAME <any of the above>     act once as someone else (e.g. :as {other} /command …)
   :quit                           leave"""
 
+END_OF_INPUT = (
+    "(end of input: the workspace and its browser page keep running; press Ctrl-C to stop)"
+)
+SCRIPT_ECHO = "» "  # a line read from a script, shown before what it does
+SETTLE_TIMEOUT = 60.0  # seconds a scripted line waits at most for the events it caused
+REST_TIMEOUT = 600.0  # seconds a scripted line waits at most for the work it started
 ATTACH_MAX_BYTES = 1 << 30  # Slack's upload limit
 MULTI_KINDS = (
     "checkboxes",
@@ -52,6 +68,65 @@ def mentions_to_slack(driver: Driver, text: str) -> str:
     return re.sub(r"@([A-Za-z0-9_.-]+)", one, text)
 
 
+def say(text: str) -> None:
+    """Print a line at once, also when stdout is a pipe or a file (a script's log)."""
+    print(text, flush=True)
+
+
+async def read_lines(stream: TextIO | None) -> AsyncIterator[str]:
+    """The lines of `stream` as they come, whatever it is: a terminal, a pipe, a file or
+    /dev/null (the event loop's pipe reader takes only pipes and sockets). A daemon thread
+    reads the file descriptor itself, so a read that blocks holds up neither the event loop
+    nor the exit, and takes no lock that the interpreter's shutdown would wait for. No
+    stream at all (standard input closed: `sys.stdin` is None) reads as an empty one."""
+    if stream is None:
+        return
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def put(line: str | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody reads any more
+            loop.call_soon_threadsafe(lines.put_nowait, line)
+
+    def read() -> None:
+        try:
+            for line in _raw_lines(stream):
+                put(line)
+        except (OSError, ValueError):  # closed or unreadable: the end of input
+            pass
+        finally:
+            put(None)
+
+    threading.Thread(target=read, name="console-input", daemon=True).start()
+    while (line := await lines.get()) is not None:
+        yield line
+
+
+def _raw_lines(stream: TextIO) -> Iterator[str]:
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a StringIO)
+        yield from iter(stream.readline, "")
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while chunk := os.read(fd, 65536):
+        pending += decoder.decode(chunk)
+        *complete, pending = pending.split("\n")
+        for line in complete:
+            yield line + "\n"
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending
+
+
+def is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def parse_fields(text: str) -> dict[str, str]:
     """`title=Printer; size=Large` -> {"title": "Printer", "size": "Large"}."""
     values = {}
@@ -66,7 +141,7 @@ class Console:
     """Reads lines from stdin, acts through the driver, prints what the person sees."""
 
     def __init__(
-        self, driver: Driver, person: Person, channel: Channel, out: Callable[[str], None] = print
+        self, driver: Driver, person: Person, channel: Channel, out: Callable[[str], None] = say
     ) -> None:
         self.driver = driver
         self.person = person
@@ -74,6 +149,7 @@ class Console:
         self.out = out
         self.thread_ts: str | None = None
         self._shown: set[str] = set()
+        self._streaming: set[str] = set()  # messages shown while they were still streaming
         self._shown_ephemerals = 0
         self._actors: dict[str, Person] = {person.id: person}  # people whose modals are shown
         self._homes_wanted: dict[tuple[str, str], str | None] = {}  # (user, app) -> old hash
@@ -211,14 +287,10 @@ class Console:
         """Print messages, ephemerals, modals and requested Home tabs not shown yet."""
         state = self.driver.state
         for msg in sorted(state.messages[self.channel.id].values(), key=_ts):
-            if msg.ts in self._shown or msg.deleted:
-                continue
-            self._shown.add(msg.ts)
-            indent = "    " if msg.thread_ts and msg.thread_ts != msg.ts else ""
-            self.out(render_message(state, msg, indent=indent))
+            self._show_message(msg)
         for eph in state.ephemerals[self._shown_ephemerals :]:
             if eph.user in self._actors:
-                self.out(f"({self._only(eph.user)}) {eph.text}")
+                self.out(f"({self._only(eph.user)}) {render_text(state, eph.text)}")
         self._shown_ephemerals = len(state.ephemerals)
         for person in self._actors.values():
             modal = state.top_modal(person.id)
@@ -229,6 +301,21 @@ class Console:
                 self.out(render_view(state, modal))
         self._show_homes()
         self._show_statuses()
+
+    def _show_message(self, msg: Message) -> None:
+        """A message once; one that is still streaming (an agent writing its answer) first
+        as its author and "(typing…)", then whole once its stream has stopped."""
+        if msg.deleted:
+            return
+        indent = "    " if msg.thread_ts and msg.thread_ts != msg.ts else ""
+        if msg.ts not in self._shown:
+            self._shown.add(msg.ts)
+            if msg.streaming:
+                self._streaming.add(msg.ts)
+            self.out(render_message(self.driver.state, msg, indent=indent, body=not msg.streaming))
+        elif msg.ts in self._streaming and not msg.streaming:
+            self._streaming.discard(msg.ts)
+            self.out(render_message(self.driver.state, msg, indent=indent))
 
     def _show_statuses(self) -> None:
         """Apps' status lines under threads of this channel ("Flotilla is thinking…") and
@@ -264,25 +351,56 @@ class Console:
             return "only visible to you"
         return f"only visible to @{self.driver.state.user_name(user_id)}"
 
-    async def run(self) -> None:
-        """Print the help once, then act on typed lines until `:quit` or end of input."""
+    async def run(self, *, exit_on_eof: bool = False, stdin: TextIO | None = None) -> None:
+        """Print the help once, then act on the lines of `stdin` (default: sys.stdin) until
+        `:quit`. At the end of a script's input keep showing the workspace until cancelled
+        (Ctrl-C), or with `exit_on_eof` return once what the input started has come to rest;
+        Ctrl-D at a terminal leaves, as `:quit` does."""
+        stdin = sys.stdin if stdin is None else stdin
+        scripted = not is_terminal(stdin)  # a pipe, a file, /dev/null: no person typing
         self.out(self.help_text())
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         watcher = asyncio.create_task(self._watch())
         try:
-            while line := (await reader.readline()).decode():
+            async for line in read_lines(stdin):
+                if scripted:
+                    await self._rest()
+                    if line.strip():
+                        self.out(SCRIPT_ECHO + line.strip())
                 if not await self.handle(line):
-                    break
+                    return
                 self.show_new()
+            if not scripted:
+                return
+            await self._rest()
+            if exit_on_eof:
+                return
+            self.out(END_OF_INPUT)
+            await asyncio.Event().wait()  # serve until cancelled
         finally:
             watcher.cancel()
+
+    async def settle(self) -> None:
+        """Until what the last line started has come to rest: here, every event delivered
+        once (an app's own work after that is its own; `TrialConsole` awaits Flotilla's)."""
+        await self.driver.deliveries_settled(SETTLE_TIMEOUT)
+
+    async def _rest(self) -> None:
+        try:
+            async with asyncio.timeout(REST_TIMEOUT):
+                await self.settle()
+        except AssertionError as exc:  # not at rest in time: go on rather than stop
+            self.out(f"({exc}; going on)")
+        except TimeoutError:
+            self.out(f"(still busy after {REST_TIMEOUT:g} s; going on)")
+        self.show_new()
 
     async def _watch(self) -> None:
         while True:
             self.show_new()
-            await self.driver.state.wait_for(self._changed_since(self.driver.state.version), 3600)
+            with contextlib.suppress(TimeoutError):  # an hour without a change: look again
+                await self.driver.state.wait_for(
+                    self._changed_since(self.driver.state.version), 3600
+                )
 
     def _changed_since(self, version: int) -> Callable[[], bool]:
         return lambda: self.driver.state.version != version

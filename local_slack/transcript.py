@@ -1,5 +1,6 @@
-"""Render a thread (or a view) as a person sees it: names, times, mentions as @names,
-Block Kit as readable text, "(edited)" marks. For test failure messages and the terminal trial."""
+"""Render a thread (or a view) as a person sees it: names, times, mentions as @names and
+#channels, mrkdwn as the words Slack shows (no `*bold*` markers, no `&lt;` escapes), Block Kit
+as readable text, "(edited)" marks. For test failure messages and the terminal trial."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ _USER_MENTION = re.compile(r"<@([UWB][A-Z0-9]+)(?:\|([^>]*))?>")
 _CHANNEL_MENTION = re.compile(r"<#([CG][A-Z0-9]+)(?:\|([^>]*))?>")
 _LINK = re.compile(r"<(https?://[^|>]+)(?:\|([^>]*))?>")
 _SPECIAL = re.compile(r"<!(here|channel|everyone)>")
+_CODE = re.compile(r"(```.*?```|`[^`\n]+`)", re.S)
+# emphasis as Slack reads it: a marker opens before a non-space, closes after one, and
+# touches no letter or digit outside (snake_case, 2*3*4 and "* item" stay as they are)
+_EMPHASIS = [
+    re.compile(r"(?<![\w*])\*\*(?=\S)([^*\n]+?)(?<=\S)\*\*(?![\w*])"),  # markdown bold
+    re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])"),  # mrkdwn bold
+    re.compile(r"(?<![\w_])_(?=\S)([^_\n]+?)(?<=\S)_(?![\w_])"),  # italics
+]
+_ESCAPES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
 
 
 def resolve_mentions(state: WorkspaceState, text: str) -> str:
@@ -29,10 +39,32 @@ def resolve_mentions(state: WorkspaceState, text: str) -> str:
     return _SPECIAL.sub(lambda m: "@" + m.group(1), text)
 
 
+def plain_mrkdwn(text: str) -> str:
+    """Slack's formatting as a terminal shows it: `*bold*`, `**bold**` and `_italics_` without
+    their markers, `&lt;` `&gt;` `&amp;` as the characters; code spans kept as typed."""
+    parts = _CODE.split(text)
+    for i in range(0, len(parts), 2):  # the parts between code spans
+        for pattern in _EMPHASIS:
+            parts[i] = pattern.sub(r"\1", parts[i])
+    out = "".join(parts)
+    for escaped, char in _ESCAPES:
+        out = out.replace(escaped, char)
+    return out
+
+
+def render_text(state: WorkspaceState, text: str) -> str:
+    """A message's (or mrkdwn object's) text as a person reads it: mentions, links and
+    channels resolved, formatting markers and escapes gone."""
+    return plain_mrkdwn(resolve_mentions(state, text))
+
+
 def _text(state: WorkspaceState, obj: Any) -> str:
-    if isinstance(obj, dict):
-        return resolve_mentions(state, str(obj.get("text", "")))
-    return ""
+    if not isinstance(obj, dict):
+        return ""
+    text = str(obj.get("text", ""))
+    if obj.get("type") == "mrkdwn":
+        return render_text(state, text)
+    return resolve_mentions(state, text)
 
 
 def _element(state: WorkspaceState, el: Json) -> str:
@@ -57,8 +89,8 @@ def _rich_text(state: WorkspaceState, block: Json) -> str:
         if not isinstance(node, dict):
             return
         kind = node.get("type")
-        if kind == "text":
-            parts.append(str(node.get("text", "")))
+        if kind == "text":  # a typed "*bold*" stays in the text here; Slack styles it
+            parts.append(plain_mrkdwn(str(node.get("text", ""))))
         elif kind == "user":
             parts.append("@" + state.user_name(str(node.get("user_id"))))
         elif kind == "channel":
@@ -129,7 +161,7 @@ def render_block(state: WorkspaceState, block: Json, values: Json | None = None)
     if kind == "rich_text":
         return [_rich_text(state, block)]
     if kind == "markdown":
-        return [resolve_mentions(state, str(block.get("text", "")))]
+        return [render_text(state, str(block.get("text", "")))]
     if kind == "image":
         return [f"<image: {block.get('alt_text', '')}>"]
     return [f"[{kind} block]"]
@@ -147,7 +179,11 @@ def author(state: WorkspaceState, msg: Message) -> str:
 TASK_MARKS = {"pending": "○", "in_progress": "◐", "complete": "●", "error": "✕"}
 
 
-def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> str:
+def render_message(
+    state: WorkspaceState, msg: Message, *, indent: str = "", body: bool = True
+) -> str:
+    """The message under its author's name and time; `body=False`: the head and its task list
+    only (a message still streaming, whose text is not all there yet)."""
     when = datetime.fromtimestamp(float(msg.ts), UTC).strftime("%H:%M:%S")
     app_tag = " APP" if msg.bot_id else ""
     head = f"{indent}{author(state, msg)}{app_tag}  {when}"
@@ -162,13 +198,15 @@ def render_message(state: WorkspaceState, msg: Message, *, indent: str = "") -> 
         mark = TASK_MARKS.get(str(task.get("status")), "?")
         details = f" – {task['details']}" if task.get("details") else ""
         lines.append(f"{indent}  {mark} {task.get('title', '')}{details}")
+    if not body:
+        return "\n".join(lines)
     if msg.blocks:
         for block in msg.blocks:
             for rendered in render_block(state, block):
                 # a block's text may span lines: keep every line under its message
                 lines += [indent + "  " + line for line in rendered.splitlines() or [""]]
     elif msg.text:
-        lines += [indent + "  " + line for line in resolve_mentions(state, msg.text).splitlines()]
+        lines += [indent + "  " + line for line in render_text(state, msg.text).splitlines()]
     for file_id in msg.files:
         file = state.files.files.get(file_id)
         if file is not None:

@@ -32,8 +32,11 @@ without its failure marker when it had one, and skips it otherwise; woken by a p
 message containing "cancel" or "stop" it cancels the plan; a message asking for more
 ("also", "add", "mention", "include", "make sure", "instead") is added to the first pending
 sub-agent step's input (`edit_step`, as the walkthrough shows); anything else is
-acknowledged with `reply`. Sub-agents answer with content derived from their input (its
-first line, its key terms, the upstream material it was given). Files: a researcher quotes
+acknowledged with `reply`. The steps of its own plans get canned, plausible sample work
+(`offline_content.py`: a competitor price list, our price sheet, a note for sales that
+follows the tiers chosen and what the thread asked for, findings, a report, the closing
+words); any other step is answered from its input (its first line and the upstream material
+it was given). A person's answer to an agent's question is used. Files: a researcher quotes
 the first lines of the text files attached to the request; a writer whose task asks for a
 note writes it as `note.md` with `write_file` before answering.
 """
@@ -61,6 +64,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from flotilla.agents.running.offline_content import canned, note_text
 from flotilla.agents.running.offline_plans import chain, diamond
 from flotilla.agents.running.step_files import ATTACHED_HEADER
 from flotilla.agents.running.streamed_function import streamed
@@ -182,13 +186,29 @@ def _plan_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def _flow(steps: list[dict[str, Any]]) -> str:
-    """E.g. "1 researcher, 2 analyst, 3 user after 1+2, 4 writer after 3"."""
-    parts = []
-    for step in steps:
+    """Who works when, e.g. "the researcher and the analyst at once, then you (a form), then
+    the writer, then I review it and answer"."""
+    depth: dict[int, int] = {}
+    for step in steps:  # a valid plan lists a step after those it waits for
         after = step.get("wait_for", [step["index"] - 1] if step["index"] > 1 else [])
-        tail = (" after " + "+".join(str(i) for i in after)) if after else ""
-        parts.append(f"{step['index']} {step['assignee']}{tail}")
-    return ", ".join(parts)
+        depth[step["index"]] = 1 + max((depth.get(i, 0) for i in after), default=-1)
+    stages: dict[int, list[str]] = {}
+    for step in steps:
+        stages.setdefault(depth[step["index"]], []).append(_who(step["assignee"]))
+    said: list[str] = []
+    for level in sorted(stages):
+        names = list(dict.fromkeys(stages[level]))
+        together = " and ".join(names) + (" at once" if len(names) > 1 else "")
+        said.append(together if not said else "then " + together)
+    return ", ".join(said)
+
+
+def _who(assignee: str) -> str:
+    if assignee == "user":
+        return "you (a form)"
+    if assignee == "commander":
+        return "I review it and answer"
+    return f"the {assignee}"
 
 
 def _attempted(messages: Sequence[ModelMessage], tool: str) -> int:
@@ -328,6 +348,8 @@ def _writes_note(agent: str, own: str, tools: set[str], messages: list[ModelMess
 
 
 def _note(task: str) -> str:
+    if canned(task, _headline(task), None, ()) is not None:
+        return note_text(task)
     lines = [f"# {_headline(task)}", ""]
     lines += [f"- {_without_markers(line)[:300]}" for line in task.splitlines()[1:] if line.strip()]
     return "\n".join(lines) + "\n"
@@ -372,30 +394,40 @@ def _final(
     info: AgentInfo, agent: str, task: str, answer: Any, read: Sequence[str] = ()
 ) -> ModelResponse:
     headline = _headline(task)
+    answered = _answer_text(answer) if answer is not None else None
+    work = canned(task, headline, answered, read)
+    if work is not None:
+        first, *rest = work.lines
+        message = "\n".join([f"{PREFIX} {agent}: {first}", *rest])
+        return _report(info, message, work.summary)
     material = [_without_markers(line) for line in task.splitlines()[1:] if line.strip()]
-    words = sorted({w.strip(".,:;()“”\"'").lower() for w in _without_markers(task).split()})
-    terms = [w for w in words if len(w) > 5 and w.isalpha()][:6]
     lines = [f"{PREFIX} {agent}: {headline}"]
     lines += [f"- from the input: {m[:200]}" for m in material[:4]]
-    if answer is not None:
-        lines.append(f"- as answered in the thread: {_answer_text(answer)}")
+    if answered is not None:
+        lines.append(f"- as answered in the thread: {answered}")
     lines += [f"- {r}" for r in read]
-    if terms:
-        lines.append("- key terms: " + ", ".join(terms))
     message = "\n".join(lines)
     summary = f"{agent} (offline) on “{headline[:120]}”"
-    if answer is not None:
-        summary += f"; answer: {_answer_text(answer)[:120]}"
+    if answered is not None:
+        summary += f"; answered: {answered[:120]}"
     if material:
         summary += f"; input ended with: {material[-1][:120]}"
     if read:
         summary += f"; {read[0][:160]}"
+    return _report(info, message, summary)
+
+
+def _report(info: AgentInfo, message: str, summary: str) -> ModelResponse:
     if any(t.name == "final_result" for t in info.output_tools):
         return _call("final_result", {"message": message, "summary": summary})
     return ModelResponse(parts=[TextPart(message)], model_name=MODEL_NAME)
 
 
 def _answer_text(answer: Any) -> str:
+    """A person's answer as words: the plain question's one field as its value ("Pro", not
+    "answer: Pro"), a form's fields named ("tiers: Pro, notes: …")."""
     if isinstance(answer, dict):
+        if list(answer) == ["answer"]:
+            return str(answer["answer"])
         return ", ".join(f"{k}: {v}" for k, v in answer.items())
     return str(answer)

@@ -1,9 +1,19 @@
 """The offline model's plans: the shapes it proposes for the trial's requests (a diamond for
-a comparison, a chain for research then writing), with the enabled agents that fit."""
+a comparison, a chain for research then writing), with the enabled agents that fit. Each
+step's instruction (the first line of its input) is a constant: `offline_content.py` knows
+the step by it and does its canned work."""
 
 from __future__ import annotations
 
 from typing import Any
+
+COMPETITOR_PRICES = "Find the tiers and list prices of our main competitors."
+OUR_PRICES = "Summarise our pricing tiers and what each includes."
+DRAFT_NOTE = "Draft a short note for the sales team comparing our pricing with competitors."
+REVIEW_DRAFT = "Review the draft and post the answer."
+RESEARCH = "Research this and list the key findings."
+WRITE_UP = "Write up the findings for the team."
+POST_ANSWER = "Post the final answer."
 
 
 def pick(roster: list[str], *hints: str) -> str:
@@ -23,16 +33,14 @@ def diamond(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]
             "index": 1,
             "title": "Research competitors' pricing",
             "assignee": researcher,
-            "input": "Find the tiers and list prices of our main competitors."
-            + marks
-            + "\nRequest: {{request}}",
+            "input": COMPETITOR_PRICES + marks + "\nRequest: {{request}}",
             "wait_for": [],
         },
         {
             "index": 2,
             "title": "Survey our own pricing",
             "assignee": analyst,
-            "input": "Summarise our pricing tiers and what each includes.\nRequest: {{request}}",
+            "input": OUR_PRICES + "\nRequest: {{request}}",
             "wait_for": [5] if bad else [],
         },
         {
@@ -63,8 +71,7 @@ def diamond(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]
             "title": "Draft the note for sales",
             "assignee": writer,
             "input": (
-                "Draft a short note for the sales team comparing our pricing with competitors."
-                "\nCompetitors: {{step_1.output_summary}}"
+                DRAFT_NOTE + "\nCompetitors: {{step_1.output_summary}}"
                 "\nOur pricing: {{step_2.output_summary}}"
                 "\nTiers to cover: {{step_3.output_summary}}"
             ),
@@ -75,8 +82,7 @@ def diamond(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]
             "title": "Review and post the synthesis",
             "assignee": "commander",
             "input": (
-                "Review the draft and post the answer.\nDraft: {{step_4.output_summary}}"
-                "\nFiles: {{step_4.output_files}}"
+                REVIEW_DRAFT + "\nDraft: {{step_4.output_summary}}\nFiles: {{step_4.output_files}}"
             ),
             "wait_for": [4],
         },
@@ -89,20 +95,20 @@ def chain(roster: list[str], marks: str, *, bad: bool) -> list[dict[str, Any]]:
             "index": 1,
             "title": "Research the topic",
             "assignee": pick(roster, "research"),
-            "input": "Research this and list the key findings." + marks + "\nRequest: {{request}}",
+            "input": RESEARCH + marks + "\nRequest: {{request}}",
         },
         {
             "index": 2,
             "title": "Write it up",
             "assignee": pick(roster, "writ"),
-            "input": "Write up the findings for the team.\nFindings: {{step_1.output_summary}}",
+            "input": WRITE_UP + "\nFindings: {{step_1.output_summary}}",
             "wait_for": [3] if bad else [1],
         },
         {
             "index": 3,
             "title": "Post the synthesis",
             "assignee": "commander",
-            "input": "Post the final answer.\nWrite-up: {{step_2.output_summary}}",
+            "input": POST_ANSWER + "\nWrite-up: {{step_2.output_summary}}",
             "wait_for": [2],
         },
     ]

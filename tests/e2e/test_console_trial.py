@@ -1,14 +1,22 @@
 """The terminal console of the local workspace and of `flotilla dev`: one help banner, the
-page's address, `:home` shown, `:as NAME /command` and modals, a hint for unheard replies."""
+page's address, `:home` shown, `:as NAME /command` and modals, a hint for unheard replies;
+`flotilla dev` as a process reading a pipe (the README's walkthrough, paced) or /dev/null
+(then served through its browser page), each answer's text printed once it is complete."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import re
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
@@ -17,8 +25,9 @@ from flotilla.bot.local import LocalStack, start_local_stack
 from flotilla.bot.service import Options
 from flotilla.bot.trial import NO_WAKE_HINT, TrialConsole, can_open_browser, dev
 from flotilla.local_slack import Driver, InstalledApp, LocalWorkspace
-from flotilla.local_slack.console import Console
+from flotilla.local_slack.console import END_OF_INPUT, Console
 from tests.e2e.conftest import serve_bolt_app
+from tests.e2e.flotilla_process import ROOT
 
 REQUEST = "compare our pricing with the top three competitors and draft a note for the sales team"
 PLAIN = "plain_text"
@@ -186,7 +195,9 @@ async def test_trial_answers_a_form_of_several_fields_in_its_message(stack: Loca
     answered = await driver.thread_has_message(stack.channel.id, root.ts, containing="Answered by")
     assert "Pro" in answered.text and "the annual discount" in answered.text
     assert not [m for m, _ in stack.workspace.api_log if m == "views.open"]  # no modal
-    await driver.thread_has_message(stack.channel.id, root.ts, containing="commander: Review")
+    await driver.thread_has_message(
+        stack.channel.id, root.ts, containing="[offline model] commander:"
+    )
     await stack.service.settle()
 
 
@@ -213,7 +224,7 @@ async def test_trial_console_tries_the_admin_surface_as_alex(stack: LocalStack) 
     await console.handle(":as alex /flotilla agent add scout")
     await shows(console, lines, "only visible to @alex: a modal")
     await console.handle(":as alex :submit description=Finds leads.; system_prompt=Be brief.")
-    await shows(console, lines, "(only visible to @alex) *scout* is added.")
+    await shows(console, lines, "(only visible to @alex) scout is added.")  # *scout* in bold
     await console.handle(":home Flotilla")
     await shows(console, lines, "(Flotilla Home, as @maya sees it)")
     assert "scout" in lines[-1] and "[Add an agent]" not in lines[-1]  # maya is no admin
@@ -234,3 +245,181 @@ async def test_the_console_shows_an_apps_status_line_once(
     await shows(console, lines, "    (TicketBot is thinking…)")
     console.show_new()
     assert sum("is thinking" in line for line in lines) == 1
+
+
+async def test_dev_reads_a_file_and_with_exit_on_eof_stops_at_its_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "script.txt"
+    script.write_text("@Flotilla hi, who are you?\n")  # a file: no pipe, no terminal
+    with script.open() as stdin:
+        monkeypatch.setattr("sys.stdin", stdin)
+        await dev(f"sqlite+aiosqlite:///{tmp_path / 'dev.db'}", Options(), exit_on_eof=True)
+    out = capsys.readouterr().out
+    assert "» @Flotilla hi, who are you?" in out
+    assert "[offline model] You asked: “hi, who are you?”" in out  # the answer, at rest
+    assert END_OF_INPUT not in out
+
+
+# --- `flotilla dev` as a process --------------------------------------------------------
+
+WALKTHROUGH = (  # README: "The local trial", typed into a pipe all at once
+    f"@Flotilla {REQUEST}\n"
+    "> can we also mention the free trial?\n"
+    ":answer tiers=Pro; notes=the annual discount\n"
+)
+# a line of each answer: the researcher's, the analyst's, the writer's note, the commander's
+DIAMOND_ANSWERS = (
+    "- Acme: Starter €12, Pro €35, Enterprise €120; 10 % off when paid yearly",
+    "- Pro €29: up to 5 seats, integrations and single sign-on, priority support",
+    "- Pro (€29 a month) is 17 % below Acme (€35), 9 % below Globex (€32) and 26 % below "
+    "Initech (€39).",
+    "[offline model] commander: Done. The note for the sales team is ready for your review",
+)
+CHAIN_REQUEST = "@Flotilla research our launch emails and write a short report"
+CHAIN_ANSWERS = (
+    "1. The announcement email was opened by 48 % of recipients",
+    "The follow-ups lost a third and then half of those readers",
+    "[offline model] commander: Done. The report is above.",
+)
+BOUND = 180.0  # seconds: a bound on a hung process, never a wait in itself
+
+
+class DevProcess:
+    """`flotilla dev` in a child process, as a script runs it: stdout read as it comes."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._changed = asyncio.Condition()
+        self.process: asyncio.subprocess.Process | None = None
+        self._readers: list[asyncio.Task[None]] = []
+
+    async def start(self, *args: str, stdin: int | Any) -> None:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("FLOTILLA_", "SLACK_", "OPENAI_", "ANTHROPIC_"))
+            and key != "PYTHONUNBUFFERED"  # the console flushes what it prints by itself
+        }
+        # not paced like Slack's one message a second per channel: the same, sooner
+        env.update(
+            PYTHONPATH=str(ROOT), PYDANTIC_AI_NO_BANNER="1", FLOTILLA_CHANNEL_POSTS_PER_SECOND="0"
+        )
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "flotilla.bot.cli",
+            "dev",
+            *args,
+            cwd=self.folder,
+            env=env,
+            stdin=stdin,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self._readers = [
+            asyncio.create_task(self._read(self.process.stdout, self.out)),
+            asyncio.create_task(self._read(self.process.stderr, self.err)),
+        ]
+
+    async def _read(self, stream: asyncio.StreamReader, into: list[str]) -> None:
+        async for raw in stream:
+            async with self._changed:
+                into.append(raw.decode(errors="replace").rstrip("\n"))
+                self._changed.notify_all()
+        async with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.out)
+
+    def tail(self) -> str:
+        """The end of what it printed and logged, for a failure's message."""
+        return "\n".join(["stdout:", *self.out[-60:], "stderr:", *self.err[-30:]])
+
+    async def shows(self, text: str) -> str:
+        """The first line printed that contains `text` (awaited as the process prints)."""
+        try:
+            async with asyncio.timeout(BOUND), self._changed:
+                while (hit := next((line for line in self.out if text in line), None)) is None:
+                    if all(r.done() for r in self._readers):
+                        raise AssertionError(f"dev ended without {text!r}:\n{self.tail()}")
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"dev did not print {text!r}:\n{self.tail()}") from None
+        return hit
+
+    async def exit_code(self) -> int:
+        assert self.process is not None
+        try:
+            async with asyncio.timeout(BOUND):
+                code = await self.process.wait()
+                await asyncio.gather(*self._readers)
+        except TimeoutError:
+            raise AssertionError(f"dev did not exit:\n{self.tail()}") from None
+        return code
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await self.process.wait()
+        for reader in self._readers:
+            reader.cancel()
+
+
+@pytest.fixture
+async def dev_process(tmp_path: Path) -> AsyncIterator[DevProcess]:
+    process = DevProcess(tmp_path)
+    try:
+        yield process
+    finally:
+        await process.stop()
+
+
+async def test_dev_reads_a_pipe_paced_and_prints_every_answer_once(
+    dev_process: DevProcess,
+) -> None:
+    await dev_process.start("--exit-on-eof", stdin=asyncio.subprocess.PIPE)
+    assert dev_process.process is not None and dev_process.process.stdin is not None
+    dev_process.process.stdin.write(WALKTHROUGH.encode())
+    dev_process.process.stdin.close()  # all at once: each line waits for the rest it needs
+
+    assert await dev_process.exit_code() == 0, "\n".join(dev_process.err[-30:])
+    out = dev_process.text
+    for answer in DIAMOND_ANSWERS:
+        assert out.count(answer) == 1, f"{answer!r} not printed once:\n{out}"
+    # the reply reached a plan at work: it steered the writer, whose note says so
+    assert "Noted – added to the next step's instructions" in out and NO_WAKE_HINT not in out
+    assert "- We offer a 14-day free trial on every tier, no card needed." in out
+    assert "(no open form in this thread)" not in out
+    assert "(plan card updated) Plan (5 steps) – completed, 5 of 5 done" in out
+    assert not re.search(r"\[offline mod(?!el\])", out)  # no partial text of a stream
+    assert "*" not in out.split("» :answer", 1)[1]  # bold shown as words, not as *mrkdwn*
+    assert END_OF_INPUT not in out and "Traceback" not in "\n".join(dev_process.err)
+
+
+async def test_dev_with_no_input_serves_the_page_and_prints_its_answers(
+    dev_process: DevProcess,
+) -> None:
+    with open(os.devnull, "rb") as nothing:
+        await dev_process.start(stdin=nothing)
+    address = (await dev_process.shows("Open the local Slack workspace")).rsplit(" ", 1)[1]
+    await dev_process.shows(END_OF_INPUT)  # /dev/null ended at once: the page keeps serving
+    page, channel = address.split("?", 1)[0], address.rsplit("#", 1)[1]
+    async with aiohttp.ClientSession() as http:
+        body = {"type": "post", "user": "maya", "channel": channel, "text": CHAIN_REQUEST}
+        async with http.post(page + "act", json=body) as response:
+            assert (await response.json())["ok"] is True
+    for answer in CHAIN_ANSWERS:
+        await dev_process.shows(answer)
+    assert dev_process.process is not None
+    dev_process.process.send_signal(signal.SIGINT)  # Ctrl-C
+    assert await dev_process.exit_code() == 130
+    err = "\n".join(dev_process.err)
+    assert "Traceback" not in err and "PermissionError" not in err
+    assert all(dev_process.text.count(answer) == 1 for answer in CHAIN_ANSWERS)

@@ -151,3 +151,27 @@ async def test_a_person_sees_their_own_ephemeral_messages_in_the_thread(
     assert "Only admins" not in driver.transcript("general", parent.ts, viewer="alice")
     seen = driver.transcript("general", parent.ts, viewer="bob")
     assert "Only admins can do that.\n      (only visible to you)" in seen
+
+
+async def test_mrkdwn_reads_as_slack_shows_it_and_code_stays_as_typed(
+    workspace: LocalWorkspace, driver: Driver
+) -> None:
+    alice = workspace.add_person("alice")
+    app = workspace.install_app("Commander", scopes=["chat:write"])
+    channel = workspace.create_channel("launch", [alice, app])
+    client = client_for(workspace, app.bot_token)
+    parent = driver.post("alice", "launch", "*Plan* for _today_ in <#" + channel.id + ">")
+    section = {"type": "mrkdwn", "text": "1 ⏳ *Research pricing*  ·  <@" + alice.id + ">"}
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": section},
+        {"type": "markdown", "text": "**Summary**: 2*3*4 &lt;b&gt; in `*code*`, step_1_output"},
+        {"type": "section", "text": plain("*plain text keeps its stars*")},
+    ]
+    await client.chat_postMessage(channel=channel.id, thread_ts=parent.ts, text="x", blocks=blocks)
+    lines = driver.transcript("launch", parent.ts).splitlines()
+    assert lines[2] == "  Plan for today in #launch"
+    assert lines[4:] == [
+        "      1 ⏳ Research pricing  ·  @alice",
+        "      Summary: 2*3*4 <b> in `*code*`, step_1_output",
+        "      *plain text keeps its stars*",
+    ]

@@ -37,6 +37,8 @@ SETTINGS = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
+    "FLOTILLA_ALLOW_MODEL_ERRORS",
+    "FLOTILLA_HTTP_PORT",
 )
 
 
@@ -219,3 +221,55 @@ def test_an_unreadable_dotenv_is_a_sentence(
     code, _, err = run(capsys, "demo")
     assert code == EXIT_CONFIG and "cannot read the .env file" in err and "UTF-8" in err
     no_traceback(err)
+
+
+def test_a_mistyped_setting_is_a_warning_with_the_closest_name(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, clean: Path
+) -> None:
+    monkeypatch.setenv("FLOTILLA_HTTP_PROT", "3001")
+    (clean / ".env").write_text("FLOTILLA_MODLE=openai:gpt-4.1\n")
+    code, out, err = run(capsys, "db", "current")
+    assert code == EXIT_OK and "no database yet" in out  # a warning, not a stop
+    assert "FLOTILLA_HTTP_PROT (in the environment) is not a Flotilla setting" in err
+    assert "did you mean FLOTILLA_HTTP_PORT?" in err
+    assert "FLOTILLA_MODLE (in .env) is not a Flotilla setting" in err
+    assert "did you mean FLOTILLA_MODEL?" in err
+
+
+def test_a_port_out_of_range_is_a_configuration_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOTILLA_HTTP_PORT", "99999")
+    code, _, err = run(capsys, "run")
+    assert code == EXIT_CONFIG  # it was "unexpected error: OverflowError … report it"
+    assert "FLOTILLA_HTTP_PORT: Input should be less than or equal to 65535" in err
+    assert "unexpected" not in err
+    no_traceback(err)
+
+
+def test_the_help_names_the_readme_section_that_lists_the_settings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys)
+    assert code == EXIT_OK and "(README: Configuration)" in out
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "\n## Configuration\n" in readme
+
+
+def test_allow_model_errors_from_the_command_line_or_the_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flotilla.bot import serve
+    from flotilla.bot.settings import Settings
+
+    seen: list[bool] = []
+
+    async def serving(settings: Settings) -> None:
+        seen.append(settings.allow_model_errors)
+
+    monkeypatch.setattr(serve, "run", serving)
+    assert run(capsys, "run")[0] == EXIT_OK
+    assert run(capsys, "run", "--allow-model-errors")[0] == EXIT_OK
+    monkeypatch.setenv("FLOTILLA_ALLOW_MODEL_ERRORS", "true")
+    assert run(capsys, "run")[0] == EXIT_OK
+    assert seen == [False, True, True]

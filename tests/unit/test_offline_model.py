@@ -16,6 +16,8 @@ from flotilla.agents.running.commander import (
     turn_from_history,
 )
 from flotilla.agents.running.offline import offline_model
+from flotilla.agents.running.offline_content import note_text
+from flotilla.agents.running.offline_plans import COMPETITOR_PRICES, DRAFT_NOTE, RESEARCH
 from flotilla.agents.running.runtime import (
     RunDeps,
     RunJob,
@@ -60,7 +62,10 @@ async def test_a_comparison_request_gets_the_diamond_plan() -> None:
     form = turn.plan.steps[2].form
     assert form is not None and form.fields[0].options
     assert "{{step_1.output_summary}}" in turn.plan.steps[3].input
-    assert turn.reply is not None and turn.reply.startswith("[offline model]")
+    assert turn.reply == (
+        "[offline model] I wrote a plan of 5 steps: the researcher and the analyst at once, "
+        "then you (a form), then the writer, then I review it and answer."
+    )
 
 
 async def test_a_research_request_gets_a_chain_and_markers_go_to_the_first_step() -> None:
@@ -160,3 +165,66 @@ async def test_woken_after_another_failure_it_skips_and_on_cancel_it_cancels() -
     assert [o.op for o in turn.operations] == ["cancel_plan"]
     turn = await steer("alice wrote: looks good", None, [S(1, "pending", "a")])
     assert turn.operations == [] and turn.reply is not None
+
+
+RESEARCHER = AgentSpec("researcher", "Researcher", "Finds facts.", "research", tools=("ask_user",))
+NOTE_INPUT = (
+    f"{DRAFT_NOTE}\nCompetitors: Acme €12/€35/€120\nOur pricing: Starter €9\n"
+    "Tiers to cover: tiers: Starter\nnotes: the annual discount\n"
+    "Also, as asked in the thread: can we also mention the free trial?"
+)
+
+
+async def test_the_plans_steps_do_canned_work_not_an_echo_of_their_input() -> None:
+    prices = await run_as_step(RESEARCHER, f"{COMPETITOR_PRICES}\nRequest: compare pricing")
+    assert isinstance(prices.output, StepReport)
+    lines = prices.output.message.splitlines()
+    assert lines[0].startswith("[offline model] researcher: competitors' list prices a month")
+    assert lines[1:] == [
+        "- Acme: Starter €12, Pro €35, Enterprise €120; 10 % off when paid yearly",
+        "- Globex: Starter €10, Pro €32, Enterprise on request; 15 % off when paid yearly",
+        "- Initech: Starter €8, Pro €39, Enterprise €110; a 30-day free trial",
+    ]
+    assert prices.output.summary.startswith("Acme €12/€35/€120, Globex €10/€32/on request")
+    assert "compare pricing" not in prices.output.message  # the request is not echoed
+
+
+async def test_the_note_follows_the_tiers_chosen_and_what_the_thread_asked_for() -> None:
+    note = await run_as_step(WRITER, NOTE_INPUT)
+    assert isinstance(note.output, StepReport)
+    assert note.output.message.splitlines()[1:] == [
+        "How our Starter pricing compares",
+        "Hi team – where we stand against the three competitors you hear about most:",
+        "- Starter (€9 a month) is 25 % below Acme (€12), 10 % below Globex (€10) and 13 % "
+        "above Initech (€8).",
+        "- Paying yearly takes two months off (about 17 %).",  # the form's notes
+        "- We offer a 14-day free trial on every tier, no card needed.",  # the thread's ask
+        "Lead with the price; questions about the figures go to this thread.",
+    ]
+    assert note.output.summary == (
+        "Starter is 25 % below Acme, 10 % below Globex and 13 % above Initech; the note also "
+        "mentions the annual discount and the free trial"
+    )
+    every_tier = note_text(NOTE_INPUT.replace("tiers: Starter", "tiers: All tiers"))
+    assert every_tier.startswith("# How our Starter, Pro and Enterprise pricing compares\n")
+    assert "- Enterprise (€99 a month) is 18 % below Acme (€120), Globex quotes on request" in (
+        every_tier
+    )
+
+
+async def test_a_plain_answer_to_the_agents_question_is_used_once_as_said() -> None:
+    asked = await run_as_step(RESEARCHER, f"{RESEARCH} [ask]\nRequest: research our emails")
+    assert isinstance(asked.output, DeferredToolRequests)
+    call = asked.output.calls[0]
+    answered = await build_step_agent(RESEARCHER).run(
+        model=offline_model(),
+        deps=RunDeps(job=RunJob(run_key="s", team_id="T", input="x")),
+        message_history=asked.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            calls={call.tool_call_id: {"answer": "the open rates"}}
+        ),
+    )
+    assert isinstance(answered.output, StepReport)
+    message = answered.output.message
+    assert "key findings on our emails" in message.splitlines()[0]
+    assert "- Focused as you asked: the open rates" in message and "answer:" not in message

@@ -16,7 +16,7 @@ async def walk_diamond(driver: Driver, commander: InstalledApp) -> None:
     root = driver.mention("maya", "launch", commander, REQUEST)
     form = await driver.thread_has_message("launch", root.ts, containing="needs your input")
     await driver.click("maya", form, SUBMIT_ACTION, values={"field:tiers": "Pro"})
-    await driver.thread_has_message("launch", root.ts, containing="commander: Review")
+    await driver.thread_has_message("launch", root.ts, containing="[offline model] commander:")
 
 
 async def at_rest(driver: Driver, service: SlackService) -> None:

@@ -113,7 +113,7 @@ def test_run_refuses_to_start_without_tokens(
 
 async def test_demo_plays_the_walkthrough(tmp_path: Path) -> None:
     transcript = await demo(f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}", Options())
-    assert "5 ✅ *Review and post the synthesis*" in transcript
+    assert "5 ✅ Review and post the synthesis" in transcript
     assert "✅ Answered by @maya" in transcript
     assert "Also, as asked in the thread: can we also mention the free trial?" in transcript
     lines = transcript.rstrip().splitlines()
@@ -125,7 +125,11 @@ async def test_demo_plays_the_walkthrough(tmp_path: Path) -> None:
     assert "📎 price-list.csv (text/csv, 82 bytes)" in transcript
     assert "- read price-list.csv: tier,monthly price,seats; Starter,9 EUR,1;" in transcript
     assert "📎 note.md (text/markdown," in transcript and "📎 `note.md`" in transcript
-    assert "- from the input: Files: note.md" in final
+    assert "ready for your review (in note.md, above)" in final[1]
+    # the note follows the form (Pro, the annual discount) and the thread (the free trial)
+    assert "- Pro (€29 a month) is 17 % below Acme (€35), 9 % below Globex (€32)" in transcript
+    assert "- Paying yearly takes two months off (about 17 %)." in transcript
+    assert "- We offer a 14-day free trial on every tier, no card needed." in transcript
 
 
 async def test_dev_console_drives_a_plan(start: Callable[..., Any]) -> None:

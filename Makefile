@@ -5,18 +5,31 @@ BIN := $(VENV)/bin
 # the trial needs only Flotilla's own dependencies; the checks add the development tools
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed-dev
+# pytest's workers (pytest-xdist): one per core, at most 4 (each gets its own PostgreSQL
+# database); `make pytest PYTEST_WORKERS=0` runs the suite in one process
+PYTEST_WORKERS ?= auto
 
 .PHONY: dev test lint typecheck pytest bench clean
 
-$(RUNTIME): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	@echo "== creating the virtual environment $(VENV)"
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+
+# pip shows what it fetches; setuptools' note that a folder named like the package may shadow
+# it is moot here (that folder is the package) and would be printed at every install
+$(RUNTIME) $(STAMP): export PYTHONWARNINGS = ignore:Editable installation
+
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	@echo "== installing Flotilla and the packages it needs into $(VENV) (a minute or two the first time)"
+	$(BIN)/python -m pip install -e .
 	touch $(RUNTIME)
 
-$(STAMP): $(RUNTIME)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+# the development install includes the runtime one: one install, not two
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "== installing Flotilla with its development tools into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $(STAMP) $(RUNTIME)
 
 dev: $(RUNTIME)
 	$(BIN)/flotilla dev
@@ -28,8 +41,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy flotilla tests bench
 
+# the whole suite, the ten slowest tests named at the end; tests marked with one
+# `xdist_group` run one after another in one worker (--dist loadgroup)
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadgroup --durations=10
 
 test: lint typecheck pytest
 

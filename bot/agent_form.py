@@ -1,9 +1,10 @@
-"""The agent form's values and their validation: pure, no I/O.
+"""The agent form's values and their validation: pure, no I/O (but for a look at whether
+MCP support is installed).
 
 What an admin typed into the agent modal (`AgentDraft`), the problems per modal block
-(name format, icon, a model string Flotilla can use, web-fetch domains, MCP servers), and
-the agents-table columns a valid draft sets. Uniqueness and the bot token's `auth.test`
-need I/O and are checked in `bot/admin.py`.
+(name format, icon, a model string Flotilla can use, web-fetch domains, MCP servers and
+whether this installation can use them), and the agents-table columns a valid draft sets.
+Uniqueness and the bot token's `auth.test` need I/O and are checked in `bot/admin.py`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Literal
 
 from flotilla.agents.planning.plan import COMMANDER, USER
 from flotilla.agents.running.models import NO_KEYS, ModelSpecError, ProviderKeys, resolve_model
+from flotilla.agents.tools.mcp import INSTALL_MCP, mcp_available
 from flotilla.agents.tools.registry import HTTP_FETCH_PREFIX
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{1,39}$")
@@ -21,6 +23,10 @@ RESERVED_NAMES = frozenset({USER, COMMANDER, "flotilla", "here", "channel", "eve
 EMOJI = re.compile(r"^:[a-z0-9_+'-]+:$")
 DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 CHOOSABLE_TOOLS = ("ask_user", "read_thread")
+NO_MCP = (
+    "This Flotilla has no MCP support installed: ask its operator to run "
+    f"{INSTALL_MCP}, or leave this empty."
+)
 Mode = Literal["add", "edit"]
 
 
@@ -108,9 +114,11 @@ def _tool_problems(draft: AgentDraft, keys: ProviderKeys) -> dict[str, str]:
     bad = [d for d in domains(draft.http_domains) if not DOMAIN.match(d)]
     if bad:
         errors["http_domains"] = f"Not a domain: {', '.join(bad)[:200]}"
-    _servers, problem = parse_mcp_servers(draft.mcp_servers)
+    servers, problem = parse_mcp_servers(draft.mcp_servers)
     if problem:
         errors["mcp_servers"] = problem
+    elif servers and not mcp_available():
+        errors["mcp_servers"] = NO_MCP
     return errors
 
 

@@ -1,15 +1,17 @@
-"""Shared fixtures: real databases (a SQLite file and PostgreSQL), no mocks.
+"""Shared fixtures: real databases (a SQLite file and PostgreSQL), no mocks; and the hooks
+that give the run its PostgreSQL and say at the end what was skipped.
 
-PostgreSQL tests use `FLOTILLA_TEST_POSTGRES_URL`. Each test gets its own schema there
-(via `search_path`), so tests are isolated and may run in several processes at once.
-Without the variable the PostgreSQL cases skip with a reason – except in CI (`CI` set),
-where a missing server is a failure, never a silent skip.
+PostgreSQL tests use the server `FLOTILLA_TEST_POSTGRES_URL` names, or else a throw-away
+one started from the installed binaries (`tests/shared_postgres.py`). Each pytest process
+(each xdist worker) works in a database of its own there, and each test in a schema of its
+own (via `search_path`). With neither URL nor binaries the PostgreSQL cases skip with a
+reason – except in CI (`CI` set), where a missing server is a failure, never a silent skip.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,21 +23,50 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from flotilla.storage.db import Database
 from flotilla.storage.migrate import upgrade
+from tests import shared_postgres
 
 # No test may reach a real model provider.
 pydantic_ai_models.ALLOW_MODEL_REQUESTS = False
 
-POSTGRES_URL_ENV = "FLOTILLA_TEST_POSTGRES_URL"
+POSTGRES_URL_ENV = shared_postgres.POSTGRES_URL_ENV
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    shared_postgres.configure(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, in the controller: each worker is told where the run's throw-away
+    PostgreSQL lives."""
+    shared_postgres.configure_worker(node.workerinput)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    shared_postgres.finish_process()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared_postgres.unconfigure()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What was skipped and why, one line per reason (the reason says how to run it)."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):
+            reasons[str(report.longrepr[2]).removeprefix("Skipped: ")] += 1
+    if not reasons:
+        return
+    terminalreporter.section("skipped, and how to run them", sep="-", bold=True)
+    for reason, count in reasons.most_common():
+        terminalreporter.line(f"{count} skipped: {reason}")
+
+
 def postgres_url() -> str:
-    url = os.environ.get(POSTGRES_URL_ENV)
-    if url:
-        return url
-    if os.environ.get("CI"):
-        pytest.fail(f"{POSTGRES_URL_ENV} is not set: CI must run the PostgreSQL tests")
-    pytest.skip(f"PostgreSQL tests need {POSTGRES_URL_ENV} (e.g. postgresql+asyncpg://…)")
+    """This process's own database on the test PostgreSQL server (see the module doc)."""
+    return shared_postgres.database_url()
 
 
 class PostgresSchema:

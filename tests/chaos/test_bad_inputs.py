@@ -11,6 +11,8 @@ from bench.chaos.measure import Figures
 from tests.chaos.conftest import run_once
 
 SEED = 15
+# one experiment for all the tests of this module: they run in one xdist worker
+pytestmark = pytest.mark.xdist_group("chaos_bad_inputs")
 COUNT = 200
 
 

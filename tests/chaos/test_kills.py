@@ -12,6 +12,8 @@ from bench.chaos.measure import Figures
 from tests.chaos.conftest import run_once
 
 SEED = 15
+# one experiment for all the tests of this module: they run in one xdist worker
+pytestmark = pytest.mark.xdist_group("chaos_kills")
 BURST = 5  # mentions at once before the kills
 
 

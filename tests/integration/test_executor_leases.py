@@ -251,6 +251,8 @@ async def test_after_a_crash_the_step_resumes_when_its_one_lease_ends(
     async with processes(hang.model(), heartbeat=heartbeat) as p:
         key = await p.writer_started(hang)
         a = p.service
+        b = await p.crash_and_replace(offline.offline_model())
+        # read once A is gone: a heartbeat of A's just before the crash may have moved them
         crashed_at = p.clock.now
         before = await p.held(key)
         assert before.lease_owner == a.owner
@@ -259,7 +261,6 @@ async def test_after_a_crash_the_step_resumes_when_its_one_lease_ends(
         assert before.row_due == before.lease_until <= crashed_at + LEASE
         assert (before.attempts, before.failures) == (1, 0)
 
-        b = await p.crash_and_replace(offline.offline_model())
         await b.settle()
         p.clock.now = before.lease_until - timedelta(seconds=1)  # A's lease still holds
         await b.settle()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,8 +15,10 @@ from mcp.server.mcpserver import MCPServer
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from flotilla.agents.core.errors import PermanentError
 from flotilla.agents.running.runtime import RunJob, StepRunResult, run_step
 from flotilla.agents.tools.files import FILE_TOOLS
+from flotilla.agents.tools.mcp import PUBLIC_NO_MCP
 from flotilla.agents.tools.registry import AgentSpec, McpServerSpec
 from flotilla.storage.db import Database
 
@@ -114,3 +117,29 @@ async def test_a_server_without_an_allow_list_gives_no_tools(db: Database, mcp_u
 
     await run_step(db, job("mcp:3"), agent(mcp_url, ()), model=FunctionModel(script))
     assert seen == [set()]
+
+
+async def test_an_mcp_server_without_the_mcp_extra_fails_the_step_saying_what_to_install(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as where `flotilla[mcp]` is not installed
+    answered: list[str] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        answered.append("called")
+        return ModelResponse(parts=[TextPart("no tools")])
+
+    spec = agent("http://127.0.0.1:9/mcp", ("list_price",))  # never reached
+    with pytest.raises(PermanentError) as failed:
+        await run_step(db, job("mcp:4"), spec, model=FunctionModel(script))
+    assert failed.value.detail == (
+        "agent researcher has MCP servers, but Flotilla's MCP support is not installed: "
+        "pip install 'flotilla[mcp]' (or remove the agent's MCP servers)."
+    )
+    assert failed.value.public == PUBLIC_NO_MCP and not failed.value.retryable
+    assert answered == []  # no model call was paid for
+    # an agent whose servers allow no tool needs no MCP client
+    await run_step(
+        db, job("mcp:5"), agent("http://127.0.0.1:9/mcp", ()), model=FunctionModel(script)
+    )
+    assert answered == ["called"]

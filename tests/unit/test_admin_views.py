@@ -3,6 +3,7 @@ and the Block Kit within Slack's limits (checked by the local workspace's valida
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -12,7 +13,13 @@ from hypothesis import strategies as st
 
 from flotilla.agents.running.models import ProviderKeys
 from flotilla.bot.admin_reports import Reports
-from flotilla.bot.agent_form import AgentDraft, agent_fields, draft_problems, parse_mcp_servers
+from flotilla.bot.agent_form import (
+    NO_MCP,
+    AgentDraft,
+    agent_fields,
+    draft_problems,
+    parse_mcp_servers,
+)
 from flotilla.bot.listeners.admin import Command, parse_command
 from flotilla.bot.views.admin import (
     HELP,
@@ -146,6 +153,17 @@ def test_an_edit_does_not_check_the_name() -> None:
 def test_mcp_lines_say_which_line_is_wrong() -> None:
     servers, problem = parse_mcp_servers("http://a/mcp x\nhttp://b/mcp")
     assert servers == [] and problem is not None and problem.startswith("Line 2")
+
+
+def test_mcp_servers_where_mcp_support_is_not_installed_say_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    draft = replace(DRAFT, mcp_servers="http://h/mcp search")
+    assert draft_problems(draft, "add") == {}
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as where `flotilla[mcp]` is not installed
+    assert draft_problems(draft, "add") == {"mcp_servers": NO_MCP}
+    assert "pip install 'flotilla[mcp]'" in NO_MCP
+    assert draft_problems(replace(DRAFT, mcp_servers=""), "add") == {}
 
 
 def test_the_modals_are_valid_block_kit_and_round_trip() -> None:

@@ -5,9 +5,10 @@ BIN := $(VENV)/bin
 # the trial needs only Flotilla's own dependencies; the checks add the development tools
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed-dev
-# pytest's workers (pytest-xdist): one per core, at most 4 (each gets its own PostgreSQL
-# database); `make pytest PYTEST_WORKERS=0` runs the suite in one process
-PYTEST_WORKERS ?= auto
+# pytest's workers (pytest-xdist): one per core and one more, since the chaos experiments and
+# the tests of real processes mostly wait; at most 4 (each has its own PostgreSQL database).
+# `make pytest PYTEST_WORKERS=0` runs the suite in one process
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n + 1 : 4 )))
 
 .PHONY: dev test lint typecheck pytest bench clean
 
@@ -44,7 +45,7 @@ typecheck: $(STAMP)
 # the whole suite, the ten slowest tests named at the end; tests marked with one
 # `xdist_group` run one after another in one worker (--dist loadgroup)
 pytest: $(STAMP)
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadgroup --durations=10
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=10
 
 test: lint typecheck pytest
 

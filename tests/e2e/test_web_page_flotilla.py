@@ -143,6 +143,9 @@ async def test_cancel_from_the_plan_card_asks_first(stack: LocalStack, browser: 
     await say(page, f"@Flotilla {REQUEST}")
     await page.locator("#messages .replies-link").click()
     card = page.locator("#thread-messages .message", has=page.locator(".bk-header"))
+    # the card at rest (the plan waits for the form): a click while a live edit redraws it
+    # could land on the button being replaced, and no dialog would open
+    await expect(card).to_contain_text("waiting for a person")
     await card.locator(".bk-button", has_text="Cancel plan").click()
     dialog = page.locator("#confirm-backdrop .dialog")
     await expect(dialog.locator(".dialog-title")).to_have_text("Cancel this plan?")

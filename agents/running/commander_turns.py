@@ -328,10 +328,7 @@ async def _start_plan(
     assert turn.plan is not None
     closing = turn.close
     settling = settles if not turn.operations else None  # operations follow: settled after
-    release = None
-    if settling is not None:
-        await settling.stop_heartbeat()  # it would see its request finished
-        release = settling.release
+    release = await settling.to_report() if settling is not None else None
     close = closing.statements() if closing is not None else ()
     start = PlanStart(
         turn.plan,

@@ -33,6 +33,12 @@ class Settling:
     stop_heartbeat: Callable[[], Awaitable[None]]
     others_wait: bool | None = None  # released with the report: runs wait for the slot?
 
+    async def to_report(self) -> Release:
+        """The release the report carries, once the heartbeat is stopped (it would see the
+        request finished and call its lease lost)."""
+        await self.stop_heartbeat()
+        return self.release
+
     def reported(self, others_wait: bool | None) -> None:
         """The report committed: what it released is released (None: nothing was)."""
         self.others_wait = others_wait

@@ -377,10 +377,7 @@ async def report(
     `settling`: the attempt's settle, carried by the report (`agents/running/job_settling.py`)."""
     ctx.observer.outcome(type(outcome).__name__.removeprefix("Step").lower())
     assignees = await ctx.enabled_names()
-    release = None
-    if settling is not None:
-        await settling.stop_heartbeat()  # it would see its request finished: a lost lease
-        release = settling.release
+    release = await settling.to_report() if settling is not None else None
     writes = AttemptWrites(final=final, release=release)
     reported = await ctx.reconciler.report(
         conversation_id, outcomes=[outcome], assignees=assignees, writes=writes
